@@ -1,0 +1,14 @@
+//! ferrox-core: the compute half of ferrox. No I/O, no async, no global state.
+//!
+//! * [`dtype`]: the GGML storage types ferrox knows, with their block geometry.
+//! * [`blocks`]: `#[repr(C)]` block layouts, byte sizes asserted at compile time.
+//! * [`kernels::reference`]: scalar dequantize / quantize / dot product, the
+//!   specification every SIMD kernel is tested against.
+
+pub mod blocks;
+pub mod dtype;
+pub mod error;
+pub mod kernels;
+
+pub use dtype::DType;
+pub use error::CoreError;
