@@ -1,1 +1,20 @@
-//! placeholder
+//! ferrox-models: what a GGUF file means as a model.
+//!
+//! * [`hparams`]: architecture and hyper-parameters from metadata.
+//! * [`kv_plan`]: KV shape, request pricing, blocks from a memory budget (SPEC S7, S10).
+//! * [`inspect`]: the `ferrox inspect` report.
+//! * [`catalog`]: the models ferrox fetches by name, and the cache directory.
+//! * [`byte_size`]: `2GiB`-style sizes.
+//! * [`testing`]: locating real models and golden files from tests.
+
+pub mod byte_size;
+pub mod catalog;
+pub mod error;
+pub mod hparams;
+pub mod inspect;
+pub mod kv_plan;
+pub mod testing;
+
+pub use error::ModelError;
+pub use hparams::{Architecture, AttentionKind, HyperParams};
+pub use kv_plan::{KvPlan, KvShape};

@@ -1,0 +1,20 @@
+//! The one error enum of ferrox-models.
+
+use ferrox_gguf::GgufError;
+
+/// What can be wrong with a model, as opposed to with its file format.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("unsupported architecture {found:?}; ferrox supports: {supported}")]
+    UnsupportedArchitecture { found: String, supported: String },
+    #[error("invalid hyper-parameter {key}: {reason}")]
+    InvalidHyperParameter { key: String, reason: String },
+    #[error("unknown model {name:?}; known models: {known}")]
+    UnknownModel { name: String, known: String },
+    #[error("invalid size {text:?}: {reason} (examples: 512MiB, 2GiB, 1.5GB, 1048576)")]
+    InvalidSize { text: String, reason: String },
+    #[error("KV plan: {0}")]
+    KvPlan(String),
+}

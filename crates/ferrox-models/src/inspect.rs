@@ -1,0 +1,180 @@
+//! What `ferrox inspect` reports about a model file: a pure function of the parsed
+//! file and the KV options, serializable for `--json`, printable as text.
+//!
+//! Invariant: every KV number here comes from [`crate::kv_plan`], the same code
+//! admission and refusals use, so the report quotes what the server will do.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+
+use ferrox_gguf::GgufFile;
+
+use crate::byte_size::format_bytes;
+use crate::error::ModelError;
+use crate::hparams::{AttentionKind, HyperParams};
+use crate::kv_plan::{KvPlan, KvShape};
+
+/// KV options the plan is computed for.
+#[derive(Clone, Debug)]
+pub struct KvOptions {
+    /// Positions per request to plan for (`--ctx`); the model's context length if `None`.
+    pub ctx: Option<usize>,
+    /// KV memory budget in bytes.
+    pub memory: u64,
+    pub block_size: usize,
+    pub max_seqs: usize,
+    pub prefill_chunk: usize,
+    pub element_bytes: usize,
+}
+
+/// Count and bytes of the tensors of one storage type.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct TypeCount {
+    pub tensors: usize,
+    pub bytes: u64,
+}
+
+/// KV figures of one kind of layer.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LayerKindKv {
+    pub kind: String,
+    pub layers: usize,
+    /// Bytes per position summed over the layers of this kind.
+    pub bytes_per_position: u64,
+    /// Positions one request holds in these layers at most (`None`: unbounded).
+    pub max_positions_per_request: Option<u64>,
+}
+
+/// The KV plan for the options given.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KvReport {
+    pub element_bytes: usize,
+    pub by_layer_kind: Vec<LayerKindKv>,
+    pub ctx: usize,
+    /// KV bytes of one request of `ctx` positions.
+    pub bytes_per_full_context_request: u64,
+    pub memory_bytes: u64,
+    pub plan: KvPlan,
+    pub full_context_requests_that_fit: u64,
+}
+
+/// Everything `inspect` prints.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModelReport {
+    pub file: Option<String>,
+    pub file_bytes: u64,
+    pub gguf_version: u32,
+    pub hyper_params: HyperParams,
+    pub tokenizer_model: Option<String>,
+    pub tokenizer_pre: Option<String>,
+    pub n_tensors: usize,
+    pub n_parameters: u64,
+    pub tensor_types: BTreeMap<String, TypeCount>,
+    pub kv: KvReport,
+}
+
+impl ModelReport {
+    /// Builds the report of `file` for the KV options `kv`.
+    pub fn new(file: &GgufFile, kv: &KvOptions) -> Result<ModelReport, ModelError> {
+        let h = file.header();
+        let hp = HyperParams::from_metadata(&h.metadata)?;
+        let mut tensor_types: BTreeMap<String, TypeCount> = BTreeMap::new();
+        for t in &h.tensors {
+            let e = tensor_types.entry(t.dtype.name().to_string()).or_default();
+            e.tensors += 1;
+            e.bytes += t.n_bytes as u64;
+        }
+        let shape = KvShape::new(&hp, kv.element_bytes);
+        let ctx = kv.ctx.unwrap_or(hp.context_length);
+        let plan = KvPlan::from_memory(&shape, kv.memory, kv.block_size, kv.max_seqs, kv.prefill_chunk)?;
+        let n_full = hp.layers.iter().filter(|l| **l == AttentionKind::Full).count();
+        let mut by_layer_kind = Vec::new();
+        if n_full > 0 {
+            by_layer_kind.push(LayerKindKv {
+                kind: "full attention".into(),
+                layers: n_full,
+                bytes_per_position: shape.full_bytes_per_position(),
+                max_positions_per_request: None,
+            });
+        }
+        if let Some(w) = shape.window() {
+            by_layer_kind.push(LayerKindKv {
+                kind: format!("sliding window {w}"),
+                layers: hp.n_layers - n_full,
+                bytes_per_position: shape.window_bytes_per_position(),
+                max_positions_per_request: Some(shape.window_seat_positions(kv.prefill_chunk)),
+            });
+        }
+        Ok(ModelReport {
+            file: file.path().map(|p| p.display().to_string()),
+            file_bytes: file.bytes().len() as u64,
+            gguf_version: h.version,
+            tokenizer_model: h.metadata.string_opt("tokenizer.ggml.model")?,
+            tokenizer_pre: h.metadata.string_opt("tokenizer.ggml.pre")?,
+            n_tensors: h.tensors.len(),
+            n_parameters: h.tensors.iter().map(|t| t.n_elements()).sum(),
+            tensor_types,
+            kv: KvReport {
+                element_bytes: kv.element_bytes,
+                by_layer_kind,
+                ctx,
+                bytes_per_full_context_request: shape.request_bytes(ctx as u64, kv.prefill_chunk),
+                memory_bytes: kv.memory,
+                full_context_requests_that_fit: plan.requests_that_fit(ctx as u64),
+                plan,
+            },
+            hyper_params: hp,
+        })
+    }
+}
+
+impl fmt::Display for ModelReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hp = &self.hyper_params;
+        let mut s = String::new();
+        if let Some(p) = &self.file {
+            writeln!(s, "file:            {p}")?;
+        }
+        writeln!(s, "size:            {} (GGUF v{})", format_bytes(self.file_bytes), self.gguf_version)?;
+        writeln!(s, "architecture:    {}{}", hp.architecture.gguf_name(), hp.name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())?;
+        writeln!(s, "parameters:      {:.1} M in {} tensors", self.n_parameters as f64 / 1e6, self.n_tensors)?;
+        writeln!(s, "layers:          {}", hp.n_layers)?;
+        writeln!(s, "embedding:       {}", hp.n_embd)?;
+        writeln!(s, "feed-forward:    {}", hp.n_ff)?;
+        writeln!(s, "heads:           {} query, {} kv", hp.n_heads, hp.n_kv_heads)?;
+        writeln!(s, "head dim:        {} (k), {} (v), {} rotated", hp.head_dim_k, hp.head_dim_v, hp.rope_dim)?;
+        writeln!(s, "context length:  {}", hp.context_length)?;
+        writeln!(s, "vocabulary:      {}", hp.vocab_size)?;
+        writeln!(s, "rope base:       {}{}", hp.rope_freq_base, if hp.sliding_window().is_some() { format!(" (local layers {})", hp.rope_freq_base_local) } else { String::new() })?;
+        writeln!(s, "rms epsilon:     {:e}", hp.rms_eps)?;
+        match hp.sliding_window() {
+            Some(w) => writeln!(s, "sliding window:  {w} on {} of {} layers", hp.layers.iter().filter(|l| **l != AttentionKind::Full).count(), hp.n_layers)?,
+            None => writeln!(s, "sliding window:  none")?,
+        }
+        writeln!(
+            s,
+            "tokenizer:       {} (pre-tokenizer {})",
+            self.tokenizer_model.as_deref().unwrap_or("none"),
+            self.tokenizer_pre.as_deref().unwrap_or("none")
+        )?;
+        writeln!(s, "tensor types:")?;
+        for (t, c) in &self.tensor_types {
+            writeln!(s, "  {t:<6} {:>4} tensors  {:>12}", c.tensors, format_bytes(c.bytes))?;
+        }
+        let kv = &self.kv;
+        writeln!(s, "KV cache ({}-byte elements):", kv.element_bytes)?;
+        for k in &kv.by_layer_kind {
+            let cap = k.max_positions_per_request.map(|p| format!(", at most {p} positions per request")).unwrap_or_default();
+            writeln!(s, "  {:<20} {:>3} layers  {} per token position{cap}", k.kind, k.layers, format_bytes(k.bytes_per_position))?;
+        }
+        let p = &kv.plan;
+        writeln!(s, "KV plan for --ctx {} and --kv-memory {}:", kv.ctx, format_bytes(kv.memory_bytes))?;
+        writeln!(s, "  one full-context request   {}", format_bytes(kv.bytes_per_full_context_request))?;
+        writeln!(s, "  blocks                     {} of {} positions, {} each", p.n_blocks, p.block_size, format_bytes(p.block_bytes))?;
+        if p.seat_bytes > 0 {
+            writeln!(s, "  window seats               {} of {} each", p.max_seqs, format_bytes(p.seat_bytes))?;
+        }
+        writeln!(s, "  full-context requests fit  {} (max seqs {})", kv.full_context_requests_that_fit, p.max_seqs)?;
+        f.write_str(&s)
+    }
+}
