@@ -14,7 +14,9 @@ pub mod hparams;
 pub mod inspect;
 pub mod kv_plan;
 pub mod testing;
+pub mod tokenizer;
 
 pub use error::ModelError;
 pub use hparams::{Architecture, AttentionKind, HyperParams};
 pub use kv_plan::{KvPlan, KvShape};
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,267 @@
+//! Tokenizers read from GGUF metadata, matching llama.cpp token for token.
+//!
+//! * `tokenizer.ggml.model = "gpt2"`: byte-level BPE with merges and the
+//!   pre-tokenizer named by `tokenizer.ggml.pre` ([`bpe`], [`pretokenize`]).
+//! * `tokenizer.ggml.model = "llama"`: SentencePiece by scores with `<0xNN>` byte
+//!   fallback; spaces become `▁`, with a leading one when `add_space_prefix` ([`spm`]).
+//!
+//! Invariants: special tokens are found before either algorithm runs
+//! ([`vocab::Vocab::partition`]); BOS / EOS are added exactly when asked and the
+//! metadata says so; decoding a token never fails (unknown ids decode to nothing)
+//! and `decode(encode(s)) == s` for text the vocabulary covers.
+
+pub mod bpe;
+pub mod pretokenize;
+pub mod spm;
+pub mod stream;
+pub mod vocab;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use ferrox_gguf::Metadata;
+
+use crate::error::ModelError;
+use bpe::Merges;
+use pretokenize::PreTokenizer;
+use vocab::{Fragment, TokenType, Vocab};
+
+pub use stream::Utf8Stream;
+
+/// The tokenization algorithm and its tables.
+#[derive(Clone, Debug)]
+enum Algorithm {
+    SentencePiece { add_space_prefix: bool },
+    BytePairs { pre: PreTokenizer, merges: Merges, byte_chars: Box<[char; 256]>, char_bytes: HashMap<char, u8>, ignore_merges: bool },
+}
+
+/// Which tokenizer family a model uses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenizerKind {
+    SentencePiece,
+    BytePairs,
+}
+
+/// Texts of end-of-turn tokens that end generation wherever a vocabulary has them (SPEC S14).
+const END_OF_TURN_TEXTS: [&str; 8] =
+    ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "<|eom_id|>"];
+
+/// A tokenizer: text to ids and back.
+#[derive(Clone, Debug)]
+pub struct Tokenizer {
+    vocab: Vocab,
+    algorithm: Algorithm,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    end_of_generation: Vec<u32>,
+}
+
+fn id_key(m: &Metadata, key: &str, n: usize) -> Result<Option<u32>, ModelError> {
+    match m.count_opt(key)? {
+        Some(id) if id < n => Ok(Some(id as u32)),
+        Some(id) => Err(ModelError::InvalidHyperParameter { key: key.into(), reason: format!("token {id} is outside the vocabulary of {n}") }),
+        None => Ok(None),
+    }
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer the metadata describes.
+    pub fn from_metadata(m: &Metadata) -> Result<Tokenizer, ModelError> {
+        let model = m.str("tokenizer.ggml.model")?;
+        let vocab = Vocab::from_metadata(m)?;
+        let n = vocab.len();
+        let algorithm = match model {
+            "llama" => Algorithm::SentencePiece { add_space_prefix: m.bool_opt("tokenizer.ggml.add_space_prefix")?.unwrap_or(true) },
+            "gpt2" => {
+                let pre_name = m.string_opt("tokenizer.ggml.pre")?.unwrap_or_else(|| "default".into());
+                let pre = PreTokenizer::from_name(&pre_name)?;
+                let merges = Merges::new(&vocab, m.string_array("tokenizer.ggml.merges")?);
+                let byte_chars = Box::new(bpe::byte_to_char_table());
+                let char_bytes = byte_chars.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+                Algorithm::BytePairs { pre, merges, byte_chars, char_bytes, ignore_merges: pre == PreTokenizer::Llama3 && pre_name != "default" }
+            }
+            other => {
+                return Err(ModelError::InvalidHyperParameter {
+                    key: "tokenizer.ggml.model".into(),
+                    reason: format!("unsupported tokenizer {other:?}; supported: llama (SentencePiece), gpt2 (byte-level BPE)"),
+                });
+            }
+        };
+        let is_spm = matches!(algorithm, Algorithm::SentencePiece { .. });
+        let bos = id_key(m, "tokenizer.ggml.bos_token_id", n)?;
+        let eos = id_key(m, "tokenizer.ggml.eos_token_id", n)?;
+        let mut end_of_generation: Vec<u32> = [eos, id_key(m, "tokenizer.ggml.eot_token_id", n)?, id_key(m, "tokenizer.ggml.eom_token_id", n)?]
+            .into_iter()
+            .flatten()
+            .collect();
+        for text in END_OF_TURN_TEXTS {
+            if let Some(id) = vocab.id_of(text)
+                && matches!(vocab.token_type(id), Some(TokenType::Control | TokenType::UserDefined))
+            {
+                end_of_generation.push(id);
+            }
+        }
+        end_of_generation.sort_unstable();
+        end_of_generation.dedup();
+        Ok(Tokenizer {
+            vocab,
+            algorithm,
+            bos,
+            eos,
+            add_bos: m.bool_opt("tokenizer.ggml.add_bos_token")?.unwrap_or(is_spm),
+            add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            end_of_generation,
+        })
+    }
+
+    /// The vocabulary.
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
+    }
+
+    /// Number of tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab.len()
+    }
+
+    /// The tokenizer family.
+    pub fn kind(&self) -> TokenizerKind {
+        match self.algorithm {
+            Algorithm::SentencePiece { .. } => TokenizerKind::SentencePiece,
+            Algorithm::BytePairs { .. } => TokenizerKind::BytePairs,
+        }
+    }
+
+    /// Beginning-of-sequence token.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// End-of-sequence token.
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Whether encoding with specials adds BOS.
+    pub fn adds_bos(&self) -> bool {
+        self.add_bos && self.bos.is_some()
+    }
+
+    /// Every token that ends generation: EOS and the end-of-turn tokens (SPEC S14).
+    pub fn end_of_generation(&self) -> &[u32] {
+        &self.end_of_generation
+    }
+
+    /// Whether `id` ends generation.
+    pub fn is_end_of_generation(&self, id: u32) -> bool {
+        self.end_of_generation.binary_search(&id).is_ok()
+    }
+
+    /// Token ids of `text`. `add_special` adds BOS / EOS as the metadata asks;
+    /// `parse_special` lets text spell control tokens.
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos
+            && let Some(b) = self.bos
+        {
+            out.push(b);
+        }
+        let mut prev_special = true;
+        let mut word = String::new();
+        for frag in self.vocab.partition(text, parse_special) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(t) => {
+                    match &self.algorithm {
+                        Algorithm::SentencePiece { add_space_prefix } => {
+                            let mut escaped = String::with_capacity(t.len() + 3);
+                            if *add_space_prefix && prev_special {
+                                escaped.push('▁');
+                            }
+                            for c in t.chars() {
+                                escaped.push(if c == ' ' { '▁' } else { c });
+                            }
+                            spm::tokenize(&self.vocab, &escaped, &mut out);
+                        }
+                        Algorithm::BytePairs { pre, merges, byte_chars, ignore_merges, .. } => pre.split(t, |w| {
+                            word.clear();
+                            word.extend(w.bytes().map(|b| byte_chars[b as usize]));
+                            bpe::tokenize_word(&self.vocab, merges, &word, *ignore_merges, &mut out);
+                        }),
+                    }
+                    prev_special = false;
+                }
+            }
+        }
+        if add_special && self.add_eos
+            && let Some(e) = self.eos
+        {
+            out.push(e);
+        }
+        out
+    }
+
+    /// The bytes token `id` stands for. Control tokens render as their text only with
+    /// `render_special`; ids outside the vocabulary render as nothing.
+    pub fn token_bytes(&self, id: u32, render_special: bool) -> Cow<'_, [u8]> {
+        let (Some(piece), Some(ty)) = (self.vocab.piece(id), self.vocab.token_type(id)) else {
+            return Cow::Borrowed(&[]);
+        };
+        match ty {
+            TokenType::Control | TokenType::Unused if !render_special => Cow::Borrowed(&[]),
+            TokenType::Control | TokenType::Unused | TokenType::UserDefined => Cow::Borrowed(piece.as_bytes()),
+            TokenType::Unknown => Cow::Borrowed(if render_special { piece.as_bytes() } else { "\u{2585}".as_bytes() }),
+            TokenType::Byte => match piece.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(b) => Cow::Owned(vec![b]),
+                None => Cow::Borrowed(piece.as_bytes()),
+            },
+            TokenType::Normal => match &self.algorithm {
+                Algorithm::SentencePiece { .. } => {
+                    if piece.contains('▁') {
+                        Cow::Owned(piece.replace('▁', " ").into_bytes())
+                    } else {
+                        Cow::Borrowed(piece.as_bytes())
+                    }
+                }
+                Algorithm::BytePairs { char_bytes, .. } => {
+                    let mut v = Vec::with_capacity(piece.len());
+                    for c in piece.chars() {
+                        match char_bytes.get(&c) {
+                            Some(&b) => v.push(b),
+                            None => v.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                        }
+                    }
+                    Cow::Owned(v)
+                }
+            },
+        }
+    }
+
+    /// Whether decoding drops one leading space (SentencePiece with a space prefix).
+    pub fn strips_leading_space(&self) -> bool {
+        matches!(self.algorithm, Algorithm::SentencePiece { add_space_prefix: true })
+    }
+
+    /// The bytes of a sequence of ids.
+    pub fn decode_bytes(&self, ids: &[u32], render_special: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &id in ids {
+            out.extend_from_slice(&self.token_bytes(id, render_special));
+        }
+        if self.strips_leading_space() && out.first() == Some(&b' ') {
+            out.remove(0);
+        }
+        out
+    }
+
+    /// The text of a sequence of ids (invalid UTF-8 becomes U+FFFD).
+    pub fn decode(&self, ids: &[u32], render_special: bool) -> String {
+        String::from_utf8_lossy(&self.decode_bytes(ids, render_special)).into_owned()
+    }
+}

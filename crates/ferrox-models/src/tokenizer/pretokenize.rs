@@ -1,0 +1,293 @@
+//! Pre-tokenizers of byte-level BPE vocabularies, selected by `tokenizer.ggml.pre`.
+//!
+//! Each splits text into words exactly as the regular expressions llama.cpp uses
+//! for that pre-tokenizer would (hand-written scanners, as llama.cpp's own
+//! `unicode_regex_split_custom_*`, so no regex engine runs per word):
+//! * `gpt2`: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+//! * `llama3` (also `llama-bpe`, `default`): case-insensitive contractions,
+//!   `[^\r\n\p{L}\p{N}]?\p{L}+`, `\p{N}{1,3}`, ` ?[^\s\p{L}\p{N}]+[\r\n]*`,
+//!   `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`
+//! * `qwen2`: as llama3 with single digits `\p{N}`
+//! * `smollm`: every digit its own piece (`\p{N}`), then gpt2 on the rest.
+//!
+//! Invariant: the words concatenate back to the input (nothing dropped or added).
+
+use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
+
+use crate::error::ModelError;
+
+/// A pre-tokenizer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PreTokenizer {
+    Gpt2,
+    Llama3,
+    Qwen2,
+    SmolLm,
+}
+
+impl PreTokenizer {
+    /// Names accepted in `tokenizer.ggml.pre`, for error messages.
+    pub const NAMES: &'static str = "gpt2, default, llama3, llama-bpe, qwen2, smollm";
+
+    /// The pre-tokenizer named by `tokenizer.ggml.pre`.
+    pub fn from_name(name: &str) -> Result<PreTokenizer, ModelError> {
+        Ok(match name {
+            "gpt2" | "gpt-2" => PreTokenizer::Gpt2,
+            "default" | "llama3" | "llama-bpe" | "llama-v3" => PreTokenizer::Llama3,
+            "qwen2" => PreTokenizer::Qwen2,
+            "smollm" => PreTokenizer::SmolLm,
+            _ => {
+                return Err(ModelError::InvalidHyperParameter {
+                    key: "tokenizer.ggml.pre".into(),
+                    reason: format!("unknown pre-tokenizer {name:?}; supported: {}", Self::NAMES),
+                });
+            }
+        })
+    }
+
+    /// Calls `word` with each word of `text`, in order.
+    pub fn split<'a>(self, text: &'a str, mut word: impl FnMut(&'a str)) {
+        match self {
+            PreTokenizer::Gpt2 => split_gpt2(text, &mut word),
+            PreTokenizer::Llama3 => split_llama3(text, 3, &mut word),
+            PreTokenizer::Qwen2 => split_llama3(text, 1, &mut word),
+            PreTokenizer::SmolLm => {
+                let mut rest = text;
+                while let Some((at, c)) = rest.char_indices().find(|&(_, c)| class(c) == Class::Number) {
+                    if at > 0 {
+                        split_gpt2(&rest[..at], &mut word);
+                    }
+                    word(&rest[at..at + c.len_utf8()]);
+                    rest = &rest[at + c.len_utf8()..];
+                }
+                if !rest.is_empty() {
+                    split_gpt2(rest, &mut word);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Class {
+    Letter,
+    Number,
+    Space,
+    Other,
+    /// Past the end of the text.
+    End,
+}
+
+fn class(c: char) -> Class {
+    if c.is_ascii() {
+        return match c {
+            'a'..='z' | 'A'..='Z' => Class::Letter,
+            '0'..='9' => Class::Number,
+            ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c' => Class::Space,
+            _ => Class::Other,
+        };
+    }
+    if c.is_whitespace() {
+        return Class::Space;
+    }
+    match c.general_category_group() {
+        GeneralCategoryGroup::Letter => Class::Letter,
+        GeneralCategoryGroup::Number => Class::Number,
+        _ => Class::Other,
+    }
+}
+
+/// The text as (byte offset, char, class), with an `End` sentinel.
+struct Chars {
+    offsets: Vec<usize>,
+    chars: Vec<char>,
+    classes: Vec<Class>,
+}
+
+impl Chars {
+    fn new(text: &str) -> Chars {
+        let n = text.len();
+        let (mut offsets, mut chars, mut classes) = (Vec::with_capacity(n + 1), Vec::with_capacity(n), Vec::with_capacity(n));
+        for (i, c) in text.char_indices() {
+            offsets.push(i);
+            chars.push(c);
+            classes.push(class(c));
+        }
+        offsets.push(n);
+        Chars { offsets, chars, classes }
+    }
+    fn len(&self) -> usize {
+        self.chars.len()
+    }
+    fn class(&self, i: usize) -> Class {
+        self.classes.get(i).copied().unwrap_or(Class::End)
+    }
+    fn char(&self, i: usize) -> Option<char> {
+        self.chars.get(i).copied()
+    }
+    fn lower(&self, i: usize) -> Option<char> {
+        self.char(i).map(|c| c.to_ascii_lowercase())
+    }
+}
+
+/// Length in chars of a contraction at `pos` (`'s`, `'ll`, ...), if one starts there.
+fn contraction(cs: &Chars, pos: usize, case_insensitive: bool) -> usize {
+    if cs.char(pos) != Some('\'') {
+        return 0;
+    }
+    let get = |i| if case_insensitive { cs.lower(i) } else { cs.char(i) };
+    match (get(pos + 1), get(pos + 2)) {
+        (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => 3,
+        (Some('s' | 't' | 'm' | 'd'), _) => 2,
+        _ => 0,
+    }
+}
+
+/// `\s+(?!\S)` then `\s+`: a whitespace run, less its last char when a non-space follows.
+fn whitespace_run(cs: &Chars, pos: usize) -> usize {
+    let mut n = 0;
+    while cs.class(pos + n) == Class::Space {
+        n += 1;
+    }
+    if n > 1 && cs.class(pos + n) != Class::End { n - 1 } else { n }
+}
+
+fn emit<'a>(text: &'a str, cs: &Chars, from: usize, to: usize, word: &mut impl FnMut(&'a str)) {
+    if to > from {
+        word(&text[cs.offsets[from]..cs.offsets[to]]);
+    }
+}
+
+fn split_gpt2<'a>(text: &'a str, word: &mut impl FnMut(&'a str)) {
+    let cs = Chars::new(text);
+    let mut pos = 0;
+    while pos < cs.len() {
+        let start = pos;
+        let c = cs.char(pos);
+        let n = contraction(&cs, pos, false);
+        if n > 0 {
+            pos += n;
+        } else {
+            let lead = usize::from(c == Some(' '));
+            let k = cs.class(pos + lead);
+            if matches!(k, Class::Letter | Class::Number) {
+                pos += lead;
+                while cs.class(pos) == k {
+                    pos += 1;
+                }
+            } else if k == Class::Other {
+                pos += lead;
+                while cs.class(pos) == Class::Other {
+                    pos += 1;
+                }
+            } else {
+                let ws = whitespace_run(&cs, pos);
+                pos += ws.max(1);
+            }
+        }
+        emit(text, &cs, start, pos, word);
+    }
+}
+
+fn split_llama3<'a>(text: &'a str, max_digits: usize, word: &mut impl FnMut(&'a str)) {
+    let cs = Chars::new(text);
+    let is_newline = |c: Option<char>| matches!(c, Some('\r' | '\n'));
+    let mut pos = 0;
+    while pos < cs.len() {
+        let start = pos;
+        let (c, k) = (cs.char(pos), cs.class(pos));
+        let n = contraction(&cs, pos, true);
+        if n > 0 {
+            pos += n;
+            emit(text, &cs, start, pos, word);
+            continue;
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        if !is_newline(c) && k != Class::Number && (k == Class::Letter || cs.class(pos + 1) == Class::Letter) {
+            pos += 1;
+            while cs.class(pos) == Class::Letter {
+                pos += 1;
+            }
+            emit(text, &cs, start, pos, word);
+            continue;
+        }
+        // \p{N}{1,max_digits}
+        if k == Class::Number {
+            let mut from = pos;
+            while cs.class(pos) == Class::Number {
+                pos += 1;
+                if pos - from >= max_digits {
+                    emit(text, &cs, from, pos, word);
+                    from = pos;
+                }
+            }
+            emit(text, &cs, from, pos, word);
+            continue;
+        }
+        // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+        let lead = usize::from(c == Some(' '));
+        if cs.class(pos + lead) == Class::Other {
+            pos += lead;
+            while cs.class(pos) == Class::Other {
+                pos += 1;
+            }
+            while is_newline(cs.char(pos)) {
+                pos += 1;
+            }
+            emit(text, &cs, start, pos, word);
+            continue;
+        }
+        // \s*[\r\n]+ | \s+(?!\S) | \s+
+        let mut run = 0;
+        let mut after_newline = 0;
+        while cs.class(pos + run) == Class::Space {
+            if is_newline(cs.char(pos + run)) {
+                after_newline = run + 1;
+            }
+            run += 1;
+        }
+        pos += if after_newline > 0 { after_newline } else { whitespace_run(&cs, pos).max(1) };
+        emit(text, &cs, start, pos, word);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(p: PreTokenizer, text: &str) -> Vec<&str> {
+        let mut v = Vec::new();
+        p.split(text, |w| v.push(w));
+        assert_eq!(v.concat(), text, "words must concatenate to the input");
+        v
+    }
+
+    #[test]
+    fn gpt2_splits_like_its_regex() {
+        let p = PreTokenizer::Gpt2;
+        assert_eq!(words(p, "Hello, world! I'm 42"), ["Hello", ",", " world", "!", " I", "'m", " 42"]);
+        assert_eq!(words(p, "  leading spaces   "), [" ", " leading", " spaces", "   "]);
+        assert_eq!(words(p, "a\n\nb"), ["a", "\n", "\n", "b"]);
+        assert_eq!(words(p, "x  = 3"), ["x", " ", " =", " 3"]);
+    }
+
+    #[test]
+    fn smollm_isolates_every_digit() {
+        assert_eq!(words(PreTokenizer::SmolLm, "Numbers: 12 x3"), ["Numbers", ":", " ", "1", "2", " x", "3"]);
+    }
+
+    #[test]
+    fn llama3_groups_digits_by_three_and_keeps_newlines_together() {
+        let p = PreTokenizer::Llama3;
+        assert_eq!(words(p, "12345 abc"), ["123", "45", " abc"]);
+        assert_eq!(words(p, "I'M here.\n\nok"), ["I", "'M", " here", ".\n\n", "ok"]);
+        assert_eq!(words(p, "a \n b"), ["a", " \n", " b"]);
+        assert_eq!(words(PreTokenizer::Qwen2, "123"), ["1", "2", "3"]);
+    }
+
+    #[test]
+    fn unknown_pre_tokenizers_are_named_in_the_error() {
+        let e = PreTokenizer::from_name("jais").unwrap_err().to_string();
+        assert!(e.contains("\"jais\"") && e.contains("smollm"), "{e}");
+    }
+}

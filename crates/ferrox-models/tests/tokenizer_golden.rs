@@ -1,0 +1,57 @@
+//! Tokenization against llama.cpp on both real models (`shared/golden/tokenize-*.jsonl`),
+//! and the round trip through the decoder and the streaming decoder.
+
+use ferrox_gguf::GgufFile;
+use ferrox_models::Tokenizer;
+use ferrox_models::testing::{golden_rows, real_model};
+use ferrox_models::tokenizer::Utf8Stream;
+
+fn load(model: &str) -> Option<Tokenizer> {
+    let file = GgufFile::open(real_model(model)?).unwrap();
+    Some(Tokenizer::from_metadata(&file.header().metadata).unwrap())
+}
+
+fn check(model: &str, golden: &str) {
+    let Some(tok) = load(model) else { return };
+    let Some(rows) = golden_rows(golden) else { return };
+    let mut failures = Vec::new();
+    for row in &rows {
+        let text = row["text"].as_str().unwrap();
+        let parse_special = row["parse_special"].as_bool().unwrap();
+        let want: Vec<u32> = row["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let got = tok.encode(text, true, parse_special);
+        if got != want {
+            failures.push(format!("{text:?} (parse_special {parse_special}):\n  got  {got:?}\n  want {want:?}"));
+            continue;
+        }
+        let body: &[u32] = if tok.adds_bos() { &got[1..] } else { &got };
+        assert_eq!(tok.decode(body, parse_special), text, "round trip of {text:?}");
+        let mut stream = Utf8Stream::new();
+        let mut streamed: String = body.iter().map(|&id| stream.push(&tok.token_bytes(id, parse_special))).collect();
+        streamed += &stream.finish();
+        assert_eq!(streamed, text, "streamed round trip of {text:?}");
+    }
+    assert!(failures.is_empty(), "{} of {} rows differ from llama.cpp:\n{}", failures.len(), rows.len(), failures.join("\n"));
+}
+
+#[test]
+fn real_model_smollm2_tokenizes_exactly_like_llama_cpp() {
+    check("smollm2-135m", "tokenize-smollm2-135m.jsonl");
+}
+
+#[test]
+fn real_model_gemma3_tokenizes_exactly_like_llama_cpp() {
+    check("gemma3-270m", "tokenize-gemma3-270m.jsonl");
+}
+
+#[test]
+fn real_model_end_of_generation_sets_include_end_of_turn_tokens() {
+    if let Some(smol) = load("smollm2-135m") {
+        let eog: Vec<String> = smol.end_of_generation().iter().map(|&id| smol.decode(&[id], true)).collect();
+        assert!(eog.contains(&"<|im_end|>".to_string()) && eog.contains(&"<|endoftext|>".to_string()), "{eog:?}");
+    }
+    if let Some(gemma) = load("gemma3-270m") {
+        let eog: Vec<String> = gemma.end_of_generation().iter().map(|&id| gemma.decode(&[id], true)).collect();
+        assert!(eog.contains(&"<eos>".to_string()) && eog.contains(&"<end_of_turn>".to_string()), "{eog:?}");
+    }
+}
