@@ -15,6 +15,8 @@ pub enum ModelError {
     UnknownModel { name: String, known: String },
     #[error("invalid size {text:?}: {reason} (examples: 512MiB, 2GiB, 1.5GB, 1048576)")]
     InvalidSize { text: String, reason: String },
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
     #[error("KV plan: {0}")]
     KvPlan(String),
 }

@@ -9,6 +9,7 @@
 
 pub mod byte_size;
 pub mod catalog;
+pub mod chat;
 pub mod error;
 pub mod hparams;
 pub mod inspect;

@@ -55,3 +55,23 @@ fn real_model_end_of_generation_sets_include_end_of_turn_tokens() {
         assert!(eog.contains(&"<eos>".to_string()) && eog.contains(&"<end_of_turn>".to_string()), "{eog:?}");
     }
 }
+
+#[test]
+fn real_model_smollm2_chat_template_renders_byte_identically() {
+    use ferrox_models::chat::{ChatMessage, ChatTemplate};
+    let Some(path) = real_model("smollm2-135m") else { return };
+    let Some(rows) = golden_rows("chat-template-smollm2-135m.jsonl") else { return };
+    let file = GgufFile::open(path).unwrap();
+    let m = &file.header().metadata;
+    let tok = Tokenizer::from_metadata(m).unwrap();
+    let (bos, eos) = (tok.decode(&[tok.bos().unwrap()], true), tok.decode(&[tok.eos().unwrap()], true));
+    let t = ChatTemplate::for_model(m.string_opt("tokenizer.chat_template").unwrap().as_deref(), ferrox_models::Architecture::Llama, &bos, &eos)
+        .unwrap()
+        .expect("SmolLM2 has a template");
+    assert!(!rows.is_empty());
+    for row in rows {
+        let messages: Vec<ChatMessage> = serde_json::from_value(row["messages"].clone()).unwrap();
+        let got = t.render(&messages, row["add_generation_prompt"].as_bool().unwrap()).unwrap();
+        assert_eq!(got, row["prompt"].as_str().unwrap());
+    }
+}
