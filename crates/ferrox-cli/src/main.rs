@@ -3,6 +3,7 @@
 mod fetch;
 mod knobs;
 mod model_ref;
+mod tokenize_cmd;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -46,6 +47,30 @@ enum Command {
     },
     /// List the catalog and what is cached.
     Models,
+    /// Read text on stdin and print its token ids as a JSON array.
+    Tokenize {
+        /// GGUF file or catalog name.
+        #[arg(short, long)]
+        model: Option<String>,
+        /// Treat text that spells special tokens (e.g. `<|im_start|>`) as plain text.
+        #[arg(long)]
+        no_parse_special: bool,
+        /// Do not add BOS / EOS even where the model's metadata asks for them.
+        #[arg(long)]
+        no_bos: bool,
+        /// Report encode time and throughput on stderr.
+        #[arg(long)]
+        stats: bool,
+    },
+    /// Read a JSON array of token ids on stdin and print their text.
+    Detokenize {
+        /// GGUF file or catalog name.
+        #[arg(short, long)]
+        model: Option<String>,
+        /// Leave control tokens (e.g. `<|im_end|>`) out of the text.
+        #[arg(long)]
+        skip_special: bool,
+    },
 }
 
 fn main() {
@@ -85,6 +110,12 @@ fn run(cli: Cli) -> Result<()> {
                 anyhow::ensure!(sha == model.sha256, "{} has sha256 {sha}, expected {}: delete it and pull again", path.display(), model.sha256);
                 println!("{} {}", model.name, path.display());
             }
+        }
+        Command::Tokenize { model, no_parse_special, no_bos, stats } => {
+            tokenize_cmd::tokenize(&model_ref::resolve(model.as_deref())?, !no_parse_special, !no_bos, stats)?;
+        }
+        Command::Detokenize { model, skip_special } => {
+            tokenize_cmd::detokenize(&model_ref::resolve(model.as_deref())?, !skip_special)?;
         }
         Command::Models => {
             let dir = catalog::models_dir();

@@ -138,3 +138,35 @@ fn a_corrupt_download_never_leaves_a_file_under_the_final_name() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+fn ferrox_stdin(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn real_model_tokenize_prints_a_json_array_and_detokenize_reverses_it() {
+    let Some(smol) = real_model("smollm2-135m") else { return };
+    let m = smol.to_str().unwrap();
+    let o = ferrox_stdin(&["tokenize", "-m", m], "<|im_start|>user\nhi<|im_end|>");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8(o.stdout).unwrap().trim(), "[1,4093,198,6004,2]");
+    let o = ferrox_stdin(&["tokenize", "-m", m, "--no-parse-special"], "<|im_end|>");
+    assert_eq!(String::from_utf8(o.stdout).unwrap().trim(), "[44,108,306,79,486,108,46]");
+    let o = ferrox_stdin(&["detokenize", "-m", m], "[1, 4093, 198, 6004, 2]");
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), "<|im_start|>user\nhi<|im_end|>");
+    let o = ferrox_stdin(&["detokenize", "-m", m, "--skip-special"], "[1, 4093, 198, 6004, 2]");
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), "user\nhi");
+    let o = ferrox_stdin(&["detokenize", "-m", m], "[99999999]");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("outside the vocabulary"), "{}", stderr(&o));
+    let o = ferrox_stdin(&["detokenize", "-m", m], "hello");
+    assert!(stderr(&o).contains("JSON array of token ids"), "{}", stderr(&o));
+}
