@@ -9,6 +9,7 @@ pub mod blocks;
 pub mod dtype;
 pub mod error;
 pub mod kernels;
+pub mod ops;
 
 pub use dtype::DType;
 pub use error::CoreError;

@@ -17,6 +17,8 @@ pub enum ModelError {
     InvalidSize { text: String, reason: String },
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    #[error("forward pass: {0}")]
+    Forward(String),
     #[error("KV plan: {0}")]
     KvPlan(String),
 }

@@ -10,14 +10,19 @@
 pub mod byte_size;
 pub mod catalog;
 pub mod chat;
+pub mod decoder;
 pub mod error;
 pub mod hparams;
 pub mod inspect;
+pub mod kv_cache;
 pub mod kv_plan;
 pub mod testing;
 pub mod tokenizer;
+pub mod transformer;
+pub mod weights;
 
 pub use error::ModelError;
 pub use hparams::{Architecture, AttentionKind, HyperParams};
 pub use kv_plan::{KvPlan, KvShape};
 pub use tokenizer::Tokenizer;
+pub use transformer::Transformer;

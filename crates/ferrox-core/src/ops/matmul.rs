@@ -1,0 +1,144 @@
+//! Matrix products of quantized weights with f32 activations: the one kernel shape
+//! of the forward pass (rows = tokens of the step, cols = output features).
+//!
+//! Invariants:
+//! * `out[t][r] = dot(dequantize(W[r]), x[t])` with [`super::vector::dot`], for every
+//!   token `t` and row `r`: the same operations whatever the number of tokens, the
+//!   tiling or the thread that computes it (SPEC S3). A weight row is dequantized
+//!   once per call and reused by every token (a decode step of 16 requests is one
+//!   16-token call, not 16 calls).
+//! * Weights are never dequantized whole: a tile of [`ROW_TILE`] rows at a time.
+
+use rayon::prelude::*;
+
+use crate::dtype::DType;
+use crate::error::CoreError;
+use crate::kernels::reference;
+
+use super::vector::dot;
+
+/// Weight rows dequantized together and swept over every token.
+pub const ROW_TILE: usize = 8;
+
+/// A weight matrix as stored in GGUF: `rows` rows of `cols` values, row-major.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix<'a> {
+    pub dtype: DType,
+    /// Output features.
+    pub rows: usize,
+    /// Input features (values per stored row).
+    pub cols: usize,
+    data: &'a [u8],
+    row_bytes: usize,
+}
+
+impl<'a> Matrix<'a> {
+    /// Views `data` as a `rows x cols` matrix of `dtype`, checking every length.
+    pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Matrix<'a>, CoreError> {
+        let row_bytes = dtype.row_bytes(cols).ok_or(CoreError::PartialBlock { dtype, block_len: dtype.block_len(), n: cols })?;
+        let want = row_bytes.checked_mul(rows).ok_or(CoreError::ByteLength { dtype, n: usize::MAX, want: usize::MAX, got: data.len() })?;
+        if want != data.len() {
+            return Err(CoreError::ByteLength { dtype, n: rows * cols, want, got: data.len() });
+        }
+        Ok(Matrix { dtype, rows, cols, data, row_bytes })
+    }
+
+    /// The stored bytes of row `r`.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` values).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        reference::dequantize(self.dtype, self.row(r), out).expect("lengths checked when the matrix was made");
+    }
+}
+
+/// A pointer to disjoint output elements written from several threads.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: every task writes a disjoint set of elements (its own rows).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+fn tile(w: &Matrix<'_>, x: &[f32], n_tokens: usize, rows: std::ops::Range<usize>, out: Out, buf: &mut Vec<f32>) {
+    let cols = w.cols;
+    buf.resize(ROW_TILE * cols, 0.0);
+    let mut r0 = rows.start;
+    while r0 < rows.end {
+        let r1 = (r0 + ROW_TILE).min(rows.end);
+        for r in r0..r1 {
+            w.dequantize_row(r, &mut buf[(r - r0) * cols..(r - r0 + 1) * cols]);
+        }
+        for t in 0..n_tokens {
+            let xt = &x[t * cols..(t + 1) * cols];
+            for r in r0..r1 {
+                let v = dot(&buf[(r - r0) * cols..(r - r0 + 1) * cols], xt);
+                // SAFETY: (t, r) is inside `out` (checked by the caller) and row r
+                // belongs to this task alone.
+                unsafe { *out.0.add(t * w.rows + r) = v };
+            }
+        }
+        r0 = r1;
+    }
+}
+
+/// `out[t * rows + r] = W[r] . x[t * cols ..]` for `n_tokens` tokens, on `pool`'s threads.
+pub fn matmul(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32], pool: &rayon::ThreadPool) {
+    assert_eq!(x.len(), n_tokens * w.cols, "activations must be n_tokens x cols");
+    assert_eq!(out.len(), n_tokens * w.rows, "output must be n_tokens x rows");
+    if n_tokens == 0 || w.rows == 0 {
+        return;
+    }
+    let threads = pool.current_num_threads().max(1);
+    // Enough tasks to balance, each a whole number of tiles.
+    let per_task = w.rows.div_ceil(threads * 4).next_multiple_of(ROW_TILE).max(ROW_TILE);
+    let n_tasks = w.rows.div_ceil(per_task);
+    let ptr = Out(out.as_mut_ptr());
+    pool.install(|| {
+        (0..n_tasks).into_par_iter().for_each_init(Vec::new, |buf, i| {
+            let rows = i * per_task..((i + 1) * per_task).min(w.rows);
+            tile(w, x, n_tokens, rows, ptr, buf);
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::reference::quantize;
+
+    fn pool(n: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap()
+    }
+
+    #[test]
+    fn every_token_gets_the_same_bits_alone_or_in_a_batch_on_any_thread_count() {
+        let (rows, cols, n) = (37, 64, 9);
+        let wf: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let bytes = quantize(DType::Q8_0, &wf).unwrap();
+        let w = Matrix::new(DType::Q8_0, rows, cols, &bytes).unwrap();
+        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 104729) % 997) as f32 / 400.0 - 1.2).collect();
+        let mut batched = vec![0.0; n * rows];
+        matmul(&w, &x, n, &mut batched, &pool(2));
+        for t in 0..n {
+            for threads in [1, 3] {
+                let mut alone = vec![0.0; rows];
+                matmul(&w, &x[t * cols..(t + 1) * cols], 1, &mut alone, &pool(threads));
+                let same = alone.iter().zip(&batched[t * rows..(t + 1) * rows]).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "token {t} differs alone on {threads} threads");
+            }
+        }
+        // And the values are the product of the dequantized weights.
+        let mut row = vec![0.0; cols];
+        w.dequantize_row(5, &mut row);
+        let want: f32 = row.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
+        assert!((batched[5] - want).abs() < 1e-4);
+    }
+
+    #[test]
+    fn a_matrix_with_the_wrong_byte_length_is_refused() {
+        assert!(Matrix::new(DType::Q8_0, 2, 32, &[0; 67]).is_err());
+        assert!(Matrix::new(DType::Q8_0, 2, 30, &[0; 68]).is_err());
+    }
+}

@@ -1,0 +1,13 @@
+//! Operations of the forward pass on f32 activations.
+//!
+//! Invariant (SPEC S3, batch invariance): every output element is reduced in an
+//! order fixed by its own inputs' lengths, never by how many rows share a call or
+//! how work is split across threads. Reductions run in [`vector::LANES`] fixed
+//! lanes folded in a fixed tree, and use no fused multiply-add, so the SIMD builds
+//! chosen at run time give bit-identical results to the portable one.
+
+pub mod activation;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
+pub mod vector;

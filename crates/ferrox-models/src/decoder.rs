@@ -1,0 +1,73 @@
+//! The seam between the engine and a model: forward a batch of token spans against
+//! paged KV, get logits for the rows asked for.
+//!
+//! Invariant (SPEC S3): a span's logits do not depend on the other spans in the
+//! call, nor on how its sequence's tokens were split into spans before.
+
+use crate::error::ModelError;
+use crate::hparams::HyperParams;
+use crate::kv_cache::{KvCache, SeqKv};
+
+/// Which logits a span wants back.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// None (a prefill chunk that is not a prompt's last).
+    Nothing,
+    /// The last token's (the next-token distribution).
+    Last,
+    /// Every token's (prompt log-probabilities).
+    All,
+}
+
+/// A run of tokens of one sequence at consecutive positions.
+#[derive(Clone, Copy, Debug)]
+pub struct Span<'a> {
+    /// The sequence's KV (block table and seat); must already hold `start + tokens.len()` positions.
+    pub seq: &'a SeqKv,
+    /// Position of `tokens[0]`; every earlier position must already be written.
+    pub start: usize,
+    pub tokens: &'a [u32],
+    pub want: Want,
+}
+
+/// Logits rows returned by a forward call.
+#[derive(Clone, Debug, Default)]
+pub struct Logits {
+    /// Values per row.
+    pub vocab: usize,
+    /// `[rows][vocab]`
+    pub data: Vec<f32>,
+    /// `(span index, token index within the span)` of each row, in span then token order.
+    pub index: Vec<(usize, usize)>,
+}
+
+impl Logits {
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+
+    /// The row of token `token` of span `span`, if it was asked for.
+    pub fn of(&self, span: usize, token: usize) -> Option<&[f32]> {
+        self.index.iter().position(|&k| k == (span, token)).map(|i| self.row(i))
+    }
+
+    /// The last row of span `span`, if any was asked for.
+    pub fn last_of(&self, span: usize) -> Option<&[f32]> {
+        self.index.iter().rposition(|k| k.0 == span).map(|i| self.row(i))
+    }
+}
+
+/// A model the engine can run.
+pub trait Decoder: Send + Sync {
+    /// Runs `spans` through the model, writing their KV into `cache`.
+    fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError>;
+
+    /// The model's hyper-parameters.
+    fn hyper_params(&self) -> &HyperParams;
+
+    /// Logits per row.
+    fn vocab_size(&self) -> usize {
+        self.hyper_params().vocab_size
+    }
+}

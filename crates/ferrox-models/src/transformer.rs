@@ -1,0 +1,274 @@
+//! The decoder-only transformer of the llama family (Llama, SmolLM, Mistral, Qwen2)
+//! and of Gemma 3, on f32 activations.
+//!
+//! Per layer (llama.cpp's graph for these architectures):
+//! * `h = rmsnorm(x) * attn_norm`; `q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)`;
+//!   Gemma: per-head RMS QK-norm; RoPE (normal pairs for llama, NeoX for Qwen2 and
+//!   Gemma; Gemma's window layers use their own base);
+//! * causal attention with scale `1/sqrt(head_dim)`, over the last `window`
+//!   positions on window layers; `o = attn Wo` (Gemma: `rmsnorm(o) * post_attn_norm`);
+//!   `x += o`;
+//! * `h = rmsnorm(x) * ffn_norm`; `f = (act(h Wgate) * h Wup) Wdown`, act = SiLU
+//!   (llama) or tanh-GELU (Gemma) (Gemma: `rmsnorm(f) * post_ffw_norm`); `x += f`.
+//!
+//! Embeddings are scaled by `sqrt(n_embd)` for Gemma; logits are
+//! `rmsnorm(x) * output_norm` times the output matrix (tied to the embeddings when
+//! the file has no `output.weight`).
+//!
+//! Invariants: every per-token computation is independent of the other tokens in
+//! the call (matmul and attention reduce in fixed orders, SPEC S3); spans longer
+//! than the window seats accept are split into rounds, which changes nothing for
+//! the same reason.
+
+use ferrox_core::ops::activation::{gated, gelu_tanh, silu};
+use ferrox_core::ops::matmul::matmul;
+use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
+use ferrox_core::ops::rope::{self, RopeStyle};
+use ferrox_core::ops::vector::{axpy, dot};
+use ferrox_gguf::GgufFile;
+use rayon::prelude::*;
+
+use crate::decoder::{Decoder, Logits, Span, Want};
+use crate::error::ModelError;
+use crate::hparams::{Architecture, HyperParams};
+use crate::kv_cache::{KvCache, KvLayout, LayerSlot};
+use crate::weights::Weights;
+
+/// A loaded model, ready to run.
+pub struct Transformer {
+    file: GgufFile,
+    hp: HyperParams,
+    weights: Weights,
+    pool: rayon::ThreadPool,
+    rope_style: RopeStyle,
+    embd_scale: Option<f32>,
+    act: fn(f32) -> f32,
+}
+
+impl std::fmt::Debug for Transformer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transformer").field("hp", &self.hp).finish_non_exhaustive()
+    }
+}
+
+/// A token of the batch: its span, its index in the span, its position.
+#[derive(Clone, Copy)]
+struct Slot {
+    span: usize,
+    index: usize,
+    pos: usize,
+}
+
+impl Transformer {
+    /// Loads the model in `file`, running on `threads` threads.
+    pub fn new(file: GgufFile, threads: usize) -> Result<Transformer, ModelError> {
+        let hp = HyperParams::from_metadata(&file.header().metadata)?;
+        let weights = Weights::load(&file, &hp)?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("ferrox-compute-{i}"))
+            .build()
+            .map_err(|e| ModelError::KvPlan(format!("cannot start compute threads: {e}")))?;
+        let (rope_style, embd_scale, act): (RopeStyle, Option<f32>, fn(f32) -> f32) = match hp.architecture {
+            Architecture::Llama => (RopeStyle::Normal, None, silu),
+            Architecture::Qwen2 => (RopeStyle::Neox, None, silu),
+            Architecture::Gemma3 => (RopeStyle::Neox, Some((hp.n_embd as f32).sqrt()), gelu_tanh),
+        };
+        Ok(Transformer { file, hp, weights, pool, rope_style, embd_scale, act })
+    }
+
+    /// The KV layout this model needs.
+    pub fn kv_layout(&self) -> KvLayout {
+        KvLayout::new(&self.hp)
+    }
+
+    /// The file the model was loaded from.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    fn check(&self, cache: &KvCache, spans: &[Span<'_>]) -> Result<(), ModelError> {
+        for (i, s) in spans.iter().enumerate() {
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= self.hp.vocab_size) {
+                return Err(ModelError::Forward(format!("span {i}: token {bad} is outside the vocabulary of {}", self.hp.vocab_size)));
+            }
+            let end = s.start + s.tokens.len();
+            if end > cache.capacity(s.seq) {
+                return Err(ModelError::Forward(format!("span {i}: position {end} is past the {} its KV holds", cache.capacity(s.seq))));
+            }
+            if self.kv_layout().n_window > 0 && s.seq.seat.is_none() {
+                return Err(ModelError::Forward(format!("span {i}: a window model needs a seat")));
+            }
+        }
+        Ok(())
+    }
+
+    /// One round: every span no longer than the cache's maximum span.
+    fn round(&self, cache: &mut KvCache, spans: &[Span<'_>], out: &mut Vec<(usize, usize, Vec<f32>)>) {
+        let hp = &self.hp;
+        let d = hp.n_embd;
+        let slots: Vec<Slot> =
+            spans.iter().enumerate().flat_map(|(si, s)| (0..s.tokens.len()).map(move |i| Slot { span: si, index: i, pos: s.start + i })).collect();
+        let n = slots.len();
+        if n == 0 {
+            return;
+        }
+        let tokens: Vec<u32> = spans.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
+        let (qd, kd, vd) = (nh * dk, nkv * dk, nkv * dv);
+        let embd = self.weights.token_embd.matrix(&self.file);
+        let mut x = vec![0.0f32; n * d];
+        for (row, &t) in x.chunks_exact_mut(d).zip(&tokens) {
+            embd.dequantize_row(t as usize, row);
+            if let Some(s) = self.embd_scale {
+                row.iter_mut().for_each(|v| *v *= s);
+            }
+        }
+        let mut h = vec![0.0f32; n * d];
+        let (mut q, mut k, mut v) = (vec![0.0f32; n * qd], vec![0.0f32; n * kd], vec![0.0f32; n * vd]);
+        let mut att = vec![0.0f32; n * nh * dv];
+        let mut o = vec![0.0f32; n * d];
+        let (mut g, mut u) = (vec![0.0f32; n * hp.n_ff], vec![0.0f32; n * hp.n_ff]);
+        let half = hp.rope_dim / 2;
+        let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
+        let scale = 1.0 / (dk as f32).sqrt();
+        let group = nh / nkv;
+        for (li, lw) in self.weights.layers.iter().enumerate() {
+            let f = &self.file;
+            h.copy_from_slice(&x);
+            h.chunks_exact_mut(d).for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
+            matmul(&lw.wq.matrix(f), &h, n, &mut q, &self.pool);
+            matmul(&lw.wk.matrix(f), &h, n, &mut k, &self.pool);
+            matmul(&lw.wv.matrix(f), &h, n, &mut v, &self.pool);
+            for (buf, bias, w) in [(&mut q, &lw.bq, qd), (&mut k, &lw.bk, kd), (&mut v, &lw.bv, vd)] {
+                if let Some(b) = bias {
+                    buf.chunks_exact_mut(w).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                rms_norm_each(&mut q, dk, qn, hp.rms_eps);
+                rms_norm_each(&mut k, dk, kn, hp.rms_eps);
+            }
+            let (base, window) = match cache.layout().layers[li] {
+                LayerSlot::Full(_) => (hp.rope_freq_base, None),
+                LayerSlot::Window(_, w) => (hp.rope_freq_base_local, Some(w)),
+            };
+            for (t, s) in slots.iter().enumerate() {
+                rope::angles(s.pos, hp.rope_dim, base, &mut cos, &mut sin);
+                rope::apply(&mut q[t * qd..(t + 1) * qd], dk, hp.rope_dim, self.rope_style, &cos, &sin);
+                rope::apply(&mut k[t * kd..(t + 1) * kd], dk, hp.rope_dim, self.rope_style, &cos, &sin);
+                cache.write(spans[s.span].seq, li, s.pos, &k[t * kd..(t + 1) * kd], &v[t * vd..(t + 1) * vd]);
+            }
+            let cache_ref: &KvCache = cache;
+            let q_ref = &q;
+            self.pool.install(|| {
+                att.par_chunks_mut(dv).enumerate().for_each_init(Vec::new, |scores, (i, out)| {
+                    let (t, head) = (i / nh, i % nh);
+                    let s = slots[t];
+                    let seq = spans[s.span].seq;
+                    let kvh = head / group;
+                    let lo = window.map_or(0, |w| (s.pos + 1).saturating_sub(w));
+                    let qv = &q_ref[t * qd + head * dk..t * qd + (head + 1) * dk];
+                    scores.clear();
+                    let mut max = f32::NEG_INFINITY;
+                    for p in lo..=s.pos {
+                        let sc = dot(qv, cache_ref.read(seq, li, p, kvh).0) * scale;
+                        max = max.max(sc);
+                        scores.push(sc);
+                    }
+                    out.fill(0.0);
+                    let mut sum = 0.0f32;
+                    for (j, p) in (lo..=s.pos).enumerate() {
+                        let e = (scores[j] - max).exp();
+                        sum += e;
+                        axpy(out, e, cache_ref.read(seq, li, p, kvh).1);
+                    }
+                    let inv = 1.0 / sum;
+                    out.iter_mut().for_each(|x| *x *= inv);
+                });
+            });
+            matmul(&lw.wo.matrix(f), &att, n, &mut o, &self.pool);
+            if let Some(w) = &lw.attn_post_norm {
+                o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, hp.rms_eps));
+            }
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            h.copy_from_slice(&x);
+            h.chunks_exact_mut(d).for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
+            matmul(&lw.w_gate.matrix(f), &h, n, &mut g, &self.pool);
+            matmul(&lw.w_up.matrix(f), &h, n, &mut u, &self.pool);
+            gated(&mut g, &u, self.act);
+            matmul(&lw.w_down.matrix(f), &g, n, &mut o, &self.pool);
+            if let Some(w) = &lw.ffn_post_norm {
+                o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, hp.rms_eps));
+            }
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        }
+        let wanted: Vec<usize> = (0..n)
+            .filter(|&t| {
+                let s = slots[t];
+                let span = &spans[s.span];
+                match span.want {
+                    Want::Nothing => false,
+                    Want::All => true,
+                    Want::Last => s.index + 1 == span.tokens.len(),
+                }
+            })
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let mut rows = vec![0.0f32; wanted.len() * d];
+        for (r, &t) in rows.chunks_exact_mut(d).zip(&wanted) {
+            r.copy_from_slice(&x[t * d..(t + 1) * d]);
+            rms_norm(r, &self.weights.output_norm, hp.rms_eps);
+        }
+        let vocab = hp.vocab_size;
+        let mut logits = vec![0.0f32; wanted.len() * vocab];
+        matmul(&self.weights.output.matrix(&self.file), &rows, wanted.len(), &mut logits, &self.pool);
+        for (row, &t) in logits.chunks_exact(vocab).zip(&wanted) {
+            out.push((slots[t].span, slots[t].index, row.to_vec()));
+        }
+    }
+}
+
+impl Decoder for Transformer {
+    fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+        self.check(cache, spans)?;
+        let mut rows = Vec::new();
+        let max = cache.max_span().unwrap_or(usize::MAX);
+        let longest = spans.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+        let mut offset = 0;
+        while offset < longest.max(1) {
+            let pieces: Vec<(usize, Span<'_>)> = spans
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.tokens.len() > offset)
+                .map(|(i, s)| {
+                    let end = (offset + max).min(s.tokens.len());
+                    let want = match s.want {
+                        Want::Last if end < s.tokens.len() => Want::Nothing,
+                        w => w,
+                    };
+                    (i, Span { seq: s.seq, start: s.start + offset, tokens: &s.tokens[offset..end], want })
+                })
+                .collect();
+            let round_spans: Vec<Span<'_>> = pieces.iter().map(|p| p.1).collect();
+            let mut round_rows = Vec::new();
+            self.round(cache, &round_spans, &mut round_rows);
+            rows.extend(round_rows.into_iter().map(|(si, ti, r)| (pieces[si].0, offset + ti, r)));
+            offset = offset.saturating_add(max);
+        }
+        rows.sort_by_key(|r| (r.0, r.1));
+        let vocab = self.hp.vocab_size;
+        let mut logits = Logits { vocab, data: Vec::with_capacity(rows.len() * vocab), index: Vec::with_capacity(rows.len()) };
+        for (s, t, r) in rows {
+            logits.index.push((s, t));
+            logits.data.extend_from_slice(&r);
+        }
+        Ok(logits)
+    }
+
+    fn hyper_params(&self) -> &HyperParams {
+        &self.hp
+    }
+}
