@@ -42,3 +42,122 @@ pub fn golden_rows(name: &str) -> Option<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Some(text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("golden JSON")).collect())
 }
+
+/// Options of a tiny random model.
+#[derive(Clone, Debug)]
+pub struct TinyModel {
+    pub architecture: crate::Architecture,
+    pub n_layers: usize,
+    /// Gemma 3: sliding window and one full layer in `pattern` (0: none).
+    pub window: usize,
+    pub pattern: usize,
+    pub seed: u64,
+}
+
+impl TinyModel {
+    /// A two-layer tiny model of `architecture`.
+    pub fn new(architecture: crate::Architecture) -> TinyModel {
+        TinyModel { architecture, n_layers: 2, window: 4, pattern: 2, seed: 7 }
+    }
+
+    /// Writes the model as GGUF bytes: 32-wide embeddings, 4 query heads and 2 kv
+    /// heads of 8 dims, a 64-wide feed-forward, a 96-token byte-level vocabulary
+    /// (`<|bos|>`, `<|eos|>`, then printable ASCII), weights in a mix of Q8_0, Q4_0,
+    /// Q5_1 and F16.
+    pub fn gguf(&self) -> Vec<u8> {
+        use ferrox_core::DType;
+        use ferrox_core::kernels::reference::quantize;
+        use ferrox_gguf::{Array, GgufWriter, Value};
+
+        let (d, ff, nh, nkv, hd, vocab) = (32usize, 64usize, 4usize, 2usize, 8usize, 96usize);
+        let arch = self.architecture.gguf_name();
+        let mut state = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut rnd = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let mut w = GgufWriter::new();
+        let k = |s: &str| format!("{arch}.{s}");
+        w.set("general.architecture", Value::String(arch.into()))
+            .set("general.name", Value::String(format!("tiny {arch}")))
+            .set(k("block_count"), Value::U32(self.n_layers as u32))
+            .set(k("context_length"), Value::U32(256))
+            .set(k("embedding_length"), Value::U32(d as u32))
+            .set(k("feed_forward_length"), Value::U32(ff as u32))
+            .set(k("attention.head_count"), Value::U32(nh as u32))
+            .set(k("attention.head_count_kv"), Value::U32(nkv as u32))
+            .set(k("attention.key_length"), Value::U32(hd as u32))
+            .set(k("attention.value_length"), Value::U32(hd as u32))
+            .set(k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+            .set(k("rope.freq_base"), Value::F32(10000.0));
+        if self.architecture == crate::Architecture::Gemma3 {
+            w.set(k("attention.sliding_window"), Value::U32(self.window as u32));
+            w.set(k("attention.sliding_window_pattern"), Value::U32(self.pattern as u32));
+        }
+        let mut tokens = vec!["<|bos|>".to_string(), "<|eos|>".to_string()];
+        tokens.extend((0x21u8..=0x7E).map(|b| (b as char).to_string()));
+        let mut types = vec![3i32, 3];
+        types.extend(std::iter::repeat_n(1, vocab - 2));
+        w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .set("tokenizer.ggml.pre", Value::String("gpt2".into()))
+            .set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
+            .set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))
+            .set("tokenizer.ggml.merges", Value::Array(Array::String(vec![])))
+            .set("tokenizer.ggml.bos_token_id", Value::U32(0))
+            .set("tokenizer.ggml.eos_token_id", Value::U32(1));
+        let types = [DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::F16];
+        let mut pick = 0usize;
+        let mut mat = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, cols: usize, rows: usize| {
+            let t = types[pick % types.len()];
+            pick += 1;
+            let vals: Vec<f32> = (0..cols * rows).map(|_| rnd() * 0.4).collect();
+            w.add_tensor(name, t, &[cols as u64, rows as u64], quantize(t, &vals).expect("tiny shapes are whole blocks")).expect("valid tensor");
+        };
+        let vec_t = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, len: usize| {
+            let vals: Vec<f32> = (0..len).map(|_| 1.0 + 0.2 * rnd()).collect();
+            w.add_tensor(name, DType::F32, &[len as u64], quantize(DType::F32, &vals).expect("f32")).expect("valid tensor");
+        };
+        mat(&mut w, &mut rnd, "token_embd.weight".into(), d, vocab);
+        for i in 0..self.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            vec_t(&mut w, &mut rnd, n("attn_norm"), d);
+            mat(&mut w, &mut rnd, n("attn_q"), d, nh * hd);
+            mat(&mut w, &mut rnd, n("attn_k"), d, nkv * hd);
+            mat(&mut w, &mut rnd, n("attn_v"), d, nkv * hd);
+            mat(&mut w, &mut rnd, n("attn_output"), nh * hd, d);
+            vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
+            mat(&mut w, &mut rnd, n("ffn_gate"), d, ff);
+            mat(&mut w, &mut rnd, n("ffn_up"), d, ff);
+            mat(&mut w, &mut rnd, n("ffn_down"), ff, d);
+            match self.architecture {
+                crate::Architecture::Gemma3 => {
+                    vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
+                    vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
+                    vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
+                    vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
+                }
+                crate::Architecture::Qwen2 => {
+                    for (s, len) in [("attn_q", nh * hd), ("attn_k", nkv * hd), ("attn_v", nkv * hd)] {
+                        let vals: Vec<f32> = (0..len).map(|_| 0.1 * rnd()).collect();
+                        w.add_tensor(format!("blk.{i}.{s}.bias"), DType::F32, &[len as u64], quantize(DType::F32, &vals).expect("f32"))
+                            .expect("valid tensor");
+                    }
+                }
+                crate::Architecture::Llama => {}
+            }
+        }
+        vec_t(&mut w, &mut rnd, "output_norm.weight".into(), d);
+        if self.architecture == crate::Architecture::Llama {
+            mat(&mut w, &mut rnd, "output.weight".into(), d, vocab);
+        }
+        w.to_bytes()
+    }
+
+    /// The model loaded, on `threads` threads.
+    pub fn load(&self, threads: usize) -> crate::Transformer {
+        let file = ferrox_gguf::GgufFile::from_bytes(self.gguf()).expect("tiny model parses");
+        crate::Transformer::new(file, threads).expect("tiny model loads")
+    }
+}
