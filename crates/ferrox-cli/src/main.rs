@@ -3,6 +3,7 @@
 mod fetch;
 mod knobs;
 mod model_ref;
+mod run_cmd;
 mod tokenize_cmd;
 
 use anyhow::Result;
@@ -40,6 +41,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate text from a prompt, streamed to stdout.
+    Run(run_cmd::RunArgs),
     /// Fetch catalog models into the cache (default: the default model).
     Pull {
         /// Catalog names.
@@ -117,6 +120,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Detokenize { model, skip_special } => {
             tokenize_cmd::detokenize(&model_ref::resolve(model.as_deref())?, !skip_special)?;
         }
+        Command::Run(args) => run_cmd::run(args)?,
         Command::Models => {
             let dir = catalog::models_dir();
             println!("models directory: {}", dir.display());

@@ -16,6 +16,8 @@ pub mod hparams;
 pub mod inspect;
 pub mod kv_cache;
 pub mod kv_plan;
+pub mod model;
+pub mod sampler;
 pub mod testing;
 pub mod tokenizer;
 pub mod transformer;
