@@ -29,16 +29,16 @@ fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
     assert_eq!(j["hyper_params"]["n_layers"], 30);
     assert_eq!(j["hyper_params"]["n_heads"], 9);
     assert_eq!(j["hyper_params"]["head_dim_k"], 64);
-    assert_eq!(j["kv"]["by_layer_kind"][0]["bytes_per_position"], 23040);
-    assert_eq!(j["kv"]["plan"]["n_blocks"], (512u64 << 20) / (23040 * 16));
-    // 1456 blocks of 16 positions; a 4096-position request takes 256 blocks.
-    assert_eq!(j["kv"]["full_context_requests_that_fit"], 5);
+    assert_eq!(j["kv"]["by_layer_kind"][0]["bytes_per_position"], 46080);
+    assert_eq!(j["kv"]["plan"]["n_blocks"], (512u64 << 20) / (46080 * 16));
+    // 728 blocks of 16 positions; a 4096-position request takes 256 blocks.
+    assert_eq!(j["kv"]["full_context_requests_that_fit"], 2);
 
     let Some(gemma) = real_model("gemma3-270m") else { return };
     let o = ferrox(&["inspect", "-m", gemma.to_str().unwrap()], &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).unwrap();
-    for want in ["layers:          18", "heads:           4 query, 1 kv", "head dim:        256 (k)", "sliding window:  512 on 15 of 18 layers", "3.00 KiB per token position", "15.00 KiB per token position"] {
+    for want in ["layers:          18", "heads:           4 query, 1 kv", "head dim:        256 (k)", "sliding window:  512 on 15 of 18 layers", "6.00 KiB per token position", "30.00 KiB per token position"] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
 }
@@ -169,4 +169,40 @@ fn real_model_tokenize_prints_a_json_array_and_detokenize_reverses_it() {
     assert!(stderr(&o).contains("outside the vocabulary"), "{}", stderr(&o));
     let o = ferrox_stdin(&["detokenize", "-m", m], "hello");
     assert!(stderr(&o).contains("JSON array of token ids"), "{}", stderr(&o));
+}
+
+#[test]
+fn run_generates_deterministically_on_a_tiny_model_and_reports_speed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    std::fs::write(&path, ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf()).unwrap();
+    let p = path.to_str().unwrap();
+    let once = ferrox(&["run", "-m", p, "-p", "abc", "-n", "6", "--temp", "0", "--no-cnv"], &[]);
+    assert!(once.status.success(), "{}", stderr(&once));
+    let again = ferrox(&["run", "-m", p, "-p", "abc", "-n", "6", "--temp", "0", "--no-cnv", "-t", "1"], &[]);
+    assert_eq!(once.stdout, again.stdout, "greedy output depends on nothing but the prompt");
+    assert!(!once.stdout.is_empty());
+    let e = stderr(&once);
+    assert!(e.contains("prompt:") && e.contains("generation:") && e.contains("tokens/s"), "{e}");
+    let seeded = |s: &str| ferrox(&["run", "-m", p, "-p", "abc", "-n", "12", "--temp", "1.5", "--top-k", "0", "-s", s, "--no-cnv"], &[]).stdout;
+    assert_eq!(seeded("5"), seeded("5"), "the same seed gives the same text");
+}
+
+#[test]
+fn run_refuses_bad_flags_with_a_clear_message() {
+    let o = ferrox(&["run", "-m", "/x.gguf"], &[]);
+    assert!(stderr(&o).contains("give a prompt"), "{}", stderr(&o));
+    let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "--top-p", "0"], &[]);
+    assert!(stderr(&o).contains("--top-p 0: must be in (0, 1]"), "{}", stderr(&o));
+    let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "--temp", "NaN"], &[]);
+    assert!(stderr(&o).contains("--temp NaN"), "{}", stderr(&o));
+}
+
+#[test]
+fn real_model_run_continues_a_raw_prompt_like_the_exact_reference() {
+    let Some(smol) = real_model("smollm2-135m") else { return };
+    let o = ferrox(&["run", "-m", smol.to_str().unwrap(), "-p", "The capital of France is", "--no-cnv", "--temp", "0", "-n", "3"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // exact-smollm2-135m.jsonl: ids [7042, 30, 198, ...] = " Paris.\n"
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), " Paris.\n\n");
 }

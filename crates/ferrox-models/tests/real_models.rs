@@ -59,7 +59,7 @@ fn report(model: &str) -> Option<ModelReport> {
         block_size: defaults::KV_BLOCK_SIZE,
         max_seqs: defaults::MAX_SEQS,
         prefill_chunk: defaults::PREFILL_CHUNK,
-        element_bytes: 2,
+        element_bytes: defaults::KV_ELEMENT_BYTES,
     };
     Some(ModelReport::new(&file, &opts).unwrap())
 }
@@ -71,12 +71,12 @@ fn real_model_smollm2_hyper_parameters_and_kv_price() {
     assert_eq!((hp.n_layers, hp.n_embd, hp.n_ff, hp.n_heads, hp.n_kv_heads), (30, 576, 1536, 9, 3));
     assert_eq!((hp.head_dim_k, hp.head_dim_v, hp.rope_dim, hp.context_length, hp.vocab_size), (64, 64, 64, 8192, 49152));
     assert_eq!(hp.sliding_window(), None);
-    // 30 layers x 3 kv heads x (64 + 64) x 2 bytes.
+    // 30 layers x 3 kv heads x (64 + 64) x 4 bytes.
     assert_eq!(r.kv.by_layer_kind.len(), 1);
-    assert_eq!(r.kv.by_layer_kind[0].bytes_per_position, 23_040);
-    assert_eq!(r.kv.bytes_per_full_context_request, 23_040 * 8192);
-    assert_eq!(r.kv.plan.n_blocks, (1u64 << 30) / (23_040 * 16));
-    assert_eq!(r.kv.full_context_requests_that_fit, 5);
+    assert_eq!(r.kv.by_layer_kind[0].bytes_per_position, 46_080);
+    assert_eq!(r.kv.bytes_per_full_context_request, 46_080 * 8192);
+    assert_eq!(r.kv.plan.n_blocks, (1u64 << 30) / (46_080 * 16));
+    assert_eq!(r.kv.full_context_requests_that_fit, 2);
     assert_eq!(r.tensor_types["Q4_1"].tensors, 210);
     assert_eq!(r.tokenizer_model.as_deref(), Some("gpt2"));
 }
@@ -91,10 +91,10 @@ fn real_model_gemma3_hyper_parameters_and_kv_price() {
     let global: Vec<usize> = (0..18).filter(|&i| hp.layers[i] == AttentionKind::Full).collect();
     assert_eq!(global, vec![5, 11, 17]);
     assert_eq!((hp.rope_freq_base, hp.rope_freq_base_local), (1_000_000.0, 10_000.0));
-    // Full layers: 3 x 1 x 512 x 2 bytes; window layers: 15 x 1 x 512 x 2 bytes, capped at 512 + 512 positions.
+    // Full layers: 3 x 1 x 512 x 4 bytes; window layers: 15 x 1 x 512 x 4 bytes, capped at 512 + 512 positions.
     let kinds: Vec<(usize, u64, Option<u64>)> = r.kv.by_layer_kind.iter().map(|k| (k.layers, k.bytes_per_position, k.max_positions_per_request)).collect();
-    assert_eq!(kinds, vec![(3, 3072, None), (15, 15360, Some(1024))]);
-    assert_eq!(r.kv.bytes_per_full_context_request, 3072 * 32768 + 15360 * 1024);
+    assert_eq!(kinds, vec![(3, 6144, None), (15, 30720, Some(1024))]);
+    assert_eq!(r.kv.bytes_per_full_context_request, 6144 * 32768 + 30720 * 1024);
     assert_eq!(r.tokenizer_model.as_deref(), Some("llama"));
     assert_eq!(r.tensor_types["Q6_K"].tensors, 9);
     assert!(r.tensor_types.keys().all(|k| DType::from_name(k).is_some()));
