@@ -7,13 +7,15 @@
 //!   tiling or the thread that computes it (SPEC S3). A weight row is dequantized
 //!   once per call and reused by every token (a decode step of 16 requests is one
 //!   16-token call, not 16 calls).
-//! * Weights are never dequantized whole: a tile of [`ROW_TILE`] rows at a time.
+//! * Weights are never dequantized whole: a tile of [`ROW_TILE`] rows at a time, or
+//!   block by block inside the fused row dot for a single token (bit-identical, see
+//!   `kernels::fast`).
 
 use rayon::prelude::*;
 
 use crate::dtype::DType;
 use crate::error::CoreError;
-use crate::kernels::reference;
+use crate::kernels::fast;
 
 use super::vector::dot;
 
@@ -50,7 +52,14 @@ impl<'a> Matrix<'a> {
 
     /// Dequantizes row `r` into `out` (`cols` values).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        reference::dequantize(self.dtype, self.row(r), out).expect("lengths checked when the matrix was made");
+        assert_eq!(out.len(), self.cols, "a row holds cols values");
+        fast::dequantize_row(self.dtype, self.row(r), out);
+    }
+
+    /// `W[r] . x` without materializing the row (`x` holds `cols` values).
+    pub fn dot_row(&self, r: usize, x: &[f32]) -> f32 {
+        assert_eq!(x.len(), self.cols, "activations hold cols values");
+        fast::dot_row(self.dtype, self.row(r), x)
     }
 }
 
@@ -63,6 +72,13 @@ unsafe impl Sync for Out {}
 
 fn tile(w: &Matrix<'_>, x: &[f32], n_tokens: usize, rows: std::ops::Range<usize>, out: Out, buf: &mut Vec<f32>) {
     let cols = w.cols;
+    if n_tokens == 1 {
+        for r in rows {
+            // SAFETY: as below.
+            unsafe { *out.0.add(r) = w.dot_row(r, x) };
+        }
+        return;
+    }
     buf.resize(ROW_TILE * cols, 0.0);
     let mut r0 = rows.start;
     while r0 < rows.end {

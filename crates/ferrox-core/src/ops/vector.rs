@@ -10,7 +10,7 @@
 pub const LANES: usize = 16;
 
 #[inline(always)]
-fn fold(acc: [f32; LANES]) -> f32 {
+pub(crate) fn fold(acc: [f32; LANES]) -> f32 {
     let mut a = acc;
     let mut w = LANES / 2;
     while w > 0 {

@@ -1,0 +1,296 @@
+//! Vectorizable twins of the reference dequantization, and the fused row dot
+//! product the forward pass runs on.
+//!
+//! Invariants:
+//! * Every function here produces exactly the bits of its reference twin: the same
+//!   f32 operations per value, in the same order (tested at odd lengths). Only the
+//!   loop shapes differ, written so LLVM vectorizes them; builds for AVX-512 and
+//!   AVX2 are chosen at run time.
+//! * `dot_row(t, w, x)` equals `ops::vector::dot(dequantize(t, w), x)` bit for bit:
+//!   value `i` of the row is accumulated into lane `i % LANES` in index order and the
+//!   lanes are folded the same way. So a row can be dotted fused (decode) or
+//!   dequantized once and swept over many tokens (prefill) with identical results.
+
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le};
+use crate::dtype::DType;
+use crate::kernels::reference::{self, kquants::scale_min_k4};
+use crate::ops::vector::{LANES, fold};
+
+#[inline(always)]
+fn q4_0(b: &BlockQ4_0, y: &mut [f32]) {
+    let d = f16_le(b.d);
+    for j in 0..16 {
+        y[j] = d * ((b.qs[j] & 0x0F) as i32 - 8) as f32;
+        y[j + 16] = d * ((b.qs[j] >> 4) as i32 - 8) as f32;
+    }
+}
+
+#[inline(always)]
+fn q4_1(b: &BlockQ4_1, y: &mut [f32]) {
+    let (d, m) = (f16_le(b.d), f16_le(b.m));
+    for j in 0..16 {
+        y[j] = d * (b.qs[j] & 0x0F) as f32 + m;
+        y[j + 16] = d * (b.qs[j] >> 4) as f32 + m;
+    }
+}
+
+#[inline(always)]
+fn q5_0(b: &BlockQ5_0, y: &mut [f32]) {
+    let d = f16_le(b.d);
+    let h = u32::from_le_bytes(b.qh);
+    for j in 0..16 {
+        let lo = ((b.qs[j] & 0x0F) as u32 | (((h >> j) & 1) << 4)) as i32;
+        let hi = ((b.qs[j] >> 4) as u32 | (((h >> (j + 16)) & 1) << 4)) as i32;
+        y[j] = d * (lo - 16) as f32;
+        y[j + 16] = d * (hi - 16) as f32;
+    }
+}
+
+#[inline(always)]
+fn q5_1(b: &BlockQ5_1, y: &mut [f32]) {
+    let (d, m) = (f16_le(b.d), f16_le(b.m));
+    let h = u32::from_le_bytes(b.qh);
+    for j in 0..16 {
+        let lo = (b.qs[j] & 0x0F) as u32 | (((h >> j) & 1) << 4);
+        let hi = (b.qs[j] >> 4) as u32 | (((h >> (j + 16)) & 1) << 4);
+        y[j] = d * lo as f32 + m;
+        y[j + 16] = d * hi as f32 + m;
+    }
+}
+
+#[inline(always)]
+fn q8_0(b: &BlockQ8_0, y: &mut [f32]) {
+    let d = f16_le(b.d);
+    for j in 0..32 {
+        y[j] = d * b.qs[j] as f32;
+    }
+}
+
+#[inline(always)]
+fn q4_k(b: &BlockQ4K, y: &mut [f32]) {
+    let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
+    for g in 0..8 {
+        let (sc, m) = scale_min_k4(g, &b.scales);
+        let (dl, ml) = (d * sc as f32, dmin * m as f32);
+        let q = &b.qs[32 * (g / 2)..32 * (g / 2) + 32];
+        let shift = 4 * (g % 2);
+        let yg = &mut y[32 * g..32 * g + 32];
+        for l in 0..32 {
+            yg[l] = dl * ((q[l] >> shift) & 0x0F) as f32 - ml;
+        }
+    }
+}
+
+#[inline(always)]
+fn q5_k(b: &BlockQ5K, y: &mut [f32]) {
+    let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
+    for g in 0..8 {
+        let (sc, m) = scale_min_k4(g, &b.scales);
+        let (dl, ml) = (d * sc as f32, dmin * m as f32);
+        let q = &b.qs[32 * (g / 2)..32 * (g / 2) + 32];
+        let shift = 4 * (g % 2);
+        let yg = &mut y[32 * g..32 * g + 32];
+        for l in 0..32 {
+            let v = ((q[l] >> shift) & 0x0F) | (((b.qh[l] >> g) & 1) << 4);
+            yg[l] = dl * v as f32 - ml;
+        }
+    }
+}
+
+#[inline(always)]
+fn q6_k(b: &BlockQ6K, y: &mut [f32]) {
+    let d = f16_le(b.d);
+    for h in 0..2 {
+        let ql = &b.ql[64 * h..64 * h + 64];
+        let qh = &b.qh[32 * h..32 * h + 32];
+        for k in 0..4 {
+            let yk = &mut y[128 * h + 32 * k..128 * h + 32 * k + 32];
+            let qlk = &ql[32 * (k % 2)..32 * (k % 2) + 32];
+            let (d0, d1) = (d * b.scales[8 * h + 2 * k] as f32, d * b.scales[8 * h + 2 * k + 1] as f32);
+            for l in 0..32 {
+                let low = (qlk[l] >> (4 * (k / 2))) & 0x0F;
+                let high = (qh[l] >> (2 * k)) & 3;
+                let q = (low | (high << 4)) as i32 - 32;
+                yk[l] = if l < 16 { d0 } else { d1 } * q as f32;
+            }
+        }
+    }
+}
+
+/// Runs `body` on each block of `B` decoded into a `[f32; N]`, in order.
+#[inline(always)]
+fn each_block<B: crate::blocks::ByteBlock, const N: usize>(w: &[u8], mut body: impl FnMut(usize, &[f32; N]), decode: impl Fn(&B, &mut [f32])) {
+    let blocks: &[B] = blocks_of(w).expect("row length checked by the caller");
+    let mut buf = [0.0f32; N];
+    for (i, b) in blocks.iter().enumerate() {
+        decode(b, &mut buf);
+        body(i, &buf);
+    }
+}
+
+/// Calls `body(block index, values)` for every block of a row of `dtype`; false
+/// for types without a fast decoder.
+#[inline(always)]
+fn decode_row(dtype: DType, w: &[u8], body32: &mut impl FnMut(usize, &[f32; 32]), body256: &mut impl FnMut(usize, &[f32; 256])) -> bool {
+    match dtype {
+        DType::Q4_0 => each_block::<BlockQ4_0, 32>(w, body32, q4_0),
+        DType::Q4_1 => each_block::<BlockQ4_1, 32>(w, body32, q4_1),
+        DType::Q5_0 => each_block::<BlockQ5_0, 32>(w, body32, q5_0),
+        DType::Q5_1 => each_block::<BlockQ5_1, 32>(w, body32, q5_1),
+        DType::Q8_0 => each_block::<BlockQ8_0, 32>(w, body32, q8_0),
+        DType::Q4_K => each_block::<BlockQ4K, 256>(w, body256, q4_k),
+        DType::Q5_K => each_block::<BlockQ5K, 256>(w, body256, q5_k),
+        DType::Q6_K => each_block::<BlockQ6K, 256>(w, body256, q6_k),
+        _ => return false,
+    }
+    true
+}
+
+#[inline(always)]
+fn dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) {
+    let done = {
+        let out32 = std::cell::RefCell::new(&mut *out);
+        decode_row(
+            dtype,
+            w,
+            &mut |i, v: &[f32; 32]| out32.borrow_mut()[32 * i..32 * i + 32].copy_from_slice(v),
+            &mut |i, v: &[f32; 256]| out32.borrow_mut()[256 * i..256 * i + 256].copy_from_slice(v),
+        )
+    };
+    if !done {
+        reference::dequantize(dtype, w, out).expect("row length checked by the caller");
+    }
+}
+
+#[inline(always)]
+fn accumulate(acc: &mut [f32; LANES], v: &[f32], x: &[f32]) {
+    for (cv, cx) in v.chunks_exact(LANES).zip(x.chunks_exact(LANES)) {
+        for l in 0..LANES {
+            acc[l] += cv[l] * cx[l];
+        }
+    }
+}
+
+#[inline(always)]
+fn dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
+    let acc = std::cell::RefCell::new([0.0f32; LANES]);
+    let done = decode_row(
+        dtype,
+        w,
+        &mut |i, v: &[f32; 32]| accumulate(&mut acc.borrow_mut(), v, &x[32 * i..32 * i + 32]),
+        &mut |i, v: &[f32; 256]| accumulate(&mut acc.borrow_mut(), v, &x[256 * i..256 * i + 256]),
+    );
+    if done {
+        return fold(acc.into_inner());
+    }
+    let mut row = vec![0.0f32; x.len()];
+    reference::dequantize(dtype, w, &mut row).expect("row length checked by the caller");
+    crate::ops::vector::dot(&row, x)
+}
+
+macro_rules! dispatched {
+    ($(#[$doc:meta])* $name:ident, $body:ident, ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+                unsafe fn avx512($($arg: $ty),*) -> $ret { $body($($arg),*) }
+                #[target_feature(enable = "avx2,f16c")]
+                unsafe fn avx2($($arg: $ty),*) -> $ret { $body($($arg),*) }
+                if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vl") {
+                    // SAFETY: the features were detected on this CPU.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
+                    // SAFETY: the features were detected on this CPU.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
+dispatched!(
+    /// Dequantizes one row (`out.len()` values of `dtype` in `w`), bit-exact with
+    /// [`reference::dequantize`]. Lengths must already be checked.
+    dequantize_row, dequantize_body, (dtype: DType, w: &[u8], out: &mut [f32]) -> ()
+);
+
+dispatched!(
+    /// `dot(dequantize(w), x)` without materializing the row; lengths must already
+    /// be checked (`w` holds `x.len()` values of `dtype`).
+    dot_row, dot_row_body, (dtype: DType, w: &[u8], x: &[f32]) -> f32
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::reference::quantize;
+
+    fn random(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    }
+
+    /// Random bytes for `nb` blocks with finite f16 scales.
+    fn random_row(t: DType, nb: usize, seed: u64) -> Vec<u8> {
+        let mut b = random(nb * t.block_bytes(), seed);
+        let put = |b: &mut Vec<u8>, at: usize| {
+            let v = half::f16::from_f32(0.01 + (b[at] as f32) / 4000.0).to_bits().to_le_bytes();
+            b[at..at + 2].copy_from_slice(&v);
+        };
+        for k in 0..nb {
+            let base = k * t.block_bytes();
+            match t {
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => put(&mut b, base),
+                DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => {
+                    put(&mut b, base);
+                    put(&mut b, base + 2);
+                }
+                DType::Q6_K => put(&mut b, base + 208),
+                DType::Q2_K => {
+                    put(&mut b, base + 80);
+                    put(&mut b, base + 82);
+                }
+                DType::Q3_K => put(&mut b, base + 108),
+                _ => {}
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn fast_dequantization_and_fused_dots_equal_the_reference_bit_for_bit() {
+        let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+        for t in types {
+            for nb in [1usize, 3, 15, 17, 33] {
+                let w = random_row(t, nb, 7 + nb as u64);
+                let n = nb * t.block_len();
+                let mut want = vec![0.0; n];
+                reference::dequantize(t, &w, &mut want).unwrap();
+                let mut got = vec![0.0; n];
+                dequantize_row(t, &w, &mut got);
+                assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{t} x{nb} dequantize");
+                let x: Vec<f32> = random(n, 99).iter().map(|&b| b as f32 / 128.0 - 1.0).collect();
+                let fused = dot_row(t, &w, &x);
+                assert_eq!(fused.to_bits(), crate::ops::vector::dot(&want, &x).to_bits(), "{t} x{nb} dot");
+            }
+        }
+        for t in [DType::F32, DType::F16, DType::BF16] {
+            let vals: Vec<f32> = (0..67).map(|i| i as f32 * 0.37 - 9.0).collect();
+            let w = quantize(t, &vals).unwrap();
+            let mut want = vec![0.0; 67];
+            reference::dequantize(t, &w, &mut want).unwrap();
+            assert_eq!(dot_row(t, &w, &vals).to_bits(), crate::ops::vector::dot(&want, &vals).to_bits(), "{t}");
+        }
+    }
+}
