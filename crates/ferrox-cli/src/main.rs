@@ -1,5 +1,6 @@
 //! The `ferrox` binary: a llama.cpp-style command line over the ferrox crates.
 
+mod bench_cmd;
 mod fetch;
 mod knobs;
 mod model_ref;
@@ -43,6 +44,8 @@ enum Command {
     },
     /// Generate text from a prompt, streamed to stdout.
     Run(run_cmd::RunArgs),
+    /// Measure prompt processing and generation speed (llama-bench's pp / tg).
+    Bench(bench_cmd::BenchArgs),
     /// Fetch catalog models into the cache (default: the default model).
     Pull {
         /// Catalog names.
@@ -121,6 +124,7 @@ fn run(cli: Cli) -> Result<()> {
             tokenize_cmd::detokenize(&model_ref::resolve(model.as_deref())?, !skip_special)?;
         }
         Command::Run(args) => run_cmd::run(args)?,
+        Command::Bench(args) => bench_cmd::bench(args)?,
         Command::Models => {
             let dir = catalog::models_dir();
             println!("models directory: {}", dir.display());

@@ -117,46 +117,43 @@ fn q6_k(b: &BlockQ6K, y: &mut [f32]) {
     }
 }
 
-/// Runs `body` on each block of `B` decoded into a `[f32; N]`, in order.
-#[inline(always)]
-fn each_block<B: crate::blocks::ByteBlock, const N: usize>(w: &[u8], mut body: impl FnMut(usize, &[f32; N]), decode: impl Fn(&B, &mut [f32])) {
-    let blocks: &[B] = blocks_of(w).expect("row length checked by the caller");
-    let mut buf = [0.0f32; N];
-    for (i, b) in blocks.iter().enumerate() {
-        decode(b, &mut buf);
-        body(i, &buf);
-    }
-}
-
-/// Calls `body(block index, values)` for every block of a row of `dtype`; false
-/// for types without a fast decoder.
-#[inline(always)]
-fn decode_row(dtype: DType, w: &[u8], body32: &mut impl FnMut(usize, &[f32; 32]), body256: &mut impl FnMut(usize, &[f32; 256])) -> bool {
-    match dtype {
-        DType::Q4_0 => each_block::<BlockQ4_0, 32>(w, body32, q4_0),
-        DType::Q4_1 => each_block::<BlockQ4_1, 32>(w, body32, q4_1),
-        DType::Q5_0 => each_block::<BlockQ5_0, 32>(w, body32, q5_0),
-        DType::Q5_1 => each_block::<BlockQ5_1, 32>(w, body32, q5_1),
-        DType::Q8_0 => each_block::<BlockQ8_0, 32>(w, body32, q8_0),
-        DType::Q4_K => each_block::<BlockQ4K, 256>(w, body256, q4_k),
-        DType::Q5_K => each_block::<BlockQ5K, 256>(w, body256, q5_k),
-        DType::Q6_K => each_block::<BlockQ6K, 256>(w, body256, q6_k),
-        _ => return false,
-    }
-    true
+/// Expands `$body` for every block of `$w` decoded into `$buf` (a `[f32; $n]`),
+/// for each storage type with a fast decoder; evaluates to false for the others.
+/// A macro rather than closures so that everything inlines into the
+/// target-feature builds below.
+macro_rules! for_each_block {
+    ($dtype:expr, $w:expr, |$i:ident, $buf:ident, $n:ident| $body:block) => {{
+        macro_rules! run {
+            ($block:ty, $len:expr, $decode:ident) => {{
+                let blocks: &[$block] = blocks_of($w).expect("row length checked by the caller");
+                let mut $buf = [0.0f32; $len];
+                let $n = $len;
+                for ($i, b) in blocks.iter().enumerate() {
+                    $decode(b, &mut $buf);
+                    $body
+                }
+                true
+            }};
+        }
+        match $dtype {
+            DType::Q4_0 => run!(BlockQ4_0, 32, q4_0),
+            DType::Q4_1 => run!(BlockQ4_1, 32, q4_1),
+            DType::Q5_0 => run!(BlockQ5_0, 32, q5_0),
+            DType::Q5_1 => run!(BlockQ5_1, 32, q5_1),
+            DType::Q8_0 => run!(BlockQ8_0, 32, q8_0),
+            DType::Q4_K => run!(BlockQ4K, 256, q4_k),
+            DType::Q5_K => run!(BlockQ5K, 256, q5_k),
+            DType::Q6_K => run!(BlockQ6K, 256, q6_k),
+            _ => false,
+        }
+    }};
 }
 
 #[inline(always)]
 fn dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) {
-    let done = {
-        let out32 = std::cell::RefCell::new(&mut *out);
-        decode_row(
-            dtype,
-            w,
-            &mut |i, v: &[f32; 32]| out32.borrow_mut()[32 * i..32 * i + 32].copy_from_slice(v),
-            &mut |i, v: &[f32; 256]| out32.borrow_mut()[256 * i..256 * i + 256].copy_from_slice(v),
-        )
-    };
+    let done = for_each_block!(dtype, w, |i, buf, n| {
+        out[n * i..n * i + n].copy_from_slice(&buf);
+    });
     if !done {
         reference::dequantize(dtype, w, out).expect("row length checked by the caller");
     }
@@ -173,15 +170,12 @@ fn accumulate(acc: &mut [f32; LANES], v: &[f32], x: &[f32]) {
 
 #[inline(always)]
 fn dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
-    let acc = std::cell::RefCell::new([0.0f32; LANES]);
-    let done = decode_row(
-        dtype,
-        w,
-        &mut |i, v: &[f32; 32]| accumulate(&mut acc.borrow_mut(), v, &x[32 * i..32 * i + 32]),
-        &mut |i, v: &[f32; 256]| accumulate(&mut acc.borrow_mut(), v, &x[256 * i..256 * i + 256]),
-    );
+    let mut acc = [0.0f32; LANES];
+    let done = for_each_block!(dtype, w, |i, buf, n| {
+        accumulate(&mut acc, &buf, &x[n * i..n * i + n]);
+    });
     if done {
-        return fold(acc.into_inner());
+        return fold(acc);
     }
     let mut row = vec![0.0f32; x.len()];
     reference::dequantize(dtype, w, &mut row).expect("row length checked by the caller");
