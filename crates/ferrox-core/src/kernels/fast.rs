@@ -213,10 +213,28 @@ dispatched!(
 );
 
 dispatched!(
-    /// `dot(dequantize(w), x)` without materializing the row; lengths must already
-    /// be checked (`w` holds `x.len()` values of `dtype`).
-    dot_row, dot_row_body, (dtype: DType, w: &[u8], x: &[f32]) -> f32
+    /// The compiler-vectorized build of [`dot_row`].
+    dot_row_autovec, dot_row_body, (dtype: DType, w: &[u8], x: &[f32]) -> f32
 );
+
+/// `dot(dequantize(w), x)` without materializing the row; lengths must already
+/// be checked (`w` holds `x.len()` values of `dtype`). Hand-written AVX-512 where
+/// the CPU has it, else the compiler-vectorized build; the same bits either way.
+pub fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+        // SAFETY: features detected; lengths are the caller's contract, as for the twin.
+        if let Some(v) = unsafe { super::x86::dot_row(dtype, w, x) } {
+            return v;
+        }
+    }
+    dot_row_autovec(dtype, w, x)
+}
+
+/// The portable build of [`dot_row`], for tests.
+pub fn dot_row_portable(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
+    dot_row_body(dtype, w, x)
+}
 
 #[cfg(test)]
 mod tests {
@@ -277,6 +295,8 @@ mod tests {
                 let x: Vec<f32> = random(n, 99).iter().map(|&b| b as f32 / 128.0 - 1.0).collect();
                 let fused = dot_row(t, &w, &x);
                 assert_eq!(fused.to_bits(), crate::ops::vector::dot(&want, &x).to_bits(), "{t} x{nb} dot");
+                assert_eq!(fused.to_bits(), dot_row_portable(t, &w, &x).to_bits(), "{t} x{nb} portable dot");
+                assert_eq!(fused.to_bits(), dot_row_autovec(t, &w, &x).to_bits(), "{t} x{nb} vectorized dot");
             }
         }
         for t in [DType::F32, DType::F16, DType::BF16] {

@@ -3,3 +3,5 @@
 
 pub mod fast;
 pub mod reference;
+#[cfg(target_arch = "x86_64")]
+pub mod x86;

@@ -40,12 +40,6 @@ fn dot_body(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
-    dot_body(a, b)
-}
-
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     dot_body(a, b)
@@ -58,7 +52,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the feature was detected on this CPU.
-            return unsafe { dot_avx512(a, b) };
+            return unsafe { crate::kernels::x86::dot_f32(a, b) };
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the feature was detected on this CPU.
@@ -98,6 +92,11 @@ mod tests {
             let want: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
             let got = dot(&a, &b);
             assert_eq!(got.to_bits(), dot_portable(&a, &b).to_bits(), "n = {n}");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: detected.
+                assert_eq!(got.to_bits(), unsafe { dot_avx2(&a, &b) }.to_bits(), "avx2 n = {n}");
+            }
             assert!((got as f64 - want).abs() < 1e-5 * (n as f64).max(1.0), "n = {n}: {got} vs {want}");
         }
     }

@@ -1,0 +1,199 @@
+//! AVX-512 twins of the fused row dot product (`kernels::fast::dot_row`).
+//!
+//! Invariants: one `__m512` accumulator is exactly the [`LANES`] = 16 partial sums
+//! of the portable code; each 16-value chunk of a row is dequantized with the same
+//! f32 operations as the reference (`d * q`, `+ m` or `- m`, never fused) and added
+//! as `acc + w * x` (multiply, then add: no FMA), chunk after chunk in row order;
+//! the lanes are folded by the portable `fold`. So every function here returns the
+//! bits of its portable twin (tested in `kernels::fast`).
+//!
+//! Callers must have checked that the CPU has AVX-512 F and BW and that `w` holds
+//! whole blocks for `x.len()` values.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le};
+use crate::dtype::DType;
+use crate::kernels::reference::kquants::scale_min_k4;
+use crate::ops::vector::{LANES, fold};
+
+#[inline(always)]
+unsafe fn finish(acc: __m512) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    // SAFETY: 16 f32 fit the array.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    fold(lanes)
+}
+
+/// `acc + w * x[0..16]`.
+#[inline(always)]
+unsafe fn step(acc: __m512, w: __m512, x: *const f32) -> __m512 {
+    unsafe { _mm512_add_ps(acc, _mm512_mul_ps(w, _mm512_loadu_ps(x))) }
+}
+
+/// 16 bytes at `p` widened to 16 u32 lanes.
+#[inline(always)]
+unsafe fn u8x16(p: *const u8) -> __m512i {
+    unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
+}
+
+/// `(v >> s) & mask` per lane.
+#[inline(always)]
+unsafe fn bits(v: __m512i, s: u32, mask: i32) -> __m512i {
+    unsafe { _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(s as i32)), _mm512_set1_epi32(mask)) }
+}
+
+#[inline(always)]
+unsafe fn float(v: __m512i) -> __m512 {
+    unsafe { _mm512_cvtepi32_ps(v) }
+}
+
+/// Dot product of one row of `dtype` in `w` with `x`, for the types with an
+/// AVX-512 twin; `None` for the others.
+#[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
+    let mut acc = _mm512_setzero_ps();
+    let xp = x.as_ptr();
+    // SAFETY (whole body): `w` holds whole blocks for x.len() values (caller), so
+    // every 16-value chunk read from `x` at 32 i + 16 k (or 256 i + ...) is in bounds.
+    unsafe {
+        match dtype {
+            DType::Q4_0 => {
+                for (i, b) in blocks_of::<BlockQ4_0>(w).ok()?.iter().enumerate() {
+                    let d = _mm512_set1_ps(f16_le(b.d));
+                    let q = u8x16(b.qs.as_ptr());
+                    let eight = _mm512_set1_epi32(8);
+                    let lo = float(_mm512_sub_epi32(bits(q, 0, 0x0F), eight));
+                    let hi = float(_mm512_sub_epi32(bits(q, 4, 0x0F), eight));
+                    acc = step(acc, _mm512_mul_ps(d, lo), xp.add(32 * i));
+                    acc = step(acc, _mm512_mul_ps(d, hi), xp.add(32 * i + 16));
+                }
+            }
+            DType::Q4_1 => {
+                for (i, b) in blocks_of::<BlockQ4_1>(w).ok()?.iter().enumerate() {
+                    let (d, m) = (_mm512_set1_ps(f16_le(b.d)), _mm512_set1_ps(f16_le(b.m)));
+                    let q = u8x16(b.qs.as_ptr());
+                    let lo = _mm512_add_ps(_mm512_mul_ps(d, float(bits(q, 0, 0x0F))), m);
+                    let hi = _mm512_add_ps(_mm512_mul_ps(d, float(bits(q, 4, 0x0F))), m);
+                    acc = step(acc, lo, xp.add(32 * i));
+                    acc = step(acc, hi, xp.add(32 * i + 16));
+                }
+            }
+            DType::Q5_0 | DType::Q5_1 => {
+                let shifts_lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+                let shifts_hi = _mm512_add_epi32(shifts_lo, _mm512_set1_epi32(16));
+                let one = _mm512_set1_epi32(1);
+                let fifth = |h: u32, shifts: __m512i| _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(h as i32), shifts), one), 4);
+                if dtype == DType::Q5_0 {
+                    for (i, b) in blocks_of::<BlockQ5_0>(w).ok()?.iter().enumerate() {
+                        let d = _mm512_set1_ps(f16_le(b.d));
+                        let h = u32::from_le_bytes(b.qh);
+                        let q = u8x16(b.qs.as_ptr());
+                        let sixteen = _mm512_set1_epi32(16);
+                        let lo = _mm512_sub_epi32(_mm512_or_si512(bits(q, 0, 0x0F), fifth(h, shifts_lo)), sixteen);
+                        let hi = _mm512_sub_epi32(_mm512_or_si512(bits(q, 4, 0x0F), fifth(h, shifts_hi)), sixteen);
+                        acc = step(acc, _mm512_mul_ps(d, float(lo)), xp.add(32 * i));
+                        acc = step(acc, _mm512_mul_ps(d, float(hi)), xp.add(32 * i + 16));
+                    }
+                } else {
+                    for (i, b) in blocks_of::<BlockQ5_1>(w).ok()?.iter().enumerate() {
+                        let (d, m) = (_mm512_set1_ps(f16_le(b.d)), _mm512_set1_ps(f16_le(b.m)));
+                        let h = u32::from_le_bytes(b.qh);
+                        let q = u8x16(b.qs.as_ptr());
+                        let lo = _mm512_or_si512(bits(q, 0, 0x0F), fifth(h, shifts_lo));
+                        let hi = _mm512_or_si512(bits(q, 4, 0x0F), fifth(h, shifts_hi));
+                        acc = step(acc, _mm512_add_ps(_mm512_mul_ps(d, float(lo)), m), xp.add(32 * i));
+                        acc = step(acc, _mm512_add_ps(_mm512_mul_ps(d, float(hi)), m), xp.add(32 * i + 16));
+                    }
+                }
+            }
+            DType::Q8_0 => {
+                for (i, b) in blocks_of::<BlockQ8_0>(w).ok()?.iter().enumerate() {
+                    let d = _mm512_set1_ps(f16_le(b.d));
+                    let p = b.qs.as_ptr().cast::<u8>();
+                    let lo = float(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast())));
+                    let hi = float(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(16).cast())));
+                    acc = step(acc, _mm512_mul_ps(d, lo), xp.add(32 * i));
+                    acc = step(acc, _mm512_mul_ps(d, hi), xp.add(32 * i + 16));
+                }
+            }
+            DType::Q4_K | DType::Q5_K => {
+                let five = dtype == DType::Q5_K;
+                let q4 = if five { &[][..] } else { blocks_of::<BlockQ4K>(w).ok()? };
+                let q5 = if five { blocks_of::<BlockQ5K>(w).ok()? } else { &[][..] };
+                let n = if five { q5.len() } else { q4.len() };
+                for i in 0..n {
+                    let (d, dmin, scales, qs, qh) = if five {
+                        let b = &q5[i];
+                        (f16_le(b.d), f16_le(b.dmin), &b.scales, &b.qs, Some(&b.qh))
+                    } else {
+                        let b = &q4[i];
+                        (f16_le(b.d), f16_le(b.dmin), &b.scales, &b.qs, None)
+                    };
+                    for g in 0..8 {
+                        let (sc, m) = scale_min_k4(g, scales);
+                        let (dl, ml) = (_mm512_set1_ps(d * sc as f32), _mm512_set1_ps(dmin * m as f32));
+                        let shift = 4 * (g as u32 % 2);
+                        let base = 32 * (g / 2);
+                        for half in 0..2 {
+                            let mut q = bits(u8x16(qs.as_ptr().add(base + 16 * half)), shift, 0x0F);
+                            if let Some(qh) = qh {
+                                let hb = _mm512_slli_epi32(bits(u8x16(qh.as_ptr().add(16 * half)), g as u32, 1), 4);
+                                q = _mm512_or_si512(q, hb);
+                            }
+                            let v = _mm512_sub_ps(_mm512_mul_ps(dl, float(q)), ml);
+                            acc = step(acc, v, xp.add(256 * i + 32 * g + 16 * half));
+                        }
+                    }
+                }
+            }
+            DType::Q6_K => {
+                let thirty_two = _mm512_set1_epi32(32);
+                for (i, b) in blocks_of::<BlockQ6K>(w).ok()?.iter().enumerate() {
+                    let d = f16_le(b.d);
+                    for h in 0..2 {
+                        for k in 0..4 {
+                            for half in 0..2 {
+                                let ql = u8x16(b.ql.as_ptr().add(64 * h + 32 * (k % 2) + 16 * half));
+                                let qh = u8x16(b.qh.as_ptr().add(32 * h + 16 * half));
+                                let low = bits(ql, 4 * (k as u32 / 2), 0x0F);
+                                let high = _mm512_slli_epi32(bits(qh, 2 * k as u32, 3), 4);
+                                let q = _mm512_sub_epi32(_mm512_or_si512(low, high), thirty_two);
+                                let dl = _mm512_set1_ps(d * b.scales[8 * h + 2 * k + half] as f32);
+                                acc = step(acc, _mm512_mul_ps(dl, float(q)), xp.add(256 * i + 128 * h + 32 * k + 16 * half));
+                            }
+                        }
+                    }
+                }
+            }
+            _ => return None,
+        }
+        Some(finish(acc))
+    }
+}
+
+/// `dot(a, b)` of `ops::vector` with one accumulator register.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let whole = n / LANES * LANES;
+    let mut acc = _mm512_setzero_ps();
+    // SAFETY: every load is within the first `n` values of both slices.
+    unsafe {
+        let mut i = 0;
+        while i < whole {
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a.as_ptr().add(i)), _mm512_loadu_ps(b.as_ptr().add(i))));
+            i += LANES;
+        }
+        let tail = n - whole;
+        if tail > 0 {
+            let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+            let x = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(whole));
+            let y = _mm512_maskz_loadu_ps(mask, b.as_ptr().add(whole));
+            acc = _mm512_mask_add_ps(acc, mask, acc, _mm512_mul_ps(x, y));
+        }
+        finish(acc)
+    }
+}
