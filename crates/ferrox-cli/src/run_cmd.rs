@@ -13,7 +13,7 @@ use ferrox_models::kv_cache::KvCache;
 use ferrox_models::kv_plan::defaults;
 use ferrox_models::model::Model;
 use ferrox_models::sampler::{Sampler, SamplingParams};
-use ferrox_models::tokenizer::Utf8Stream;
+use ferrox_engine::{FinishReason, OutputStage};
 
 /// Flags of `ferrox run`.
 #[derive(Args, Debug)]
@@ -60,6 +60,9 @@ pub struct RunArgs {
     /// System message for the chat template.
     #[arg(long)]
     pub system: Option<String>,
+    /// Stop when the output contains this text (not printed); repeatable.
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stops: Vec<String>,
 }
 
 fn check_sampling(a: &RunArgs) -> Result<()> {
@@ -140,29 +143,32 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     let prompt_s = t_prompt.elapsed().as_secs_f64();
     let mut sampler = Sampler::new(params, &ids);
-    let mut stream = Utf8Stream::new();
-    let mut out = std::io::stdout().lock();
     let limit = if a.n_predict < 0 { usize::MAX } else { a.n_predict as usize };
+    let mut output = OutputStage::new(model.tokenizer.end_of_generation().iter().copied(), a.stops.clone(), limit);
+    let mut out = std::io::stdout().lock();
     let t_gen = Instant::now();
-    let mut generated = 0usize;
     let mut pos = ids.len();
-    while generated < limit {
+    if limit == 0 {
+        output.end(FinishReason::Length);
+    }
+    while output.finished().is_none() {
         let tok = sampler.sample(&logits);
-        if model.tokenizer.is_end_of_generation(tok) {
+        sampler.accept(tok);
+        let step = output.on_token(tok, &model.tokenizer.token_bytes(tok, false));
+        out.write_all(step.text.as_bytes())?;
+        out.flush()?;
+        if step.finished.is_some() {
             break;
         }
-        sampler.accept(tok);
-        generated += 1;
-        out.write_all(stream.push(&model.tokenizer.token_bytes(tok, false)).as_bytes())?;
-        out.flush()?;
-        if generated == limit || pos + 1 >= ctx {
+        if pos + 1 >= ctx {
+            out.write_all(output.end(FinishReason::Length).as_bytes())?;
             break;
         }
         let l = model.transformer.forward(&mut cache, &[Span { seq: &seq, start: pos, tokens: &[tok], want: Want::Last }])?;
         logits = l.last_of(0).context("logits")?.to_vec();
         pos += 1;
     }
-    out.write_all(stream.finish().as_bytes())?;
+    let generated = output.generated();
     writeln!(out)?;
     let gen_s = t_gen.elapsed().as_secs_f64();
     eprintln!();

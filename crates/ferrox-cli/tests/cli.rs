@@ -206,3 +206,20 @@ fn real_model_run_continues_a_raw_prompt_like_the_exact_reference() {
     // exact-smollm2-135m.jsonl: ids [7042, 30, 198, ...] = " Paris.\n"
     assert_eq!(String::from_utf8(o.stdout).unwrap(), " Paris.\n\n");
 }
+
+#[test]
+fn real_model_run_stops_at_a_stop_string_without_printing_it() {
+    let Some(smol) = real_model("smollm2-135m") else { return };
+    let m = smol.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "-m", m, "-p", "The capital of France is", "--no-cnv", "--temp", "0", "-n", "8"];
+        args.extend_from_slice(extra);
+        let o = ferrox(&args, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let plain = run(&[]);
+    assert!(plain.starts_with(" Paris.") && plain.len() > " Paris.\n".len(), "{plain:?}");
+    assert_eq!(run(&["--stop", "never appears"]), plain, "a stop that never matches loses nothing");
+    assert_eq!(run(&["--stop", "."]), " Paris\n", "the stop string and what follows are not printed");
+}

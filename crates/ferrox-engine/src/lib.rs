@@ -1,10 +1,15 @@
 //! ferrox-engine: the continuous-batching engine (SPEC S1-S19).
 //!
-//! Planned house (issue "The continuous-batching engine"): the paged KV pool whose
-//! block ledger is the real allocator, the pure admission policy and scheduler
-//! (state in, step plan out), the single worker thread that owns every in-flight
-//! request, and the `EngineHandle` other threads submit through. Its pricing of
-//! KV memory is `ferrox_models::kv_plan`, shared with `ferrox inspect`.
+//! Here now, shared by every path that runs a request:
+//! * [`stop`]: the stop-string matcher (S15).
+//! * [`output`]: tokens to text deltas and a finish reason (S14-S16).
 //!
-//! Nothing is implemented here yet; the crate exists so that the dependency
-//! direction core <- gguf <- models <- engine <- server <- cli is fixed from the start.
+//! To come (issue "The continuous-batching engine"): the KV block ledger over
+//! `ferrox_models::kv_cache`, the pure admission policy and scheduler, the worker
+//! thread that owns every in-flight request, and the `EngineHandle`.
+
+pub mod output;
+pub mod stop;
+
+pub use output::{FinishReason, OutputStage, TokenOutput};
+pub use stop::{StopMatcher, StopOutcome};
