@@ -15,7 +15,9 @@
 //!
 //! Invariants: a block or seat id is owned by at most one `SeqKv` at a time
 //! (`alloc`/`free` keep free lists); nothing here reads a position a sequence has
-//! not written (the model only attends to positions `<` its own).
+//! not written (the model only attends to positions `<` its own). Memory for a
+//! block or seat is allocated the first time it is handed out and reused after;
+//! a pool may be unbounded (`n_blocks = None`), growing on demand.
 
 use crate::error::ModelError;
 use crate::hparams::{AttentionKind, HyperParams};
@@ -78,39 +80,71 @@ pub struct SeqKv {
     pub seat: Option<u32>,
 }
 
+/// A pool of equal-sized buffers handed out by id, allocated on first use.
+struct Pool {
+    floats: usize,
+    cap: Option<usize>,
+    buffers: Vec<Box<[f32]>>,
+    free: Vec<u32>,
+}
+
+impl Pool {
+    fn new(floats: usize, cap: Option<usize>) -> Pool {
+        Pool { floats, cap, buffers: Vec::new(), free: Vec::new() }
+    }
+
+    fn available(&self) -> Option<usize> {
+        self.cap.map(|c| c - self.buffers.len() + self.free.len())
+    }
+
+    fn take(&mut self, n: usize) -> Option<Vec<u32>> {
+        if self.available().is_some_and(|a| a < n) {
+            return None;
+        }
+        let mut ids = Vec::with_capacity(n);
+        while ids.len() < n {
+            match self.free.pop() {
+                Some(id) => ids.push(id),
+                None => {
+                    ids.push(self.buffers.len() as u32);
+                    self.buffers.push(vec![0.0; self.floats].into_boxed_slice());
+                }
+            }
+        }
+        Some(ids)
+    }
+
+    fn give_back(&mut self, ids: impl IntoIterator<Item = u32>) {
+        self.free.extend(ids);
+    }
+}
+
 /// The cache: a block pool and a seat pool, with their free lists.
 pub struct KvCache {
     layout: KvLayout,
     block_size: usize,
-    n_blocks: usize,
-    blocks: Vec<f32>,
-    free_blocks: Vec<u32>,
+    blocks: Pool,
     seat_positions: usize,
-    seats: Vec<f32>,
-    free_seats: Vec<u32>,
+    seats: Pool,
 }
 
 impl KvCache {
-    /// A cache of `n_blocks` blocks of `block_size` positions and `n_seats` window
-    /// seats that accept spans of up to `max_span` positions at a time.
-    pub fn new(layout: KvLayout, block_size: usize, n_blocks: usize, n_seats: usize, max_span: usize) -> Result<KvCache, ModelError> {
+    /// A cache of `n_blocks` blocks of `block_size` positions (`None`: as many as
+    /// requested) and `n_seats` window seats that accept spans of up to `max_span`
+    /// positions at a time.
+    pub fn new(layout: KvLayout, block_size: usize, n_blocks: impl Into<Option<usize>>, n_seats: usize, max_span: usize) -> Result<KvCache, ModelError> {
         if block_size == 0 || max_span == 0 {
             return Err(ModelError::KvPlan("block size and span must be at least 1".into()));
         }
         let seat_positions = if layout.n_window > 0 { layout.window + max_span } else { 0 };
         let block_floats = layout.n_full * layout.per_position_layer() * block_size;
         let seat_floats = layout.n_window * layout.per_position_layer() * seat_positions;
-        let too_big = || ModelError::KvPlan(format!("{n_blocks} blocks and {n_seats} seats overflow memory"));
-        let blocks = vec![0.0; block_floats.checked_mul(n_blocks).ok_or_else(too_big)?];
-        let seats = vec![0.0; seat_floats.checked_mul(if layout.n_window > 0 { n_seats } else { 0 }).ok_or_else(too_big)?];
+        let n_seats = if layout.n_window > 0 { n_seats } else { 0 };
         Ok(KvCache {
             block_size,
-            n_blocks,
-            blocks,
-            free_blocks: (0..n_blocks as u32).rev().collect(),
+            blocks: Pool::new(block_floats, n_blocks.into()),
             seat_positions,
-            seats,
-            free_seats: if layout.n_window > 0 { (0..n_seats as u32).rev().collect() } else { Vec::new() },
+            seats: Pool::new(seat_floats, Some(n_seats)),
             layout,
         })
     }
@@ -125,14 +159,19 @@ impl KvCache {
         self.block_size
     }
 
-    /// Blocks in the pool.
-    pub fn n_blocks(&self) -> usize {
-        self.n_blocks
+    /// Blocks in the pool (`None`: unbounded).
+    pub fn n_blocks(&self) -> Option<usize> {
+        self.blocks.cap
     }
 
-    /// Blocks not held by any sequence.
-    pub fn free_blocks(&self) -> usize {
-        self.free_blocks.len()
+    /// Blocks not held by any sequence (`None`: unbounded).
+    pub fn free_blocks(&self) -> Option<usize> {
+        self.blocks.available()
+    }
+
+    /// Blocks held by sequences now.
+    pub fn used_blocks(&self) -> usize {
+        self.blocks.buffers.len() - self.blocks.free.len()
     }
 
     /// The longest span one forward call may write per sequence (`None`: unbounded).
@@ -150,7 +189,7 @@ impl KvCache {
     pub fn alloc(&mut self, positions: usize) -> Option<SeqKv> {
         let mut seq = SeqKv::default();
         if self.layout.n_window > 0 {
-            seq.seat = Some(self.free_seats.pop()?);
+            seq.seat = Some(self.seats.take(1)?[0]);
         }
         if !self.grow(&mut seq, positions) {
             self.free(seq);
@@ -163,54 +202,45 @@ impl KvCache {
     /// cannot supply the blocks.
     pub fn grow(&mut self, seq: &mut SeqKv, positions: usize) -> bool {
         let need = positions.div_ceil(self.block_size).saturating_sub(seq.blocks.len());
-        if need > self.free_blocks.len() {
-            return false;
+        match self.blocks.take(need) {
+            Some(ids) => {
+                seq.blocks.extend(ids);
+                true
+            }
+            None => false,
         }
-        let at = self.free_blocks.len() - need;
-        seq.blocks.extend(self.free_blocks.drain(at..).rev());
-        true
     }
 
     /// Returns every block and the seat of `seq` to the pool.
     pub fn free(&mut self, seq: SeqKv) {
-        self.free_blocks.extend(seq.blocks.into_iter().rev());
+        self.blocks.give_back(seq.blocks.into_iter().rev());
         if let Some(s) = seq.seat {
-            self.free_seats.push(s);
+            self.seats.give_back([s]);
         }
     }
 
-    /// Offsets of position `pos` of `seq` in `layer`: (storage is seats?, key offset,
-    /// value offset) for kv head 0; heads follow at a fixed stride.
+    /// Where position `pos` of `seq` lives in `layer`: (in a seat?, buffer id, key
+    /// offset, value offset, key stride between heads, value stride between heads).
     #[inline]
-    fn locate(&self, seq: &SeqKv, layer: usize, pos: usize) -> (bool, usize, usize, usize, usize) {
+    fn locate(&self, seq: &SeqKv, layer: usize, pos: usize) -> (bool, usize, usize, usize, usize, usize) {
         let l = &self.layout;
         let (dk, dv, h) = (l.head_dim_k, l.head_dim_v, l.n_kv_heads);
-        match l.layers[layer] {
-            LayerSlot::Full(fi) => {
-                let block = seq.blocks[pos / self.block_size] as usize;
-                let slot = pos % self.block_size;
-                let base = block * l.n_full * l.per_position_layer() * self.block_size;
-                let keys = base + fi * h * self.block_size * dk;
-                let values = base + l.n_full * h * self.block_size * dk + fi * h * self.block_size * dv;
-                (false, keys + slot * dk, values + slot * dv, self.block_size * dk, self.block_size * dv)
-            }
+        let (in_seat, id, index, n_kind, positions, slot) = match l.layers[layer] {
+            LayerSlot::Full(fi) => (false, seq.blocks[pos / self.block_size] as usize, fi, l.n_full, self.block_size, pos % self.block_size),
             LayerSlot::Window(wi, _) => {
-                let seat = seq.seat.expect("window models give every sequence a seat") as usize;
-                let sp = self.seat_positions;
-                let slot = pos % sp;
-                let base = seat * l.n_window * l.per_position_layer() * sp;
-                let keys = base + wi * h * sp * dk;
-                let values = base + l.n_window * h * sp * dk + wi * h * sp * dv;
-                (true, keys + slot * dk, values + slot * dv, sp * dk, sp * dv)
+                (true, seq.seat.expect("window models give every sequence a seat") as usize, wi, l.n_window, self.seat_positions, pos % self.seat_positions)
             }
-        }
+        };
+        let keys = index * h * positions * dk;
+        let values = n_kind * h * positions * dk + index * h * positions * dv;
+        (in_seat, id, keys + slot * dk, values + slot * dv, positions * dk, positions * dv)
     }
 
     /// Stores the keys `k` (`[n_kv_heads][head_dim_k]`) and values `v` of position `pos`.
     pub fn write(&mut self, seq: &SeqKv, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
-        let (in_seats, ko, vo, ks, vs) = self.locate(seq, layer, pos);
-        let store = if in_seats { &mut self.seats } else { &mut self.blocks };
+        let (in_seat, id, ko, vo, ks, vs) = self.locate(seq, layer, pos);
+        let store = if in_seat { &mut self.seats.buffers[id] } else { &mut self.blocks.buffers[id] };
         for h in 0..self.layout.n_kv_heads {
             store[ko + h * ks..ko + h * ks + dk].copy_from_slice(&k[h * dk..(h + 1) * dk]);
             store[vo + h * vs..vo + h * vs + dv].copy_from_slice(&v[h * dv..(h + 1) * dv]);
@@ -221,8 +251,65 @@ impl KvCache {
     #[inline]
     pub fn read(&self, seq: &SeqKv, layer: usize, pos: usize, head: usize) -> (&[f32], &[f32]) {
         let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
-        let (in_seats, ko, vo, ks, vs) = self.locate(seq, layer, pos);
-        let store = if in_seats { &self.seats } else { &self.blocks };
+        let (in_seat, id, ko, vo, ks, vs) = self.locate(seq, layer, pos);
+        let store = if in_seat { &self.seats.buffers[id] } else { &self.blocks.buffers[id] };
         (&store[ko + head * ks..ko + head * ks + dk], &store[vo + head * vs..vo + head * vs + dv])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TinyModel;
+
+    fn layout() -> KvLayout {
+        let file = ferrox_gguf::GgufFile::from_bytes(TinyModel::new(crate::Architecture::Gemma3).gguf()).unwrap();
+        KvLayout::new(&HyperParams::from_metadata(&file.header().metadata).unwrap())
+    }
+
+    #[test]
+    fn a_bounded_pool_refuses_what_it_cannot_supply_and_takes_nothing() {
+        let mut c = KvCache::new(layout(), 4, 3, 1, 8).unwrap();
+        assert!(c.alloc(13).is_none(), "4 blocks wanted, 3 exist");
+        assert_eq!(c.free_blocks(), Some(3));
+        let s = c.alloc(12).unwrap();
+        assert_eq!((s.blocks.len(), c.free_blocks(), c.used_blocks()), (3, Some(0), 3));
+        assert!(c.alloc(1).is_none(), "the only seat is taken");
+        c.free(s);
+        assert_eq!((c.free_blocks(), c.used_blocks()), (Some(3), 0));
+    }
+
+    #[test]
+    fn an_unbounded_pool_grows_and_reuses_what_comes_back() {
+        let mut c = KvCache::new(layout(), 4, None, 2, 8).unwrap();
+        let a = c.alloc(40).unwrap();
+        assert_eq!((a.blocks.len(), c.free_blocks(), c.used_blocks()), (10, None, 10));
+        c.free(a);
+        let b = c.alloc(8).unwrap();
+        assert_eq!(c.used_blocks(), 2);
+        assert_eq!(c.blocks.buffers.len(), 10, "freed blocks are reused, not reallocated");
+        c.free(b);
+    }
+
+    #[test]
+    fn positions_written_read_back_per_head_in_blocks_and_seats() {
+        let mut c = KvCache::new(layout(), 4, None, 1, 8).unwrap();
+        let s = c.alloc(20).unwrap();
+        let l = c.layout().clone();
+        let (kd, vd) = (l.n_kv_heads * l.head_dim_k, l.n_kv_heads * l.head_dim_v);
+        for layer in 0..l.layers.len() {
+            for pos in [0, 5, 19] {
+                let k: Vec<f32> = (0..kd).map(|i| (layer * 1000 + pos * 10 + i) as f32).collect();
+                let v: Vec<f32> = (0..vd).map(|i| -((layer * 1000 + pos * 10 + i) as f32)).collect();
+                c.write(&s, layer, pos, &k, &v);
+            }
+            for pos in [0, 5, 19] {
+                for h in 0..l.n_kv_heads {
+                    let (k, v) = c.read(&s, layer, pos, h);
+                    assert_eq!(k[0], (layer * 1000 + pos * 10 + h * l.head_dim_k) as f32);
+                    assert_eq!(v[0], -((layer * 1000 + pos * 10 + h * l.head_dim_v) as f32));
+                }
+            }
+        }
     }
 }
