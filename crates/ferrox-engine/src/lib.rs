@@ -1,15 +1,29 @@
 //! ferrox-engine: the continuous-batching engine (SPEC S1-S19).
 //!
-//! Here now, shared by every path that runs a request:
-//! * [`stop`]: the stop-string matcher (S15).
-//! * [`output`]: tokens to text deltas and a finish reason (S14-S16).
+//! * Pure policy: [`ceiling`] (KV refusals, S10), [`scheduler`] (FIFO admission
+//!   and step plans, S2, S8, S9), [`validate`] (S17), [`stop`] and [`output`]
+//!   (S14-S16), [`queue_gate`] (the bounded queue, S11).
+//! * Threads and channels only in [`worker`] (the one owner of every in-flight
+//!   request and of the KV cache, S1) and [`handle`] (submit, cancel, streams).
+//! * [`stats`]: lock-free counters (S19).
 //!
-//! To come (issue "The continuous-batching engine"): the KV block ledger over
-//! `ferrox_models::kv_cache`, the pure admission policy and scheduler, the worker
-//! thread that owns every in-flight request, and the `EngineHandle`.
+//! KV memory is `ferrox_models::kv_cache`: the worker's admission reserves a
+//! request's blocks from it for its whole lifetime (S7), so the ledger is the
+//! allocator itself, and prices come from `ferrox_models::kv_plan`.
 
+pub mod ceiling;
+pub mod handle;
 pub mod output;
+pub mod queue_gate;
+pub mod request;
+pub mod scheduler;
+pub mod stats;
 pub mod stop;
+pub mod validate;
+pub mod worker;
 
+pub use handle::{EngineHandle, RequestStream, SubmitError};
 pub use output::{FinishReason, OutputStage, TokenOutput};
+pub use request::{Event, GenerationParams, RequestId, Usage};
 pub use stop::{StopMatcher, StopOutcome};
+pub use worker::{EngineConfig, start};

@@ -6,7 +6,7 @@
 
 use crate::error::ModelError;
 use crate::hparams::HyperParams;
-use crate::kv_cache::{KvCache, SeqKv};
+use crate::kv_cache::{KvCache, KvLayout, SeqKv};
 
 /// Which logits a span wants back.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -65,6 +65,11 @@ pub trait Decoder: Send + Sync {
 
     /// The model's hyper-parameters.
     fn hyper_params(&self) -> &HyperParams;
+
+    /// The KV storage the model needs.
+    fn kv_layout(&self) -> KvLayout {
+        KvLayout::new(self.hyper_params())
+    }
 
     /// Logits per row.
     fn vocab_size(&self) -> usize {

@@ -52,12 +52,14 @@ pub struct TinyModel {
     pub window: usize,
     pub pattern: usize,
     pub seed: u64,
+    /// Context length in positions.
+    pub context_length: usize,
 }
 
 impl TinyModel {
     /// A two-layer tiny model of `architecture`.
     pub fn new(architecture: crate::Architecture) -> TinyModel {
-        TinyModel { architecture, n_layers: 2, window: 4, pattern: 2, seed: 7 }
+        TinyModel { architecture, n_layers: 2, window: 4, pattern: 2, seed: 7, context_length: 4096 }
     }
 
     /// Writes the model as GGUF bytes: 32-wide embeddings, 4 query heads and 2 kv
@@ -83,7 +85,7 @@ impl TinyModel {
         w.set("general.architecture", Value::String(arch.into()))
             .set("general.name", Value::String(format!("tiny {arch}")))
             .set(k("block_count"), Value::U32(self.n_layers as u32))
-            .set(k("context_length"), Value::U32(256))
+            .set(k("context_length"), Value::U32(self.context_length as u32))
             .set(k("embedding_length"), Value::U32(d as u32))
             .set(k("feed_forward_length"), Value::U32(ff as u32))
             .set(k("attention.head_count"), Value::U32(nh as u32))

@@ -31,7 +31,7 @@ use rayon::prelude::*;
 use crate::decoder::{Decoder, Logits, Span, Want};
 use crate::error::ModelError;
 use crate::hparams::{Architecture, HyperParams};
-use crate::kv_cache::{KvCache, KvLayout, LayerSlot};
+use crate::kv_cache::{KvCache, LayerSlot};
 use crate::weights::Weights;
 
 /// A loaded model, ready to run.
@@ -77,11 +77,6 @@ impl Transformer {
         Ok(Transformer { file, hp, weights, pool, rope_style, embd_scale, act })
     }
 
-    /// The KV layout this model needs.
-    pub fn kv_layout(&self) -> KvLayout {
-        KvLayout::new(&self.hp)
-    }
-
     /// The file the model was loaded from.
     pub fn file(&self) -> &GgufFile {
         &self.file
@@ -96,7 +91,7 @@ impl Transformer {
             if end > cache.capacity(s.seq) {
                 return Err(ModelError::Forward(format!("span {i}: position {end} is past the {} its KV holds", cache.capacity(s.seq))));
             }
-            if self.kv_layout().n_window > 0 && s.seq.seat.is_none() {
+            if cache.layout().n_window > 0 && s.seq.seat.is_none() {
                 return Err(ModelError::Forward(format!("span {i}: a window model needs a seat")));
             }
         }

@@ -80,7 +80,7 @@ fn tiny_models_give_identical_decode_logits_alone_and_beside_eight_others() {
 /// across several spans.
 #[test]
 fn window_layers_see_only_their_window() {
-    let tiny = TinyModel { architecture: Architecture::Gemma3, n_layers: 2, window: 4, pattern: 100, seed: 11 };
+    let tiny = TinyModel { architecture: Architecture::Gemma3, n_layers: 2, window: 4, pattern: 100, seed: 11, context_length: 256 };
     let m = tiny.load(2);
     let reach = 2 * (4 - 1);
     let base: Vec<u32> = (0..30).map(|j| (j * 13 % 94 + 2) as u32).collect();

@@ -1,0 +1,91 @@
+//! Engine counters (SPEC S19), written by the worker and read by anyone without
+//! locks while it runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Lock-free counters and gauges of one engine.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    pub prefill_chunks: AtomicU64,
+    pub prefill_tokens: AtomicU64,
+    pub decode_steps: AtomicU64,
+    pub queue_rejections: AtomicU64,
+    pub kv_blocks_total: AtomicU64,
+    pub kv_blocks_free: AtomicU64,
+    pub kv_block_size: AtomicU64,
+    /// Most blocks ever held at once, summed over the in-flight requests.
+    pub peak_blocks_held: AtomicU64,
+    /// Blocks held by in-flight requests now.
+    pub blocks_held: AtomicU64,
+    pub refusals_too_large: AtomicU64,
+    pub refusals_context_length: AtomicU64,
+    pub refusals_invalid: AtomicU64,
+    pub aborted: AtomicU64,
+    pub running: AtomicU64,
+    pub finished_stop: AtomicU64,
+    pub finished_length: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub prefill_chunks: u64,
+    pub prefill_tokens: u64,
+    pub decode_steps: u64,
+    pub queue_depth: u64,
+    pub queue_rejections: u64,
+    pub kv_blocks_total: u64,
+    pub kv_blocks_free: u64,
+    pub kv_block_size: u64,
+    pub peak_blocks_held: u64,
+    pub blocks_held: u64,
+    pub refusals_too_large: u64,
+    pub refusals_context_length: u64,
+    pub refusals_invalid: u64,
+    pub aborted: u64,
+    pub running: u64,
+    pub finished_stop: u64,
+    pub finished_length: u64,
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+}
+
+impl EngineStats {
+    /// Adds `n` to a counter.
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sets a gauge.
+    pub fn set(c: &AtomicU64, v: u64) {
+        c.store(v, Ordering::Relaxed);
+    }
+
+    /// Reads every counter; `queue_depth` comes from the queue gate.
+    pub fn snapshot(&self, queue_depth: usize) -> StatsSnapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            prefill_chunks: g(&self.prefill_chunks),
+            prefill_tokens: g(&self.prefill_tokens),
+            decode_steps: g(&self.decode_steps),
+            queue_depth: queue_depth as u64,
+            queue_rejections: g(&self.queue_rejections),
+            kv_blocks_total: g(&self.kv_blocks_total),
+            kv_blocks_free: g(&self.kv_blocks_free),
+            kv_block_size: g(&self.kv_block_size),
+            peak_blocks_held: g(&self.peak_blocks_held),
+            blocks_held: g(&self.blocks_held),
+            refusals_too_large: g(&self.refusals_too_large),
+            refusals_context_length: g(&self.refusals_context_length),
+            refusals_invalid: g(&self.refusals_invalid),
+            aborted: g(&self.aborted),
+            running: g(&self.running),
+            finished_stop: g(&self.finished_stop),
+            finished_length: g(&self.finished_length),
+            prompt_tokens: g(&self.prompt_tokens),
+            generated_tokens: g(&self.generated_tokens),
+        }
+    }
+}
