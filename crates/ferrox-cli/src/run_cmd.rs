@@ -8,12 +8,11 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use ferrox_models::chat::ChatMessage;
-use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_cache::KvCache;
+use ferrox_models::decoder::Decoder;
 use ferrox_models::kv_plan::defaults;
 use ferrox_models::model::Model;
-use ferrox_models::sampler::{Sampler, SamplingParams};
-use ferrox_engine::{FinishReason, OutputStage};
+use ferrox_models::sampler::SamplingParams;
+use ferrox_engine::{EngineConfig, Event, GenerationParams};
 
 /// Flags of `ferrox run`.
 #[derive(Args, Debug)]
@@ -128,52 +127,52 @@ pub fn run(a: RunArgs) -> Result<()> {
         seed,
         ..Default::default()
     };
-    let chunk = defaults::PREFILL_CHUNK;
-    let mut cache = KvCache::new(model.transformer.kv_layout(), defaults::KV_BLOCK_SIZE, ctx.div_ceil(defaults::KV_BLOCK_SIZE), 1, chunk)?;
-    let seq = cache.alloc(ctx).context("KV cache")?;
+    // The same engine, ceiling, sampler and stop matcher as the server (SPEC S10):
+    // one request slot and KV for the context.
+    let config = EngineConfig {
+        max_seqs: 1,
+        prefill_chunk: defaults::PREFILL_CHUNK,
+        max_queue: 1,
+        block_size: defaults::KV_BLOCK_SIZE,
+        kv_blocks: Some(ctx.div_ceil(defaults::KV_BLOCK_SIZE)),
+        max_context: Some(ctx),
+    };
+    let prompt_len = ids.len();
+    let tokenizer = std::sync::Arc::new(model.tokenizer.clone());
+    let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config).map_err(anyhow::Error::msg)?;
+    let max_tokens = if a.n_predict < 0 { ctx - prompt_len } else { (a.n_predict as usize).min(ctx - prompt_len) };
+    let params = GenerationParams { max_tokens: max_tokens.max(1), sampling: params, stop: a.stops.clone(), stop_token_ids: Vec::new() };
     let t_prompt = Instant::now();
-    let mut logits = Vec::new();
-    for (i, piece) in ids.chunks(chunk).enumerate() {
-        let last = (i + 1) * chunk >= ids.len();
-        let want = if last { Want::Last } else { Want::Nothing };
-        let l = model.transformer.forward(&mut cache, &[Span { seq: &seq, start: i * chunk, tokens: piece, want }])?;
-        if last {
-            logits = l.last_of(0).context("logits")?.to_vec();
-        }
-    }
-    let prompt_s = t_prompt.elapsed().as_secs_f64();
-    let mut sampler = Sampler::new(params, &ids);
-    let limit = if a.n_predict < 0 { usize::MAX } else { a.n_predict as usize };
-    let mut output = OutputStage::new(model.tokenizer.end_of_generation().iter().copied(), a.stops.clone(), limit);
+    let mut stream = engine.submit(ids, params)?;
     let mut out = std::io::stdout().lock();
-    let t_gen = Instant::now();
-    let mut pos = ids.len();
-    if limit == 0 {
-        output.end(FinishReason::Length);
-    }
-    while output.finished().is_none() {
-        let tok = sampler.sample(&logits);
-        sampler.accept(tok);
-        let step = output.on_token(tok, &model.tokenizer.token_bytes(tok, false));
-        out.write_all(step.text.as_bytes())?;
-        out.flush()?;
-        if step.finished.is_some() {
-            break;
+    let mut prompt_s = None;
+    let mut t_gen = Instant::now();
+    let mut generated = 0usize;
+    while let Some(event) = stream.blocking_recv() {
+        match event {
+            Event::Token { text, .. } => {
+                if prompt_s.is_none() {
+                    prompt_s = Some(t_prompt.elapsed().as_secs_f64());
+                    t_gen = Instant::now();
+                }
+                out.write_all(text.as_bytes())?;
+                out.flush()?;
+            }
+            Event::Finished { text, usage, .. } => {
+                out.write_all(text.as_bytes())?;
+                generated = usage.completion_tokens;
+            }
+            Event::Failed { message } => bail!("generation failed: {message}"),
         }
-        if pos + 1 >= ctx {
-            out.write_all(output.end(FinishReason::Length).as_bytes())?;
-            break;
-        }
-        let l = model.transformer.forward(&mut cache, &[Span { seq: &seq, start: pos, tokens: &[tok], want: Want::Last }])?;
-        logits = l.last_of(0).context("logits")?.to_vec();
-        pos += 1;
     }
-    let generated = output.generated();
     writeln!(out)?;
+    let prompt_s = prompt_s.unwrap_or_else(|| t_prompt.elapsed().as_secs_f64());
+    let ids_len = prompt_len;
     let gen_s = t_gen.elapsed().as_secs_f64();
     eprintln!();
     eprintln!("load time:   {:>8.1} ms ({} threads, seed {seed})", load_s * 1e3, threads);
-    eprintln!("prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)", prompt_s * 1e3, ids.len(), ids.len() as f64 / prompt_s);
-    eprintln!("generation:  {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)", gen_s * 1e3, generated, generated as f64 / gen_s.max(1e-9));
+    eprintln!("prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s, to the first token)", prompt_s * 1e3, ids_len, ids_len as f64 / prompt_s);
+    let decoded = generated.saturating_sub(1);
+    eprintln!("generation:  {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)", gen_s * 1e3, decoded, decoded as f64 / gen_s.max(1e-9));
     Ok(())
 }

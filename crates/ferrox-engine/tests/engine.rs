@@ -294,9 +294,10 @@ fn the_context_ceiling_is_reported_before_the_device_ceiling() {
     assert_eq!(h.stats().refusals_too_large, 0);
 }
 
-/// SPEC S7, S19: six concurrent two-block requests on a four-block budget never
-/// hold more than four blocks (peak measured from the rows), and every block comes
-/// back, also after a request rejected at validation.
+/// SPEC S7, S12, S19: six concurrent two-block requests on a four-block budget never
+/// hold more than four blocks (peak measured from the rows); those that do not fit
+/// yet wait instead of failing (S12); every block comes back, also after a request
+/// rejected at validation.
 #[test]
 fn six_two_block_requests_on_four_blocks_never_hold_more_than_four() {
     let h = ceiling_engine(Some(4), None);
@@ -381,4 +382,66 @@ fn real_model_smollm2_sixteen_concurrent_requests_match_sequential() {
     }
     wait_idle(&h);
     assert_eq!(h.stats().kv_blocks_free, 256);
+}
+
+/// SPEC S5: each request's seeded sampler is its own: the same seed gives the same
+/// tokens alone and beside other sampled requests.
+#[test]
+fn a_seeded_request_samples_the_same_alone_and_in_company() {
+    let mut p = long_greedy(25);
+    p.sampling.temperature = 1.3;
+    p.sampling.top_k = 0;
+    p.sampling.top_p = 1.0;
+    p.sampling.min_p = 0.0;
+    p.sampling.seed = 77;
+    let alone = tokens_of(&engine(EngineConfig::default()).submit(prompt(6, 60), p.clone()).unwrap().collect_blocking());
+    let h = engine(EngineConfig::default());
+    let others: Vec<_> = (0..5)
+        .map(|i| {
+            let mut q = p.clone();
+            q.sampling.seed = 100 + i;
+            h.submit(prompt(4 + i as usize, 61), q).unwrap()
+        })
+        .collect();
+    let mine = h.submit(prompt(6, 60), p).unwrap();
+    assert_eq!(tokens_of(&mine.collect_blocking()), alone);
+    drop(others);
+}
+
+/// A decoder that panics on its third forward call.
+struct Panicky {
+    inner: Transformer,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Decoder for Panicky {
+    fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<ferrox_models::decoder::Logits, ferrox_models::ModelError> {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
+            panic!("simulated worker crash");
+        }
+        self.inner.forward(cache, spans)
+    }
+    fn hyper_params(&self) -> &ferrox_models::HyperParams {
+        self.inner.hyper_params()
+    }
+}
+
+/// SPEC S1: if the worker dies, every waiting caller is answered and later
+/// submissions fail at once with a typed error.
+#[test]
+fn a_dead_worker_answers_everyone_and_refuses_new_work() {
+    let d = Panicky { inner: Transformer::new(tiny_file(), 1).unwrap(), calls: Default::default() };
+    let h = start(Box::new(d), tiny_tokenizer(), EngineConfig::default()).unwrap();
+    let s = h.submit(prompt(5, 70), long_greedy(50)).unwrap();
+    let ev = s.collect_blocking();
+    assert!(matches!(ev.last(), Some(Event::Failed { .. })), "{:?}", ev.last());
+    let mut refused = false;
+    for _ in 0..200 {
+        if let Err(SubmitError::Stopped) = h.submit(prompt(3, 71), long_greedy(2)) {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(refused, "submissions after the worker died must fail with Stopped");
 }
