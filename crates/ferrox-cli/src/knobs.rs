@@ -34,6 +34,44 @@ pub struct KvArgs {
     pub prefill_chunk: usize,
 }
 
+/// Engine flags beside the KV layout: the queue, a block count, the context ceiling.
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Requests that may wait for admission before new ones get 503.
+    #[arg(long, env = "FERROX_CB_MAX_QUEUE", value_parser = count_knob("FERROX_CB_MAX_QUEUE"), default_value_t = 512, value_name = "N")]
+    pub max_queue: usize,
+    /// KV blocks in the pool (instead of --kv-memory).
+    #[arg(long, env = "FERROX_CB_KV_BLOCKS", value_parser = count_knob("FERROX_CB_KV_BLOCKS"), conflicts_with = "kv_memory", value_name = "N")]
+    pub kv_blocks: Option<usize>,
+    /// Longest request in positions (prompt + max_tokens) [default: the model's context].
+    #[arg(long, env = "FERROX_CB_MAX_CONTEXT", value_parser = count_knob("FERROX_CB_MAX_CONTEXT"), value_name = "N")]
+    pub max_context: Option<usize>,
+}
+
+impl EngineArgs {
+    /// The engine configuration for a model of KV `shape`.
+    pub fn config(&self, shape: &ferrox_models::KvShape) -> Result<ferrox_engine::EngineConfig> {
+        let kv = &self.kv;
+        let kv_blocks = match self.kv_blocks {
+            Some(n) => n,
+            None => {
+                let plan = ferrox_models::KvPlan::from_memory(shape, kv.memory_bytes()?, kv.kv_block_size, kv.max_seqs, kv.prefill_chunk)?;
+                usize::try_from(plan.n_blocks).unwrap_or(usize::MAX)
+            }
+        };
+        Ok(ferrox_engine::EngineConfig {
+            max_seqs: kv.max_seqs,
+            prefill_chunk: kv.prefill_chunk,
+            max_queue: self.max_queue,
+            block_size: kv.kv_block_size,
+            kv_blocks: Some(kv_blocks),
+            max_context: self.max_context,
+        })
+    }
+}
+
 impl KvArgs {
     /// The KV memory budget in bytes.
     pub fn memory_bytes(&self) -> Result<u64> {

@@ -5,6 +5,7 @@ mod fetch;
 mod knobs;
 mod model_ref;
 mod run_cmd;
+mod serve_cmd;
 mod tokenize_cmd;
 
 use anyhow::Result;
@@ -42,6 +43,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the OpenAI-compatible API (chat and text completions, SSE, /metrics).
+    Serve(serve_cmd::ServeArgs),
     /// Generate text from a prompt, streamed to stdout.
     Run(run_cmd::RunArgs),
     /// Measure prompt processing and generation speed (llama-bench's pp / tg).
@@ -123,6 +126,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Detokenize { model, skip_special } => {
             tokenize_cmd::detokenize(&model_ref::resolve(model.as_deref())?, !skip_special)?;
         }
+        Command::Serve(args) => serve_cmd::serve(args)?,
         Command::Run(args) => run_cmd::run(args)?,
         Command::Bench(args) => bench_cmd::bench(args)?,
         Command::Models => {

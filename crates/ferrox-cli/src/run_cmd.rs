@@ -163,6 +163,7 @@ pub fn run(a: RunArgs) -> Result<()> {
                 generated = usage.completion_tokens;
             }
             Event::Failed { message } => bail!("generation failed: {message}"),
+            Event::Admitted => {}
         }
     }
     writeln!(out)?;

@@ -38,6 +38,8 @@ pub struct Usage {
 /// Events on a request's stream, in order: tokens, then exactly one terminal event.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// The request left the queue and holds its KV (sent once, before any token).
+    Admitted,
     /// A generated token and the text it released (may be empty while text is withheld).
     Token { id: u32, text: String },
     /// The request ended; `text` is what was still withheld, if anything.

@@ -212,6 +212,7 @@ impl Worker {
             let output = OutputStage::new(stops, params.stop.clone(), params.max_tokens);
             let sampler = Sampler::new(params.sampling.clone(), &run_prompt);
             EngineStats::add(&self.stats.prompt_tokens, prompt_tokens as u64);
+            let _ = reply.send(Event::Admitted);
             self.running.insert(id, Active { prompt: run_prompt, prompt_tokens, prefilled: 0, pending: None, seq, blocks, sampler, output, reply });
         }
     }

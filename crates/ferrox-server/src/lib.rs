@@ -1,9 +1,20 @@
 //! ferrox-server: the OpenAI-compatible HTTP server over the engine.
 //!
-//! Planned house (issue "`ferrox serve`"): axum routes for chat and text
-//! completions (JSON and SSE), validation into `Valid*` request types, OpenAI-shaped
-//! errors with string codes (SPEC S18), `/metrics`, `/health`, and disconnects that
-//! cancel (SPEC S13). Mapping typed refusals to HTTP status happens only here.
-//!
-//! Nothing is implemented here yet; the crate exists so that the dependency
-//! direction core <- gguf <- models <- engine <- server <- cli is fixed from the start.
+//! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
+//! * [`error`]: OpenAI-shaped errors; the only place refusals become statuses (S18).
+//! * [`completions`]: chat and text completions, JSON and SSE.
+//! * [`routes`]: the router, models, health, tokenize, metrics, auth.
+//! * [`metrics`]: Prometheus text (S19).
+//! * [`serve`]: binding, readiness and graceful shutdown.
+
+pub mod completions;
+pub mod error;
+pub mod metrics;
+pub mod request;
+pub mod routes;
+pub mod serve;
+pub mod state;
+
+pub use routes::router;
+pub use serve::{ServeOptions, serve, serve_loading};
+pub use state::AppState;

@@ -1,0 +1,259 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: JSON bodies and SSE
+//! streams in the OpenAI shapes.
+//!
+//! Invariants: refusals happen before anything is queued (the engine's submit);
+//! dropping the response (the client went away, streaming or not) drops the
+//! request streams, which cancels them (SPEC S13); a failure after streaming began
+//! ends the stream with an error event, never a silent cut (S18).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use ferrox_engine::{Event, FinishReason, RequestStream};
+use futures_util::stream::{self, Stream, StreamExt};
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::request::{PromptInput, ValidRequest, parse_chat, parse_completion};
+use crate::state::AppState;
+
+/// Which endpoint.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The body as JSON, or the error naming what is wrong with it.
+pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let bytes = body.map_err(|e| {
+        let status = e.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(status, "invalid_request_error", "request_too_large", format!("request body too large: {e}"))
+        } else {
+            ApiError::invalid(None, format!("cannot read the request body: {e}"))
+        }
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
+}
+
+/// Tokenizes each prompt of a request.
+fn prompts(st: &AppState, req: &ValidRequest) -> Result<Vec<Vec<u32>>, ApiError> {
+    Ok(match &req.prompt {
+        PromptInput::Chat(msgs) => vec![st.model_chat_ids(msgs).map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?],
+        PromptInput::Text(texts) => texts.iter().map(|t| st.tokenizer.encode(t, true, true)).collect(),
+        PromptInput::Tokens(ids) => ids.clone(),
+    })
+}
+
+/// Submits every prompt; on a refusal, the ones already submitted are dropped
+/// (cancelled) and the refusal is answered.
+fn submit_all(st: &AppState, req: &ValidRequest, prompts: Vec<Vec<u32>>) -> Result<(Vec<RequestStream>, Vec<usize>), ApiError> {
+    let mut streams = Vec::with_capacity(prompts.len());
+    let mut lens = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        let mut params = req.params.clone();
+        let limit = st.engine.ceiling().max_context as usize;
+        params.max_tokens = req.max_tokens.unwrap_or_else(|| limit.saturating_sub(p.len().max(1)).max(1));
+        let n = p.len();
+        match st.engine.submit(p, params) {
+            Ok(s) => {
+                streams.push(s);
+                lens.push(n);
+            }
+            Err(e) => {
+                let err = ApiError::from_submit(e, n);
+                st.metrics.refused(err.code);
+                return Err(err);
+            }
+        }
+    }
+    Ok((streams, lens))
+}
+
+async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let v = json_body(body)?;
+    let req = match kind {
+        Kind::Chat => parse_chat(&v)?,
+        Kind::Text => parse_completion(&v)?,
+    };
+    if let Some(m) = &req.model
+        && !st.serves(m)
+    {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found", format!("model {m:?} is not served here; this server serves {:?}", st.model_id)));
+    }
+    let prompts = prompts(&st, &req)?;
+    let started = Instant::now();
+    let (streams, _) = submit_all(&st, &req, prompts)?;
+    let id = format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, streams[0].id());
+    if req.stream {
+        Ok(sse(st, kind, id, streams, req.include_usage, started).into_response())
+    } else {
+        Ok(collect(st, kind, id, streams, started).await.into_response())
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(st, Kind::Chat, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /v1/completions`.
+pub async fn text(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(st, Kind::Text, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Timing of one request stream, for the latency histograms.
+struct Clock {
+    started: Instant,
+    last: Option<Instant>,
+}
+
+impl Clock {
+    fn on_event(&mut self, st: &AppState, e: &Event) {
+        let t = Instant::now();
+        match e {
+            Event::Admitted => st.metrics.queue_time.observe((t - self.started).as_secs_f64()),
+            Event::Token { .. } => {
+                match self.last {
+                    None => st.metrics.time_to_first_token.observe((t - self.started).as_secs_f64()),
+                    Some(l) => st.metrics.inter_token_latency.observe((t - l).as_secs_f64()),
+                }
+                self.last = Some(t);
+            }
+            Event::Finished { reason, .. } => {
+                st.metrics.end_to_end.observe((t - self.started).as_secs_f64());
+                st.metrics.finished(reason.as_str());
+            }
+            Event::Failed { .. } => st.metrics.finished("error"),
+        }
+    }
+}
+
+fn finish_str(r: FinishReason) -> &'static str {
+    r.as_str()
+}
+
+async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, started: Instant) -> Response {
+    let mut choices = Vec::new();
+    let (mut prompt_tokens, mut completion_tokens) = (0, 0);
+    for (index, mut s) in streams.into_iter().enumerate() {
+        let mut clock = Clock { started, last: None };
+        let mut text = String::new();
+        let mut finish = None;
+        while let Some(e) = s.recv().await {
+            clock.on_event(&st, &e);
+            match e {
+                Event::Admitted => {}
+                Event::Token { text: t, .. } => text.push_str(&t),
+                Event::Finished { reason, usage, text: t } => {
+                    text.push_str(&t);
+                    prompt_tokens += usage.prompt_tokens;
+                    completion_tokens += usage.completion_tokens;
+                    finish = Some(reason);
+                }
+                Event::Failed { message } => {
+                    return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "generation_failed", message).into_response();
+                }
+            }
+        }
+        let reason = finish.map(finish_str);
+        choices.push(match kind {
+            Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": null}),
+            Kind::Text => json!({"index": index, "text": text, "finish_reason": reason, "logprobs": null}),
+        });
+    }
+    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+    let object = if kind == Kind::Chat { "chat.completion" } else { "text_completion" };
+    axum::Json(json!({"id": id, "object": object, "created": now(), "model": st.model_id, "choices": choices, "usage": usage})).into_response()
+}
+
+fn chunk(kind: Kind, id: &str, model: &str, created: u64, index: usize, delta: Option<&str>, role: bool, finish: Option<&str>) -> Value {
+    match kind {
+        Kind::Chat => {
+            let mut d = json!({});
+            if role {
+                d["role"] = json!("assistant");
+            }
+            if let Some(t) = delta {
+                d["content"] = json!(t);
+            }
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                   "choices": [{"index": index, "delta": d, "finish_reason": finish, "logprobs": null}]})
+        }
+        Kind::Text => json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                             "choices": [{"index": index, "text": delta.unwrap_or(""), "finish_reason": finish, "logprobs": null}]}),
+    }
+}
+
+fn sse(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, include_usage: bool, started: Instant) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let created = now();
+    let n = streams.len();
+    let indexed = streams.into_iter().enumerate().map(|(i, s)| {
+        stream::unfold(Some(s), move |s| async move {
+            let mut s = s?;
+            let e = s.recv().await?;
+            Some(((i, e), Some(s)))
+        })
+        .boxed()
+    });
+    let merged = stream::select_all(indexed);
+    let model = st.model_id.clone();
+    let mut clocks: Vec<Clock> = (0..n).map(|_| Clock { started, last: None }).collect();
+    let mut announced = vec![false; n];
+    let (mut done, mut prompt_tokens, mut completion_tokens) = (0usize, 0usize, 0usize);
+    let events = merged
+        .flat_map(move |(i, e)| {
+            clocks[i].on_event(&st, &e);
+            let mut out: Vec<Value> = Vec::new();
+            let first = kind == Kind::Chat && !announced[i];
+            match e {
+                Event::Admitted => {
+                    if first {
+                        announced[i] = true;
+                        out.push(chunk(kind, &id, &model, created, i, Some(""), true, None));
+                    }
+                }
+                Event::Token { text, .. } => {
+                    announced[i] = true;
+                    if first || !text.is_empty() {
+                        out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None));
+                    }
+                }
+                Event::Finished { reason, usage, text } => {
+                    announced[i] = true;
+                    if !text.is_empty() {
+                        out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None));
+                    }
+                    if reason != FinishReason::Cancelled {
+                        out.push(chunk(kind, &id, &model, created, i, None, false, Some(finish_str(reason))));
+                    }
+                    prompt_tokens += usage.prompt_tokens;
+                    completion_tokens += usage.completion_tokens;
+                    done += 1;
+                    if done == n && include_usage {
+                        let u = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+                        let object = if kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
+                        out.push(json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": u}));
+                    }
+                }
+                Event::Failed { message } => {
+                    out.push(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "generation_failed", message).body());
+                }
+            }
+            stream::iter(out.into_iter().map(|v| Ok(SseEvent::default().data(v.to_string()))))
+        })
+        .chain(stream::once(async { Ok(SseEvent::default().data("[DONE]")) }));
+    Sse::new(events).keep_alive(KeepAlive::new().interval(std::time::Duration::from_millis(500)))
+}

@@ -1,0 +1,89 @@
+//! Errors in the OpenAI shape (SPEC S18), and the one place engine refusals become
+//! HTTP statuses.
+//!
+//! Body: `{"error": {"message", "type", "param", "code"}}` with a string code; KV
+//! refusals add `positions`, `positions_limit`, `estimated_bytes`, `limit_bytes` and
+//! llama-server's `n_prompt_tokens` / `n_ctx`. A full queue is 503 with `Retry-After`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ferrox_engine::SubmitError;
+use serde_json::{Value, json};
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: &'static str,
+    /// Extra fields beside the standard four.
+    pub extra: Vec<(&'static str, Value)>,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// A 400 `invalid_request_error` about `param`.
+    pub fn invalid(param: Option<&str>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: param.map(str::to_string),
+            code: "invalid_request_error",
+            extra: Vec::new(),
+            retry_after: None,
+        }
+    }
+
+    /// Any other status and code.
+    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into(), kind, param: None, code, extra: Vec::new(), retry_after: None }
+    }
+
+    /// The error of a refused submission, for a prompt of `prompt_tokens`.
+    pub fn from_submit(e: SubmitError, prompt_tokens: usize) -> ApiError {
+        match e {
+            SubmitError::Invalid(i) => ApiError::invalid(Some(i.param), i.message),
+            SubmitError::Kv(r) => {
+                let mut err = ApiError::invalid(Some("max_tokens"), r.message.clone());
+                err.code = r.kind.code();
+                err.extra = vec![
+                    ("positions", json!(r.positions)),
+                    ("positions_limit", json!(r.positions_limit)),
+                    ("estimated_bytes", json!(r.estimated_bytes)),
+                    ("limit_bytes", json!(r.limit_bytes)),
+                    ("n_prompt_tokens", json!(prompt_tokens)),
+                    ("n_ctx", json!(r.positions_limit)),
+                ];
+                err
+            }
+            SubmitError::QueueFull { retry_after_s, .. } => {
+                let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "queue_full", e.to_string());
+                err.retry_after = Some(retry_after_s);
+                err
+            }
+            SubmitError::Stopped => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "engine_stopped", e.to_string()),
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        let mut e = json!({ "message": self.message, "type": self.kind, "param": self.param, "code": self.code });
+        for (k, v) in &self.extra {
+            e[*k] = v.clone();
+        }
+        json!({ "error": e })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}

@@ -1,0 +1,120 @@
+//! `/metrics` (SPEC S19): the engine's counters, read at scrape time without locks,
+//! beside the server's own latency histograms and token and outcome counters, in
+//! the OpenMetrics text format of an explicit registry (no globals).
+
+use std::sync::Mutex;
+
+use ferrox_engine::EngineHandle;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub time_to_first_token: Histogram,
+    pub inter_token_latency: Histogram,
+    pub end_to_end: Histogram,
+    pub queue_time: Histogram,
+    pub requests: Family<Labels, Counter>,
+    pub refusals: Family<Labels, Counter>,
+}
+
+struct EngineCollector(EngineHandle);
+
+impl std::fmt::Debug for EngineCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for EngineCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.stats();
+        let counters: [(&str, &str, u64); 12] = [
+            ("ferrox_prefill_chunks", "Prompt chunks run", s.prefill_chunks),
+            ("ferrox_prefill_tokens", "Prompt tokens run", s.prefill_tokens),
+            ("ferrox_decode_steps", "Steps with at least one decode row", s.decode_steps),
+            ("ferrox_queue_rejections", "Requests refused because the queue was full", s.queue_rejections),
+            ("ferrox_refusals_too_large", "Requests larger than the whole KV budget", s.refusals_too_large),
+            ("ferrox_refusals_context_length", "Requests longer than the context", s.refusals_context_length),
+            ("ferrox_refusals_invalid", "Requests refused at validation", s.refusals_invalid),
+            ("ferrox_aborted_requests", "Requests cancelled", s.aborted),
+            ("ferrox_prompt_tokens", "Prompt tokens of admitted requests", s.prompt_tokens),
+            ("ferrox_generation_tokens", "Generated tokens", s.generated_tokens),
+            ("ferrox_finished_stop", "Requests finished by a stop", s.finished_stop),
+            ("ferrox_finished_length", "Requests finished by max_tokens", s.finished_length),
+        ];
+        for (name, help, v) in counters {
+            let c = ConstCounter::new(v);
+            c.encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)?;
+        }
+        let gauges: [(&str, &str, u64); 7] = [
+            ("ferrox_queue_depth", "Requests waiting for admission", s.queue_depth),
+            ("ferrox_requests_running", "Requests in flight", s.running),
+            ("ferrox_kv_blocks_total", "KV blocks in the pool (0: no budget)", s.kv_blocks_total),
+            ("ferrox_kv_blocks_free", "KV blocks free", s.kv_blocks_free),
+            ("ferrox_kv_blocks_in_use", "KV blocks held by in-flight requests", s.blocks_held),
+            ("ferrox_kv_blocks_peak", "Most KV blocks held at once", s.peak_blocks_held),
+            ("ferrox_kv_block_size", "Token positions per KV block", s.kv_block_size),
+        ];
+        for (name, help, v) in gauges {
+            let g = ConstGauge::new(v as i64);
+            g.encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        Ok(())
+    }
+}
+
+fn latency() -> Histogram {
+    Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
+}
+
+impl Metrics {
+    /// Metrics for a server over `engine`.
+    pub fn new(engine: EngineHandle) -> Metrics {
+        let mut r = Registry::default();
+        let m = Metrics {
+            registry: Mutex::new(Registry::default()),
+            time_to_first_token: latency(),
+            inter_token_latency: latency(),
+            end_to_end: latency(),
+            queue_time: latency(),
+            requests: Family::default(),
+            refusals: Family::default(),
+        };
+        r.register("ferrox_time_to_first_token_seconds", "Time from request to first token", m.time_to_first_token.clone());
+        r.register("ferrox_inter_token_latency_seconds", "Time between tokens of a stream", m.inter_token_latency.clone());
+        r.register("ferrox_request_duration_seconds", "Time from request to its last event", m.end_to_end.clone());
+        r.register("ferrox_queue_time_seconds", "Time from request to admission", m.queue_time.clone());
+        r.register("ferrox_requests", "Finished requests by finish reason", m.requests.clone());
+        r.register("ferrox_refused_requests", "Refused requests by error code", m.refusals.clone());
+        r.register_collector(Box::new(EngineCollector(engine)));
+        *m.registry.lock().expect("fresh mutex") = r;
+        m
+    }
+
+    /// Counts a finished request.
+    pub fn finished(&self, reason: &str) {
+        self.requests.get_or_create(&vec![("finish_reason".to_string(), reason.to_string())]).inc();
+    }
+
+    /// Counts a refusal.
+    pub fn refused(&self, code: &str) {
+        self.refusals.get_or_create(&vec![("code".to_string(), code.to_string())]).inc();
+    }
+
+    /// The OpenMetrics text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        prometheus_client::encoding::text::encode(&mut out, &r).expect("writing to a String cannot fail");
+        out
+    }
+}

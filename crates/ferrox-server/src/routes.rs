@@ -1,0 +1,97 @@
+//! The router: every endpoint, the API-key check, the body limit, and OpenAI-shaped
+//! 404s for unknown routes.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+use crate::completions::{self, json_body};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Largest request body accepted.
+pub const BODY_LIMIT: usize = 4 << 20;
+
+async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Json(json!({"object": "list", "data": [{"id": st.model_id, "object": "model", "created": created, "owned_by": "ferrox"}]}))
+}
+
+async fn health(State(st): State<Arc<AppState>>) -> Response {
+    if st.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
+    } else {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "loading", "the model is loading").into_response()
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], st.metrics.render()).into_response()
+}
+
+async fn tokenize(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+    let v = json_body(body)?;
+    let content = v.get("content").and_then(Value::as_str).ok_or_else(|| ApiError::invalid(Some("content"), "content must be a string"))?;
+    let add_special = v.get("add_special").and_then(Value::as_bool).unwrap_or(false);
+    let parse_special = v.get("parse_special").and_then(Value::as_bool).unwrap_or(true);
+    Ok(Json(json!({"tokens": st.tokenizer.encode(content, add_special, parse_special)})))
+}
+
+async fn detokenize(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+    let v = json_body(body)?;
+    let ids = v.get("tokens").and_then(Value::as_array).ok_or_else(|| ApiError::invalid(Some("tokens"), "tokens must be an array of token ids"))?;
+    let vocab = st.tokenizer.vocab_size();
+    let ids: Vec<u32> = ids
+        .iter()
+        .map(|t| t.as_u64().filter(|&n| (n as usize) < vocab).map(|n| n as u32))
+        .collect::<Option<_>>()
+        .ok_or_else(|| ApiError::invalid(Some("tokens"), format!("tokens must be ids below the vocabulary size {vocab}")))?;
+    Ok(Json(json!({"content": st.tokenizer.decode(&ids, true)})))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("no route for {} {}", req.method(), req.uri().path()))
+}
+
+async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &st.api_key {
+        let given = req.headers().get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "));
+        if given != Some(key.as_str()) {
+            return ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)")
+                .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The router of a server over `st`.
+pub fn router(st: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(completions::chat))
+        .route("/v1/completions", post(completions::text))
+        .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));
+    Router::new()
+        .merge(api)
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(st)
+}
+
+/// The router while the model loads: 503 `loading` everywhere.
+pub fn loading_router() -> Router {
+    Router::new().fallback(|| async { ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "loading", "the model is loading; retry shortly") })
+}
