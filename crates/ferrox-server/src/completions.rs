@@ -45,6 +45,14 @@ pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError>
             ApiError::invalid(None, format!("cannot read the request body: {e}"))
         }
     })?;
+    if bytes.len() > crate::routes::BODY_LIMIT {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "request_too_large",
+            format!("request body too large: {} bytes, the limit is {} bytes", bytes.len(), crate::routes::BODY_LIMIT),
+        ));
+    }
     serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
 }
 

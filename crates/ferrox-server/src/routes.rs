@@ -20,6 +20,9 @@ use crate::state::AppState;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 4 << 20;
+/// Largest body read in full (to answer 413 to a client still sending); beyond it
+/// the connection is refused outright.
+pub const BODY_READ_LIMIT: usize = 32 << 20;
 
 async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -87,7 +90,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(DefaultBodyLimit::max(BODY_READ_LIMIT))
         .with_state(st)
 }
 

@@ -1,0 +1,243 @@
+"""The official `openai` Python SDK and raw HTTP clients against a real `ferrox serve`
+on SmolLM2 (issue: `ferrox serve`, SPEC S10, S11, S13, S17, S18, S19).
+
+Run: python3 tests/openai_sdk/test_server.py PATH/TO/ferrox
+Starts its own servers on free loopback ports; prints "N passed, M failed".
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+FERROX = sys.argv[1] if len(sys.argv) > 1 else "target/debug/ferrox"
+RESULTS = []
+
+
+class Server:
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([FERROX, "serve", "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"http://([0-9.]+:[0-9]+)", line)
+        if not m:
+            raise RuntimeError("server did not start: " + line + self.proc.stderr.read())
+        self.addr = m.group(1)
+        self.base = f"http://{self.addr}"
+        self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def metric(self, name):
+        text = urllib.request.urlopen(self.base + "/metrics").read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.split()[-1])
+        raise KeyError(name)
+
+    def raw(self, path, body, headers=None):
+        req = urllib.request.Request(self.base + path, data=body, headers=headers or {"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = -9
+        return code
+
+
+def check(name):
+    def wrap(fn):
+        def run(*a):
+            try:
+                fn(*a)
+                RESULTS.append((name, None))
+                print(f"PASS {name}", flush=True)
+            except Exception as e:  # noqa: BLE001 - report every failure
+                RESULTS.append((name, e))
+                print(f"FAIL {name}: {e!r}", flush=True)
+        return run
+    return wrap
+
+
+def wait_for(cond, what, timeout=60):
+    t = time.time()
+    while time.time() - t < timeout:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+@check("chat completion, non-streaming")
+def chat_plain(s):
+    r = s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "What is the capital of France?"}], temperature=0, max_tokens=24)
+    c = r.choices[0]
+    assert c.message.role == "assistant" and "Paris" in c.message.content, c
+    assert c.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+@check("chat completion, streaming with the usage chunk")
+def chat_stream(s):
+    chunks = list(s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=12, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert any(c.choices and c.choices[0].finish_reason for c in chunks)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0, chunks[-1]
+    assert text, "no text streamed"
+
+
+@check("text completion, streaming and not, same greedy text")
+def completions(s):
+    r = s.client.completions.create(model="smollm2-135m", prompt="The capital of France is", temperature=0, max_tokens=6)
+    streamed = "".join(c.choices[0].text for c in s.client.completions.create(model="smollm2-135m", prompt="The capital of France is", temperature=0, max_tokens=6, stream=True) if c.choices)
+    assert r.choices[0].text.startswith(" Paris"), r.choices[0].text
+    assert streamed == r.choices[0].text, (streamed, r.choices[0].text)
+    assert r.choices[0].finish_reason == "length"
+
+
+@check("a too-long request raises BadRequestError with code context_length_exceeded")
+def too_long(s):
+    try:
+        s.client.completions.create(model="smollm2-135m", prompt="hello", max_tokens=100000)
+    except openai.BadRequestError as e:
+        assert e.code == "context_length_exceeded", e.code
+        body = e.body
+        for k in ("positions", "positions_limit", "estimated_bytes", "limit_bytes", "n_prompt_tokens", "n_ctx"):
+            assert k in body, (k, body)
+        return
+    raise AssertionError("no error")
+
+
+@check("32 concurrent clients get exactly their one-at-a-time outputs; KV blocks back to 0")
+def concurrent_clients(s):
+    prompts = [f"Count from {i} to {i + 5}:" for i in range(32)]
+
+    def one(p):
+        return s.client.completions.create(model="smollm2-135m", prompt=p, temperature=0, max_tokens=8).choices[0].text
+
+    alone = [one(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(32) as ex:
+        together = list(ex.map(one, prompts))
+    assert alone == together, [(a, b) for a, b in zip(alone, together) if a != b][:3]
+    wait_for(lambda: s.metric("ferrox_kv_blocks_in_use") == 0, "blocks to come back")
+
+
+def open_request(s, body):
+    sock = socket.create_connection(tuple([s.addr.split(":")[0], int(s.addr.split(":")[1])]))
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return sock
+
+
+@check("clients that drop mid-prefill and mid-stream are cancelled and their blocks come back")
+def disconnects(s):
+    before = s.metric("ferrox_aborted_requests_total")
+    sock = open_request(s, {"prompt": "word " * 2000, "max_tokens": 4})
+    wait_for(lambda: s.metric("ferrox_requests_running") >= 1, "the long prompt to be admitted")
+    sock.close()
+    sock = open_request(s, {"prompt": "Tell me a long story.", "max_tokens": 3000, "stream": True})
+    sock.recv(200)
+    sock.close()
+    wait_for(lambda: s.metric("ferrox_aborted_requests_total") >= before + 2, "both cancellations")
+    wait_for(lambda: s.metric("ferrox_kv_blocks_in_use") == 0, "blocks to come back")
+
+
+@check("hostile bodies get a 4xx naming the problem, and the server keeps serving")
+def hostile(s):
+    cases = [
+        (b"{not json", "invalid JSON"),
+        (b'{"prompt": 5}', "prompt"),
+        (b'{"prompt": "x", "max_tokens": -3}', "max_tokens"),
+        (b'{"prompt": "x", "temperature": "warm"}', "temperature"),
+        (b'{"prompt": "x", "temperature": NaN}', "invalid JSON"),
+        (b'{"prompt": "x", "max_tokens": 99999999999}', "context"),
+        (b'{"prompt": "\xff\xfe"}', "invalid JSON"),
+        (b'{"prompt": "x", "n": 3}', "n must be 1"),
+        (b'{"prompt": [99999999]}', "vocabulary"),
+        (b'[]', "JSON object"),
+        (b'{"prompt": "' + b"a" * (10 * 1024 * 1024) + b'"}', "too large"),
+    ]
+    for body, want in cases:
+        status, _, out = s.raw("/v1/completions", body)
+        assert 400 <= status < 500, (body[:40], status)
+        msg = json.loads(out)["error"]["message"]
+        assert want.lower() in msg.lower(), (body[:40], msg)
+    status, _, out = s.raw("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "model": "gpt-9"}')
+    assert status == 404 and json.loads(out)["error"]["code"] == "model_not_found", out
+    r = s.client.completions.create(model="smollm2-135m", prompt="Still alive?", temperature=0, max_tokens=2)
+    assert r.choices[0].text
+
+
+@check("a full queue answers 503 with Retry-After and is counted apart")
+def queue_full(_):
+    s = Server("--max-seqs", "1", "--max-queue", "1")
+    try:
+        long_body = {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True}
+        first = open_request(s, long_body)
+        wait_for(lambda: s.metric("ferrox_requests_running") == 1, "the first request to run")
+        second = open_request(s, long_body)
+        wait_for(lambda: s.metric("ferrox_queue_depth") == 1, "the second request to wait")
+        try:
+            s.client.completions.create(model="smollm2-135m", prompt="third", max_tokens=2)
+            raise AssertionError("no 503")
+        except openai.APIStatusError as e:
+            assert e.status_code == 503, e.status_code
+            assert e.response.headers.get("retry-after") == "1", e.response.headers
+            assert e.code == "queue_full", e.code
+        assert s.metric("ferrox_queue_rejections_total") == 1
+        first.close()
+        second.close()
+    finally:
+        s.stop()
+
+
+@check("an API key is required when set")
+def api_key(_):
+    s = Server("--api-key", "sesame")
+    try:
+        status, _, out = s.raw("/v1/models", b"{}")
+        req = urllib.request.Request(s.base + "/v1/models")
+        try:
+            urllib.request.urlopen(req)
+            raise AssertionError("no 401")
+        except urllib.error.HTTPError as e:
+            assert e.code == 401 and json.loads(e.read())["error"]["code"] == "invalid_api_key"
+        ok = openai.OpenAI(base_url=s.base + "/v1", api_key="sesame", max_retries=0).models.list()
+        assert ok.data[0].id == "smollm2-135m"
+        assert urllib.request.urlopen(s.base + "/health").status == 200
+    finally:
+        assert s.stop() == 0, "SIGTERM exits 0"
+
+
+def main():
+    s = Server()
+    try:
+        for t in (chat_plain, chat_stream, completions, too_long, concurrent_clients, disconnects, hostile):
+            t(s)
+    finally:
+        code = s.stop()
+    RESULTS.append(("graceful shutdown exits 0", None if code == 0 else AssertionError(f"exit {code}")))
+    queue_full(None)
+    api_key(None)
+    failed = [r for r in RESULTS if r[1] is not None]
+    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
