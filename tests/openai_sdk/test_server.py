@@ -110,6 +110,19 @@ def completions(s):
     assert r.choices[0].finish_reason == "length"
 
 
+@check("logprobs: chat top_logprobs and legacy completions logprobs")
+def logprobs(s):
+    r = s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Hi"}], temperature=0, max_tokens=4, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens and all(len(c.top_logprobs) == 2 for c in content)
+    assert all(c.logprob <= 0 and c.token == c.top_logprobs[0].token for c in content), content
+    t = s.client.completions.create(model="smollm2-135m", prompt="The capital of France is", temperature=0, max_tokens=3, logprobs=2)
+    lp = t.choices[0].logprobs
+    assert "".join(lp.tokens) == t.choices[0].text and len(lp.token_logprobs) == 3 and len(lp.top_logprobs[0]) == 2, lp
+    chunks = list(s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Hi"}], temperature=0, max_tokens=3, logprobs=True, stream=True))
+    assert sum(len(c.choices[0].logprobs.content) for c in chunks if c.choices and c.choices[0].logprobs) == 3
+
+
 @check("a too-long request raises BadRequestError with code context_length_exceeded")
 def too_long(s):
     try:
@@ -227,7 +240,7 @@ def api_key(_):
 def main():
     s = Server()
     try:
-        for t in (chat_plain, chat_stream, completions, too_long, concurrent_clients, disconnects, hostile):
+        for t in (chat_plain, chat_stream, completions, logprobs, too_long, concurrent_clients, disconnects, hostile):
             t(s)
     finally:
         code = s.stop()

@@ -17,12 +17,14 @@ pub struct GenerationParams {
     pub stop: Vec<String>,
     /// Extra stop tokens beside the model's end-of-generation set (SPEC S14).
     pub stop_token_ids: Vec<u32>,
+    /// Report each token's log-probability and this many most likely alternatives.
+    pub logprobs: Option<usize>,
 }
 
 impl GenerationParams {
     /// Greedy decoding of at most `max_tokens` tokens.
     pub fn greedy(max_tokens: usize) -> GenerationParams {
-        GenerationParams { max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new(), stop_token_ids: Vec::new() }
+        GenerationParams { max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new(), stop_token_ids: Vec::new(), logprobs: None }
     }
 }
 
@@ -35,13 +37,42 @@ pub struct Usage {
     pub completion_tokens: usize,
 }
 
+/// The log-probability of a generated token under the model (softmax of the raw
+/// logits, natural log), with the most likely alternatives, best first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// Log-probabilities of `token` and the `n` most likely tokens of `logits`.
+    pub fn of(logits: &[f32], token: u32, n: usize) -> TokenLogprob {
+        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+        let lse = max + logits.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+        let lp = |v: f32| (v as f64 - lse) as f32;
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        let by = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+        let n = n.min(idx.len());
+        if n > 0 && n < idx.len() {
+            idx.select_nth_unstable_by(n - 1, by);
+        }
+        idx.truncate(n);
+        idx.sort_by(by);
+        TokenLogprob {
+            logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
+            top: idx.into_iter().map(|i| (i, lp(logits[i as usize]))).collect(),
+        }
+    }
+}
+
 /// Events on a request's stream, in order: tokens, then exactly one terminal event.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// The request left the queue and holds its KV (sent once, before any token).
     Admitted,
     /// A generated token and the text it released (may be empty while text is withheld).
-    Token { id: u32, text: String },
+    Token { id: u32, text: String, logprob: Option<TokenLogprob> },
     /// The request ended; `text` is what was still withheld, if anything.
     Finished { reason: FinishReason, usage: Usage, text: String },
     /// The request failed after it was accepted (the engine stopped, a model error).

@@ -43,6 +43,11 @@ pub fn validate(prompt: &[u32], p: &GenerationParams, vocab: usize) -> Result<()
             return bad(name, format!("{name} must be in [-2, 2], got {v}"));
         }
     }
+    if let Some(n) = p.logprobs
+        && n > 20
+    {
+        return bad("top_logprobs", format!("at most 20 alternatives per token, got {n}"));
+    }
     if let Some(t) = p.stop_token_ids.iter().find(|&&t| t as usize >= vocab) {
         return bad("stop_token_ids", format!("token id {t} is outside the vocabulary of {vocab} tokens"));
     }

@@ -26,7 +26,7 @@ use crate::ceiling::KvCeiling;
 use crate::handle::{EngineHandle, Job, Msg, Shared};
 use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::QueueGate;
-use crate::request::{Event, RequestId, Usage};
+use crate::request::{Event, RequestId, TokenLogprob, Usage};
 use crate::scheduler::{Prefilling, admit_count, plan_step};
 use crate::stats::EngineStats;
 
@@ -71,6 +71,7 @@ struct Active {
     blocks: u64,
     sampler: Sampler,
     output: OutputStage,
+    logprobs: Option<usize>,
     reply: tokio::sync::mpsc::UnboundedSender<Event>,
 }
 
@@ -213,7 +214,7 @@ impl Worker {
             let sampler = Sampler::new(params.sampling.clone(), &run_prompt);
             EngineStats::add(&self.stats.prompt_tokens, prompt_tokens as u64);
             let _ = reply.send(Event::Admitted);
-            self.running.insert(id, Active { prompt: run_prompt, prompt_tokens, prefilled: 0, pending: None, seq, blocks, sampler, output, reply });
+            self.running.insert(id, Active { prompt: run_prompt, prompt_tokens, prefilled: 0, pending: None, seq, blocks, sampler, output, logprobs: params.logprobs, reply });
         }
     }
 
@@ -285,10 +286,11 @@ impl Worker {
         let Some(a) = self.running.get_mut(&id) else { return };
         let tok = a.sampler.sample(logits);
         a.sampler.accept(tok);
+        let logprob = a.logprobs.map(|n| TokenLogprob::of(logits, tok, n));
         let out = a.output.on_token(tok, &self.tokenizer.token_bytes(tok, false));
         if out.counted {
             EngineStats::add(&self.stats.generated_tokens, 1);
-            let _ = a.reply.send(Event::Token { id: tok, text: out.text.clone() });
+            let _ = a.reply.send(Event::Token { id: tok, text: out.text.clone(), logprob });
         }
         match out.finished {
             Some(reason) => {

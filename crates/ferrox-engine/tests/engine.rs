@@ -445,3 +445,27 @@ fn a_dead_worker_answers_everyone_and_refuses_new_work() {
     }
     assert!(refused, "submissions after the worker died must fail with Stopped");
 }
+
+/// Log-probabilities come with each token when asked: the greedy token is the most
+/// likely one, and the alternatives are sorted.
+#[test]
+fn logprobs_are_reported_when_asked() {
+    let h = engine(EngineConfig::default());
+    let mut p = long_greedy(5);
+    p.sampling.logit_bias.clear();
+    p.logprobs = Some(3);
+    let ev = h.submit(prompt(7, 80), p).unwrap().collect_blocking();
+    let mut seen = 0;
+    for e in &ev {
+        if let Event::Token { id, logprob: Some(lp), .. } = e {
+            seen += 1;
+            assert_eq!(lp.top.len(), 3);
+            assert_eq!(lp.top[0].0, *id, "greedy picks the most likely token");
+            assert!(lp.logprob <= 0.0 && (lp.logprob - lp.top[0].1).abs() < 1e-6);
+            assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        }
+    }
+    assert!(seen >= 1);
+    let none = h.submit(prompt(7, 80), long_greedy(2)).unwrap().collect_blocking();
+    assert!(none.iter().all(|e| !matches!(e, Event::Token { logprob: Some(_), .. })));
+}

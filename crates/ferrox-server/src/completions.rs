@@ -16,7 +16,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use ferrox_engine::{Event, FinishReason, RequestStream};
+use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{Value, json};
 
@@ -153,6 +153,50 @@ fn finish_str(r: FinishReason) -> &'static str {
     r.as_str()
 }
 
+fn piece(st: &AppState, id: u32) -> (String, Vec<u8>) {
+    let b = st.tokenizer.token_bytes(id, false).into_owned();
+    (String::from_utf8_lossy(&b).into_owned(), b)
+}
+
+/// One token's entry in chat `logprobs.content`.
+fn chat_logprob(st: &AppState, id: u32, lp: &TokenLogprob) -> Value {
+    let (t, b) = piece(st, id);
+    let top: Vec<Value> = lp
+        .top
+        .iter()
+        .map(|&(i, l)| {
+            let (t, b) = piece(st, i);
+            json!({"token": t, "logprob": l, "bytes": b})
+        })
+        .collect();
+    json!({"token": t, "logprob": lp.logprob, "bytes": b, "top_logprobs": top})
+}
+
+/// Legacy completions logprobs over `(id, logprob, text offset)` entries.
+fn text_logprobs(st: &AppState, entries: &[(u32, TokenLogprob, usize)]) -> Value {
+    let tokens: Vec<String> = entries.iter().map(|e| piece(st, e.0).0).collect();
+    let lps: Vec<f32> = entries.iter().map(|e| e.1.logprob).collect();
+    let tops: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let mut m = serde_json::Map::new();
+            for &(i, l) in &e.1.top {
+                m.insert(piece(st, i).0, json!(l));
+            }
+            Value::Object(m)
+        })
+        .collect();
+    let offsets: Vec<usize> = entries.iter().map(|e| e.2).collect();
+    json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+}
+
+fn logprobs_value(st: &AppState, kind: Kind, entries: &[(u32, TokenLogprob, usize)]) -> Value {
+    match kind {
+        Kind::Chat => json!({"content": entries.iter().map(|e| chat_logprob(st, e.0, &e.1)).collect::<Vec<_>>()}),
+        Kind::Text => text_logprobs(st, entries),
+    }
+}
+
 async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, started: Instant) -> Response {
     let mut choices = Vec::new();
     let (mut prompt_tokens, mut completion_tokens) = (0, 0);
@@ -160,11 +204,19 @@ async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<Request
         let mut clock = Clock { started, last: None };
         let mut text = String::new();
         let mut finish = None;
+        let mut lps: Vec<(u32, TokenLogprob, usize)> = Vec::new();
+        let mut wants_logprobs = false;
         while let Some(e) = s.recv().await {
             clock.on_event(&st, &e);
             match e {
                 Event::Admitted => {}
-                Event::Token { text: t, .. } => text.push_str(&t),
+                Event::Token { id, text: t, logprob } => {
+                    if let Some(lp) = logprob {
+                        wants_logprobs = true;
+                        lps.push((id, lp, text.len()));
+                    }
+                    text.push_str(&t);
+                }
                 Event::Finished { reason, usage, text: t } => {
                     text.push_str(&t);
                     prompt_tokens += usage.prompt_tokens;
@@ -177,9 +229,10 @@ async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<Request
             }
         }
         let reason = finish.map(finish_str);
+        let logprobs = if wants_logprobs { logprobs_value(&st, kind, &lps) } else { Value::Null };
         choices.push(match kind {
-            Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": null}),
-            Kind::Text => json!({"index": index, "text": text, "finish_reason": reason, "logprobs": null}),
+            Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": logprobs}),
+            Kind::Text => json!({"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}),
         });
     }
     let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
@@ -187,7 +240,8 @@ async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<Request
     axum::Json(json!({"id": id, "object": object, "created": now(), "model": st.model_id, "choices": choices, "usage": usage})).into_response()
 }
 
-fn chunk(kind: Kind, id: &str, model: &str, created: u64, index: usize, delta: Option<&str>, role: bool, finish: Option<&str>) -> Value {
+#[allow(clippy::too_many_arguments)]
+fn chunk(kind: Kind, id: &str, model: &str, created: u64, index: usize, delta: Option<&str>, role: bool, finish: Option<&str>, logprobs: Value) -> Value {
     match kind {
         Kind::Chat => {
             let mut d = json!({});
@@ -198,10 +252,10 @@ fn chunk(kind: Kind, id: &str, model: &str, created: u64, index: usize, delta: O
                 d["content"] = json!(t);
             }
             json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                   "choices": [{"index": index, "delta": d, "finish_reason": finish, "logprobs": null}]})
+                   "choices": [{"index": index, "delta": d, "finish_reason": finish, "logprobs": logprobs}]})
         }
         Kind::Text => json!({"id": id, "object": "text_completion", "created": created, "model": model,
-                             "choices": [{"index": index, "text": delta.unwrap_or(""), "finish_reason": finish, "logprobs": null}]}),
+                             "choices": [{"index": index, "text": delta.unwrap_or(""), "finish_reason": finish, "logprobs": logprobs}]}),
     }
 }
 
@@ -230,22 +284,26 @@ fn sse(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, i
                 Event::Admitted => {
                     if first {
                         announced[i] = true;
-                        out.push(chunk(kind, &id, &model, created, i, Some(""), true, None));
+                        out.push(chunk(kind, &id, &model, created, i, Some(""), true, None, Value::Null));
                     }
                 }
-                Event::Token { text, .. } => {
+                Event::Token { id: tok, text, logprob } => {
                     announced[i] = true;
-                    if first || !text.is_empty() {
-                        out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None));
+                    let lp = match &logprob {
+                        Some(lp) => logprobs_value(&st, kind, &[(tok, lp.clone(), 0)]),
+                        None => Value::Null,
+                    };
+                    if first || !text.is_empty() || logprob.is_some() {
+                        out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None, lp));
                     }
                 }
                 Event::Finished { reason, usage, text } => {
                     announced[i] = true;
                     if !text.is_empty() {
-                        out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None));
+                        out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None, Value::Null));
                     }
                     if reason != FinishReason::Cancelled {
-                        out.push(chunk(kind, &id, &model, created, i, None, false, Some(finish_str(reason))));
+                        out.push(chunk(kind, &id, &model, created, i, None, false, Some(finish_str(reason)), Value::Null));
                     }
                     prompt_tokens += usage.prompt_tokens;
                     completion_tokens += usage.completion_tokens;

@@ -38,8 +38,7 @@ pub struct ValidRequest {
 }
 
 /// Parameters refused because ferrox would answer differently from what they ask.
-const UNSUPPORTED: [&str; 10] =
-    ["tools", "tool_choice", "functions", "function_call", "logprobs", "top_logprobs", "suffix", "echo", "best_of", "audio"];
+const UNSUPPORTED: [&str; 8] = ["tools", "tool_choice", "functions", "function_call", "suffix", "echo", "best_of", "audio"];
 
 fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
     let kind = match got {
@@ -168,7 +167,30 @@ fn common(o: &Map<String, Value>) -> Result<(GenerationParams, Option<usize>, bo
     if let Some(u) = o.get("user").filter(|v| !v.is_null() && !v.is_string()) {
         return Err(type_error("user", "a string", u));
     }
-    Ok((GenerationParams { max_tokens: 0, sampling: s, stop, stop_token_ids }, max_tokens, stream, include_usage, model))
+    Ok((GenerationParams { max_tokens: 0, sampling: s, stop, stop_token_ids, logprobs: None }, max_tokens, stream, include_usage, model))
+}
+
+/// Chat's `logprobs: bool` with `top_logprobs: 0..=20`.
+fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    let on = boolean(o, "logprobs")?;
+    let top = integer(o, "top_logprobs")?;
+    match (on, top) {
+        (false, Some(_)) => Err(ApiError::invalid(Some("top_logprobs"), "top_logprobs needs logprobs: true")),
+        (true, Some(n)) if !(0..=20).contains(&n) => Err(ApiError::invalid(Some("top_logprobs"), format!("top_logprobs must be between 0 and 20, got {n}"))),
+        (true, n) => Ok(Some(n.unwrap_or(0) as usize)),
+        (false, None) => Ok(None),
+    }
+}
+
+/// Completions' legacy `logprobs: 0..=5`.
+fn text_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    match o.get("logprobs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_i64() {
+            Some(n) if (0..=5).contains(&n) => Ok(Some(n as usize)),
+            _ => Err(ApiError::invalid(Some("logprobs"), "logprobs must be an integer between 0 and 5")),
+        },
+    }
 }
 
 fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
@@ -178,7 +200,8 @@ fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
 /// Validates a `/v1/chat/completions` body.
 pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = object(body)?;
-    let (params, max_tokens, stream, include_usage, model) = common(o)?;
+    let (mut params, max_tokens, stream, include_usage, model) = common(o)?;
+    params.logprobs = chat_logprobs(o)?;
     let msgs = match o.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => return Err(ApiError::invalid(Some("messages"), "messages must not be empty")),
@@ -217,7 +240,8 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
 /// Validates a `/v1/completions` body.
 pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = object(body)?;
-    let (params, max_tokens, stream, include_usage, model) = common(o)?;
+    let (mut params, max_tokens, stream, include_usage, model) = common(o)?;
+    params.logprobs = text_logprobs(o)?;
     let bad = || ApiError::invalid(Some("prompt"), "prompt must be a string, an array of strings, an array of token ids or an array of arrays of token ids");
     let prompt = match o.get("prompt") {
         None => return Err(ApiError::invalid(Some("prompt"), "prompt is required")),
@@ -260,7 +284,8 @@ mod tests {
         assert_eq!(with("max_tokens", json!(-5)).as_deref(), Some("max_tokens"));
         assert_eq!(with("n", json!(2)).as_deref(), Some("n"));
         assert_eq!(with("tools", json!([{"type": "function"}])).as_deref(), Some("tools"));
-        assert_eq!(with("logprobs", json!(true)).as_deref(), Some("logprobs"));
+        assert_eq!(with("top_logprobs", json!(3)).as_deref(), Some("top_logprobs"), "top_logprobs needs logprobs");
+        assert_eq!(with("logprobs", json!("yes")).as_deref(), Some("logprobs"));
         assert_eq!(with("stop", json!(5)).as_deref(), Some("stop"));
         assert_eq!(with("logit_bias", json!({"x": 1})).as_deref(), Some("logit_bias"));
         assert_eq!(with("top_p", json!(0)).as_deref(), Some("top_p"));
