@@ -80,11 +80,7 @@ fn submit_all(st: &AppState, req: &ValidRequest, prompts: Vec<Vec<u32>>) -> Resu
                 streams.push(s);
                 lens.push(n);
             }
-            Err(e) => {
-                let err = ApiError::from_submit(e, n);
-                st.metrics.refused(err.code);
-                return Err(err);
-            }
+            Err(e) => return Err(ApiError::from_submit(e, n)),
         }
     }
     Ok((streams, lens))
@@ -112,14 +108,24 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
     }
 }
 
+async fn answer(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
+    match handle(Arc::clone(&st), kind, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            st.metrics.refused(e.code);
+            e.into_response()
+        }
+    }
+}
+
 /// `POST /v1/chat/completions`.
 pub async fn chat(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    handle(st, Kind::Chat, body).await.unwrap_or_else(IntoResponse::into_response)
+    answer(st, Kind::Chat, body).await
 }
 
 /// `POST /v1/completions`.
 pub async fn text(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    handle(st, Kind::Text, body).await.unwrap_or_else(IntoResponse::into_response)
+    answer(st, Kind::Text, body).await
 }
 
 /// Timing of one request stream, for the latency histograms.
