@@ -247,6 +247,26 @@ impl KvCache {
         }
     }
 
+    /// Calls `f(first position, keys, values)` for each contiguous run of the
+    /// positions `from..to` of kv head `head` of `seq` in `layer`, in position order;
+    /// `keys` holds `run * head_dim_k` values, `values` `run * head_dim_v`.
+    pub fn for_each_run(&self, seq: &SeqKv, layer: usize, head: usize, from: usize, to: usize, mut f: impl FnMut(usize, &[f32], &[f32])) {
+        let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
+        let run_len = match self.layout.layers[layer] {
+            LayerSlot::Full(_) => self.block_size,
+            LayerSlot::Window(..) => self.seat_positions,
+        };
+        let mut p = from;
+        while p < to {
+            let (in_seat, id, ko, vo, ks, vs) = self.locate(seq, layer, p);
+            let n = (run_len - p % run_len).min(to - p);
+            let store = if in_seat { &self.seats.buffers[id] } else { &self.blocks.buffers[id] };
+            let (k0, v0) = (ko + head * ks, vo + head * vs);
+            f(p, &store[k0..k0 + n * dk], &store[v0..v0 + n * dv]);
+            p += n;
+        }
+    }
+
     /// The key and value of kv head `head` at position `pos` of `seq` in `layer`.
     #[inline]
     pub fn read(&self, seq: &SeqKv, layer: usize, pos: usize, head: usize) -> (&[f32], &[f32]) {
@@ -309,6 +329,18 @@ mod tests {
                     assert_eq!(k[0], (layer * 1000 + pos * 10 + h * l.head_dim_k) as f32);
                     assert_eq!(v[0], -((layer * 1000 + pos * 10 + h * l.head_dim_v) as f32));
                 }
+            }
+            // Runs visit the same values as position-by-position reads.
+            for h in 0..l.n_kv_heads {
+                let mut seen = Vec::new();
+                c.for_each_run(&s, layer, h, 3, 20, |p0, k, v| {
+                    for j in 0..k.len() / l.head_dim_k {
+                        let (rk, rv) = c.read(&s, layer, p0 + j, h);
+                        assert_eq!((&k[j * l.head_dim_k..(j + 1) * l.head_dim_k], &v[j * l.head_dim_v..(j + 1) * l.head_dim_v]), (rk, rv));
+                        seen.push(p0 + j);
+                    }
+                });
+                assert_eq!(seen, (3..20).collect::<Vec<_>>());
             }
         }
     }

@@ -166,18 +166,24 @@ impl Transformer {
                     let qv = &q_ref[t * qd + head * dk..t * qd + (head + 1) * dk];
                     scores.clear();
                     let mut max = f32::NEG_INFINITY;
-                    for p in lo..=s.pos {
-                        let sc = dot(qv, cache_ref.read(seq, li, p, kvh).0) * scale;
-                        max = max.max(sc);
-                        scores.push(sc);
-                    }
+                    cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| {
+                        for kj in keys.chunks_exact(dk) {
+                            let sc = dot(qv, kj) * scale;
+                            max = max.max(sc);
+                            scores.push(sc);
+                        }
+                    });
                     out.fill(0.0);
                     let mut sum = 0.0f32;
-                    for (j, p) in (lo..=s.pos).enumerate() {
-                        let e = (scores[j] - max).exp();
-                        sum += e;
-                        axpy(out, e, cache_ref.read(seq, li, p, kvh).1);
-                    }
+                    let mut j = 0;
+                    cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, _, values| {
+                        for vj in values.chunks_exact(dv) {
+                            let e = (scores[j] - max).exp();
+                            sum += e;
+                            axpy(out, e, vj);
+                            j += 1;
+                        }
+                    });
                     let inv = 1.0 / sum;
                     out.iter_mut().for_each(|x| *x *= inv);
                 });

@@ -197,3 +197,48 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         finish(acc)
     }
 }
+
+/// `out[r][t] = dot(w[r], x[t])` for 4 weight rows and 4 token rows of equal
+/// length: 16 accumulators kept in registers, each reduced exactly as [`dot_f32`]
+/// reduces its pair (same chunks in the same order, same tail, same fold).
+#[target_feature(enable = "avx512f")]
+pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
+    let n = w[0].len();
+    let whole = n / LANES * LANES;
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    // SAFETY: every row holds `n` values (caller), so all loads are in bounds.
+    unsafe {
+        let mut i = 0;
+        while i < whole {
+            let xv = [
+                _mm512_loadu_ps(x[0].as_ptr().add(i)),
+                _mm512_loadu_ps(x[1].as_ptr().add(i)),
+                _mm512_loadu_ps(x[2].as_ptr().add(i)),
+                _mm512_loadu_ps(x[3].as_ptr().add(i)),
+            ];
+            for r in 0..4 {
+                let wv = _mm512_loadu_ps(w[r].as_ptr().add(i));
+                for t in 0..4 {
+                    acc[r][t] = _mm512_add_ps(acc[r][t], _mm512_mul_ps(wv, xv[t]));
+                }
+            }
+            i += LANES;
+        }
+        let tail = n - whole;
+        if tail > 0 {
+            let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+            for r in 0..4 {
+                let wv = _mm512_maskz_loadu_ps(mask, w[r].as_ptr().add(whole));
+                for t in 0..4 {
+                    let xv = _mm512_maskz_loadu_ps(mask, x[t].as_ptr().add(whole));
+                    acc[r][t] = _mm512_mask_add_ps(acc[r][t], mask, acc[r][t], _mm512_mul_ps(wv, xv));
+                }
+            }
+        }
+        for r in 0..4 {
+            for t in 0..4 {
+                out[r][t] = finish(acc[r][t]);
+            }
+        }
+    }
+}

@@ -86,13 +86,41 @@ fn tile(w: &Matrix<'_>, x: &[f32], n_tokens: usize, rows: std::ops::Range<usize>
         for r in r0..r1 {
             w.dequantize_row(r, &mut buf[(r - r0) * cols..(r - r0 + 1) * cols]);
         }
-        for t in 0..n_tokens {
-            let xt = &x[t * cols..(t + 1) * cols];
+        let row = |r: usize| &buf[(r - r0) * cols..(r - r0 + 1) * cols];
+        let tok = |t: usize| &x[t * cols..(t + 1) * cols];
+        // SAFETY (writes below): (t, r) is inside `out` (checked by the caller) and
+        // row r belongs to this task alone.
+        let put = |t: usize, r: usize, v: f32| unsafe { *out.0.add(t * w.rows + r) = v };
+        let mut t0 = 0;
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // 4 x 4 register tiles, bit-identical to `dot` per element.
+            while t0 + 4 <= n_tokens {
+                let mut r = r0;
+                while r + 4 <= r1 {
+                    let mut o = [[0.0f32; 4]; 4];
+                    // SAFETY: feature detected; every row and token holds `cols` values.
+                    unsafe {
+                        crate::kernels::x86::dot_4x4([row(r), row(r + 1), row(r + 2), row(r + 3)], [tok(t0), tok(t0 + 1), tok(t0 + 2), tok(t0 + 3)], &mut o)
+                    };
+                    for (dr, orow) in o.iter().enumerate() {
+                        for (dt, &v) in orow.iter().enumerate() {
+                            put(t0 + dt, r + dr, v);
+                        }
+                    }
+                    r += 4;
+                }
+                for rr in r..r1 {
+                    for t in t0..t0 + 4 {
+                        put(t, rr, dot(row(rr), tok(t)));
+                    }
+                }
+                t0 += 4;
+            }
+        }
+        for t in t0..n_tokens {
             for r in r0..r1 {
-                let v = dot(&buf[(r - r0) * cols..(r - r0 + 1) * cols], xt);
-                // SAFETY: (t, r) is inside `out` (checked by the caller) and row r
-                // belongs to this task alone.
-                unsafe { *out.0.add(t * w.rows + r) = v };
+                put(t, r, dot(row(r), tok(t)));
             }
         }
         r0 = r1;
