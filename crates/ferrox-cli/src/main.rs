@@ -1,6 +1,7 @@
 //! The `ferrox` binary: a llama.cpp-style command line over the ferrox crates.
 
 mod bench_cmd;
+mod bench_serve;
 mod fetch;
 mod knobs;
 mod model_ref;
@@ -49,6 +50,8 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Measure prompt processing and generation speed (llama-bench's pp / tg).
     Bench(bench_cmd::BenchArgs),
+    /// Load-test an OpenAI-compatible server: latency percentiles and throughput.
+    BenchServe(bench_serve::BenchServeArgs),
     /// Fetch catalog models into the cache (default: the default model).
     Pull {
         /// Catalog names.
@@ -129,6 +132,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve_cmd::serve(args)?,
         Command::Run(args) => run_cmd::run(args)?,
         Command::Bench(args) => bench_cmd::bench(args)?,
+        Command::BenchServe(args) => bench_serve::bench_serve(args)?,
         Command::Models => {
             let dir = catalog::models_dir();
             println!("models directory: {}", dir.display());

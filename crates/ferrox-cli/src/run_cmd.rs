@@ -141,7 +141,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let tokenizer = std::sync::Arc::new(model.tokenizer.clone());
     let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config).map_err(anyhow::Error::msg)?;
     let max_tokens = if a.n_predict < 0 { ctx - prompt_len } else { (a.n_predict as usize).min(ctx - prompt_len) };
-    let params = GenerationParams { max_tokens: max_tokens.max(1), sampling: params, stop: a.stops.clone(), stop_token_ids: Vec::new(), logprobs: None };
+    let params = GenerationParams { max_tokens: max_tokens.max(1), sampling: params, stop: a.stops.clone(), stop_token_ids: Vec::new(), logprobs: None, ignore_eos: false };
     let t_prompt = Instant::now();
     let mut stream = engine.submit(ids, params)?;
     let mut out = std::io::stdout().lock();

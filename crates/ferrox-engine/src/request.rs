@@ -19,12 +19,14 @@ pub struct GenerationParams {
     pub stop_token_ids: Vec<u32>,
     /// Report each token's log-probability and this many most likely alternatives.
     pub logprobs: Option<usize>,
+    /// Keep generating past the model's end-of-generation tokens (benchmarks).
+    pub ignore_eos: bool,
 }
 
 impl GenerationParams {
     /// Greedy decoding of at most `max_tokens` tokens.
     pub fn greedy(max_tokens: usize) -> GenerationParams {
-        GenerationParams { max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new(), stop_token_ids: Vec::new(), logprobs: None }
+        GenerationParams { max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new(), stop_token_ids: Vec::new(), logprobs: None, ignore_eos: false }
     }
 }
 

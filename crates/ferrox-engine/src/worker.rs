@@ -209,7 +209,8 @@ impl Worker {
             drop(slot);
             let prompt_tokens = prompt.len();
             let run_prompt = if prompt.is_empty() { vec![self.tokenizer.bos().unwrap_or(0)] } else { prompt };
-            let stops = self.tokenizer.end_of_generation().iter().copied().chain(params.stop_token_ids.iter().copied());
+            let eog: &[u32] = if params.ignore_eos { &[] } else { self.tokenizer.end_of_generation() };
+            let stops = eog.iter().copied().chain(params.stop_token_ids.iter().copied());
             let output = OutputStage::new(stops, params.stop.clone(), params.max_tokens);
             let sampler = Sampler::new(params.sampling.clone(), &run_prompt);
             EngineStats::add(&self.stats.prompt_tokens, prompt_tokens as u64);

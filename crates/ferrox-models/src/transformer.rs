@@ -234,6 +234,18 @@ impl Transformer {
 
 impl Decoder for Transformer {
     fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+        // The whole pass runs on a pool thread: each parallel region inside then
+        // costs about a microsecond instead of a cross-thread hand-off.
+        self.pool.install(|| self.forward_on_pool(cache, spans))
+    }
+
+    fn hyper_params(&self) -> &HyperParams {
+        &self.hp
+    }
+}
+
+impl Transformer {
+    fn forward_on_pool(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
         self.check(cache, spans)?;
         let mut rows = Vec::new();
         let max = cache.max_span().unwrap_or(usize::MAX);
@@ -267,9 +279,5 @@ impl Decoder for Transformer {
             logits.data.extend_from_slice(&r);
         }
         Ok(logits)
-    }
-
-    fn hyper_params(&self) -> &HyperParams {
-        &self.hp
     }
 }

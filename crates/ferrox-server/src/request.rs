@@ -167,7 +167,8 @@ fn common(o: &Map<String, Value>) -> Result<(GenerationParams, Option<usize>, bo
     if let Some(u) = o.get("user").filter(|v| !v.is_null() && !v.is_string()) {
         return Err(type_error("user", "a string", u));
     }
-    Ok((GenerationParams { max_tokens: 0, sampling: s, stop, stop_token_ids, logprobs: None }, max_tokens, stream, include_usage, model))
+    let ignore_eos = boolean(o, "ignore_eos")?;
+    Ok((GenerationParams { max_tokens: 0, sampling: s, stop, stop_token_ids, logprobs: None, ignore_eos }, max_tokens, stream, include_usage, model))
 }
 
 /// Chat's `logprobs: bool` with `top_logprobs: 0..=20`.

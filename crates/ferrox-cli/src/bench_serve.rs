@@ -1,0 +1,157 @@
+//! `ferrox bench-serve`: a load generator for any OpenAI-compatible server (ferrox,
+//! llama-server, vLLM). `--concurrency` clients each send streaming
+//! `/v1/completions` requests back to back until `--requests` have been sent, and
+//! the report gives time to first token, inter-token latency and end-to-end
+//! latency percentiles and the aggregate generated tokens per second.
+
+use std::io::{BufRead, BufReader};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+/// Flags of `ferrox bench-serve`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchServeArgs {
+    /// Base URL of the server (e.g. http://127.0.0.1:8080).
+    #[arg(long)]
+    pub url: String,
+    /// Clients sending at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Requests in all.
+    #[arg(long, default_value_t = 64)]
+    pub requests: usize,
+    /// Tokens to generate per request.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Prompt of every request (a number is appended so prompts differ).
+    #[arg(long, default_value = "Write a short story about a lighthouse keeper. Story number")]
+    pub prompt: String,
+    /// Model name to send.
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// Bearer token, if the server wants one.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Default)]
+struct Sample {
+    ttft: Option<f64>,
+    gaps: Vec<f64>,
+    e2e: f64,
+    tokens: usize,
+    error: Option<String>,
+}
+
+fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
+    let body = serde_json::json!({
+        "model": a.model, "prompt": format!("{} {i}:", a.prompt), "max_tokens": a.max_tokens,
+        "temperature": 0.0, "stream": true, "ignore_eos": true,
+    });
+    let t0 = Instant::now();
+    let mut s = Sample::default();
+    let mut req = agent.post(format!("{}/v1/completions", a.url.trim_end_matches('/'))).header("Content-Type", "application/json");
+    if let Some(k) = &a.api_key {
+        req = req.header("Authorization", &format!("Bearer {k}"));
+    }
+    let mut resp = match req.send(body.to_string()) {
+        Ok(r) => r,
+        Err(e) => {
+            s.error = Some(e.to_string());
+            return s;
+        }
+    };
+    let reader = BufReader::new(resp.body_mut().with_config().limit(u64::MAX).reader());
+    let mut last: Option<Instant> = None;
+    for line in reader.lines() {
+        let Ok(line) = line else { break };
+        let Some(data) = line.strip_prefix("data: ") else { continue };
+        if data.trim() == "[DONE]" {
+            break;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else { continue };
+        let has_text = v["choices"].as_array().is_some_and(|c| c.iter().any(|c| c["text"].as_str().is_some_and(|t| !t.is_empty())));
+        if has_text {
+            let now = Instant::now();
+            match last {
+                None => s.ttft = Some((now - t0).as_secs_f64()),
+                Some(l) => s.gaps.push((now - l).as_secs_f64()),
+            }
+            last = Some(now);
+            s.tokens += 1;
+        }
+    }
+    s.e2e = t0.elapsed().as_secs_f64();
+    s
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Runs the load and prints the report.
+pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
+    anyhow::ensure!(a.concurrency >= 1 && a.requests >= 1, "--concurrency and --requests must be at least 1");
+    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(600))).build().into();
+    let next = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..a.concurrency)
+        .map(|_| {
+            let (agent, a, next) = (agent.clone(), a.clone(), Arc::clone(&next));
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= a.requests {
+                        return out;
+                    }
+                    out.push(one_request(&agent, &a, i));
+                }
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for h in handles {
+        samples.extend(h.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))?);
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let errors: Vec<&String> = samples.iter().filter_map(|s| s.error.as_ref()).collect();
+    let tokens: usize = samples.iter().map(|s| s.tokens).sum();
+    let mut ttft: Vec<f64> = samples.iter().filter_map(|s| s.ttft).collect();
+    let mut itl: Vec<f64> = samples.iter().flat_map(|s| s.gaps.iter().copied()).collect();
+    let mut e2e: Vec<f64> = samples.iter().filter(|s| s.error.is_none()).map(|s| s.e2e).collect();
+    let report = serde_json::json!({
+        "url": a.url, "concurrency": a.concurrency, "requests": a.requests, "errors": errors.len(),
+        "wall_s": wall, "generated_tokens": tokens, "tokens_per_s": tokens as f64 / wall,
+        "ttft_ms": {"p50": percentile(&mut ttft, 0.5) * 1e3, "p90": percentile(&mut ttft, 0.9) * 1e3, "p99": percentile(&mut ttft, 0.99) * 1e3},
+        "itl_ms": {"p50": percentile(&mut itl, 0.5) * 1e3, "p90": percentile(&mut itl, 0.9) * 1e3, "p99": percentile(&mut itl, 0.99) * 1e3},
+        "e2e_s": {"p50": percentile(&mut e2e, 0.5), "p90": percentile(&mut e2e, 0.9)},
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{} requests x {} tokens, {} clients, {:.1} s: {:.1} generated tokens/s ({} errors)", a.requests, a.max_tokens, a.concurrency, wall, tokens as f64 / wall, errors.len());
+        for (name, key) in [("time to first token (ms)", "ttft_ms"), ("inter-token latency (ms)", "itl_ms")] {
+            let r = &report[key];
+            println!("{name:<26} p50 {:>8.1}  p90 {:>8.1}  p99 {:>8.1}", r["p50"].as_f64().unwrap_or(f64::NAN), r["p90"].as_f64().unwrap_or(f64::NAN), r["p99"].as_f64().unwrap_or(f64::NAN));
+        }
+        if let Some(e) = errors.first() {
+            println!("first error: {e}");
+        }
+    }
+    if !errors.is_empty() && errors.len() == samples.len() {
+        return Err(anyhow::anyhow!("every request failed")).context(a.url);
+    }
+    Ok(())
+}
