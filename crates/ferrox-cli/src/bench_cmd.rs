@@ -33,6 +33,30 @@ pub struct BenchArgs {
     /// Print JSON instead of a markdown table.
     #[arg(long)]
     pub json: bool,
+    /// A llama-bench binary to run interleaved with ferrox on the same file; the
+    /// table then gives both and their ratio.
+    #[arg(long, value_name = "LLAMA_BENCH")]
+    pub compare: Option<std::path::PathBuf>,
+}
+
+/// One llama-bench run (one repetition): tokens per second of pp and tg.
+fn llama_bench_once(bin: &std::path::Path, model: &std::path::Path, a: &BenchArgs, threads: usize) -> Result<(Option<f64>, Option<f64>)> {
+    let out = std::process::Command::new(bin)
+        .args(["-m", &model.display().to_string(), "-p", &a.n_prompt.to_string(), "-n", &a.n_gen.to_string(), "-r", "1", "-t", &threads.to_string(), "-o", "json"])
+        .output()
+        .with_context(|| format!("cannot run {}", bin.display()))?;
+    anyhow::ensure!(out.status.success(), "{} failed: {}", bin.display(), String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("llama-bench -o json did not print JSON")?;
+    let (mut pp, mut tg) = (None, None);
+    for t in v.as_array().context("llama-bench JSON is not an array")? {
+        let ts = t["avg_ts"].as_f64();
+        if t["n_gen"].as_u64() == Some(0) {
+            pp = ts;
+        } else if t["n_prompt"].as_u64() == Some(0) {
+            tg = ts;
+        }
+    }
+    Ok((pp, tg))
 }
 
 fn median_and_spread(mut v: Vec<f64>) -> (f64, f64) {
@@ -90,10 +114,47 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let m = Transformer::new(file, threads)?;
     one_run(&m, a.n_prompt.min(16), a.n_gen.min(4))?; // warm-up: page in the weights
     let (mut pps, mut tgs) = (Vec::new(), Vec::new());
+    let (mut lpps, mut ltgs) = (Vec::new(), Vec::new());
     for _ in 0..a.repetitions.max(1) {
+        if let Some(bin) = &a.compare {
+            let (pp, tg) = llama_bench_once(bin, &path, &a, threads)?;
+            lpps.extend(pp);
+            ltgs.extend(tg);
+        }
         let (pp, tg) = one_run(&m, a.n_prompt, a.n_gen)?;
         pps.extend(pp);
         tgs.extend(tg);
+    }
+    if a.compare.is_some() {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut rows = Vec::new();
+        for (test, ours, theirs) in [(format!("pp{}", a.n_prompt), pps, lpps), (format!("tg{}", a.n_gen), tgs, ltgs)] {
+            if ours.is_empty() || theirs.is_empty() {
+                continue;
+            }
+            let ((om, osd), (lm, lsd)) = (median_and_spread(ours), median_and_spread(theirs));
+            rows.push(serde_json::json!({"model": name, "threads": threads, "test": test, "ferrox": om, "ferrox_stddev": osd, "llama_cpp": lm, "llama_cpp_stddev": lsd, "ratio": om / lm}));
+        }
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            println!("| model | threads | test | llama.cpp t/s | ferrox t/s | ratio |");
+            println!("|---|---:|---:|---:|---:|---:|");
+            for r in rows {
+                println!(
+                    "| {} | {} | {} | {:.2} ± {:.2} | {:.2} ± {:.2} | {:.2}x |",
+                    r["model"].as_str().unwrap_or(""),
+                    threads,
+                    r["test"].as_str().unwrap_or(""),
+                    r["llama_cpp"].as_f64().unwrap_or(0.0),
+                    r["llama_cpp_stddev"].as_f64().unwrap_or(0.0),
+                    r["ferrox"].as_f64().unwrap_or(0.0),
+                    r["ferrox_stddev"].as_f64().unwrap_or(0.0),
+                    r["ratio"].as_f64().unwrap_or(0.0)
+                );
+            }
+        }
+        return Ok(());
     }
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut rows = Vec::new();

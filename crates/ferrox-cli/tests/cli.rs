@@ -223,3 +223,44 @@ fn real_model_run_stops_at_a_stop_string_without_printing_it() {
     assert_eq!(run(&["--stop", "never appears"]), plain, "a stop that never matches loses nothing");
     assert_eq!(run(&["--stop", "."]), " Paris\n", "the stop string and what follows are not printed");
 }
+
+fn tiny_gguf(dir: &std::path::Path) -> String {
+    let path = dir.join("tiny.gguf");
+    std::fs::write(&path, ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn bench_reports_pp_and_tg_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_gguf(dir.path());
+    let o = ferrox(&["bench", "-m", &m, "-p", "8", "-n", "4", "-r", "2", "--json"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tests: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["pp8", "tg4"]);
+    assert!(v[0]["median_tokens_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_serve_drives_a_running_server_and_serve_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_gguf(dir.path());
+    let mut server = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args(["serve", "-m", &m, "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
+    let o = ferrox(&["bench-serve", "--url", &url, "--concurrency", "2", "--requests", "4", "--max-tokens", "3", "--json"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["errors"], 0);
+    assert_eq!(v["generated_tokens"], 12, "ignore_eos makes every request generate its 3 tokens");
+    // SIGTERM, as a service manager sends it.
+    Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(server.wait().unwrap().success(), "SIGTERM exits 0");
+}
