@@ -119,6 +119,11 @@ impl HyperParams {
         if head_dim_k == 0 || head_dim_v == 0 || rope_dim > head_dim_k || rope_dim % 2 != 0 {
             return Err(invalid(&key("rope.dimension_count"), format!("{rope_dim} rotated of a {head_dim_k}-wide head")));
         }
+        if let Some(kind) = m.string_opt(&key("rope.scaling.type"))?
+            && kind != "none"
+        {
+            return Err(invalid(&key("rope.scaling.type"), format!("RoPE scaling {kind:?} is not supported yet; ferrox runs unscaled RoPE only")));
+        }
         let context_length = positive(m, &key("context_length"))?;
         let vocab_size = match m.count_opt(&key("vocab_size"))? {
             Some(n) => n,

@@ -123,6 +123,9 @@ impl Weights {
                 ffn_post_norm: if gemma { Some(vector(file, &n("post_ffw_norm"), d)?) } else { None },
             });
         }
+        if file.header().tensor_info("rope_freqs.weight").is_some() {
+            return Err(wrong("rope_freqs.weight", "per-dimension RoPE frequency factors (Llama 3.1-style scaling) are not supported yet".into()));
+        }
         let token_embd = matrix(file, "token_embd.weight", d, hp.vocab_size)?;
         let output = match file.header().tensor_info("output.weight") {
             Some(_) => matrix(file, "output.weight", d, hp.vocab_size)?,

@@ -121,3 +121,20 @@ fn real_model_smollm2_logits_are_batch_invariant() {
     let prompts: [Vec<u32>; 9] = std::array::from_fn(|i| prompt[..3 + i].to_vec());
     check_decode_batching(&m, &prompts, 260);
 }
+
+#[test]
+fn rope_scaling_that_is_not_implemented_is_refused_by_name() {
+    use ferrox_gguf::{GgufFile, Value};
+    let bytes = TinyModel::new(Architecture::Llama).gguf();
+    let file = GgufFile::from_bytes(bytes).unwrap();
+    let mut w = ferrox_gguf::GgufWriter::new();
+    for (k, v) in file.header().metadata.iter() {
+        w.set(k, v.clone());
+    }
+    w.set("llama.rope.scaling.type", Value::String("yarn".into()));
+    for t in file.tensors() {
+        w.add_tensor(t.info.name.clone(), t.dtype(), t.shape(), t.data.to_vec()).unwrap();
+    }
+    let e = Transformer::new(GgufFile::from_bytes(w.to_bytes()).unwrap(), 1).unwrap_err().to_string();
+    assert!(e.contains("rope.scaling.type") && e.contains("yarn"), "{e}");
+}
