@@ -6,9 +6,9 @@
 //! Invariants: the byte <-> char mapping is a bijection on all 256 bytes; symbols
 //! are contiguous ranges of the mapped word, looked up as slices.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
+use super::merge::merge;
 use super::vocab::Vocab;
 
 /// GPT-2's printable stand-in for each byte.
@@ -54,37 +54,6 @@ impl Merges {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    /// Token of this range, `None` for a lone character that is not a token.
-    id: Option<u32>,
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
-#[derive(PartialEq, Eq)]
-struct Candidate {
-    rank: u32,
-    left: usize,
-    right: usize,
-    merged: u32,
-    len: usize,
-}
-
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Candidate {
-    /// Lowest rank first, then leftmost (reversed for a max-heap).
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.rank.cmp(&self.rank).then_with(|| other.left.cmp(&self.left))
-    }
-}
-
 /// Appends the tokens of one byte-mapped word to `out`. With `ignore_merges` (the
 /// llama3 tokenizer), a word that is itself a token is taken whole.
 pub fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, ignore_merges: bool, out: &mut Vec<u32>) {
@@ -94,48 +63,16 @@ pub fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, ignore_merges: 
         out.push(id);
         return;
     }
-    let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
-    for (i, (start, c)) in word.char_indices().enumerate() {
-        let len = c.len_utf8();
-        symbols.push(Symbol { id: vocab.id_of(&word[start..start + len]), start, len, prev: i.checked_sub(1), next: Some(i + 1) });
-    }
-    if let Some(last) = symbols.last_mut() {
-        last.next = None;
-    }
-    let mut queue = BinaryHeap::new();
-    let try_pair = |queue: &mut BinaryHeap<Candidate>, symbols: &[Symbol], left: usize, right: usize| {
-        let (l, r) = (symbols[left], symbols[right]);
-        if let (Some(li), Some(ri)) = (l.id, r.id)
-            && let Some((rank, merged)) = merges.get(li, ri)
-        {
-            queue.push(Candidate { rank, left, right, merged, len: l.len + r.len });
-        }
-    };
-    for i in 1..symbols.len() {
-        try_pair(&mut queue, &symbols, i - 1, i);
-    }
-    while let Some(c) = queue.pop() {
-        let (l, r) = (symbols[c.left], symbols[c.right]);
-        if l.len == 0 || r.len == 0 || l.len + r.len != c.len || l.next != Some(c.right) {
-            continue;
-        }
-        symbols[c.left].len = c.len;
-        symbols[c.left].id = Some(c.merged);
-        symbols[c.right].len = 0;
-        symbols[c.left].next = r.next;
-        if let Some(n) = r.next {
-            symbols[n].prev = Some(c.left);
-        }
-        if let Some(p) = l.prev {
-            try_pair(&mut queue, &symbols, p, c.left);
-        }
-        if let Some(n) = r.next {
-            try_pair(&mut queue, &symbols, c.left, n);
-        }
-    }
-    let mut i = if symbols.is_empty() { None } else { Some(0) };
-    while let Some(s) = i {
-        let sym = symbols[s];
+    let symbols = merge(
+        word,
+        |c| vocab.id_of(c),
+        |l, r, _| match (l.id, r.id) {
+            (Some(li), Some(ri)) => merges.get(li, ri).map(|(rank, merged)| (-(rank as f64), merged)),
+            _ => None,
+        },
+        |_, _, _| {},
+    );
+    for sym in symbols {
         match sym.id {
             Some(id) => out.push(id),
             // A character the vocabulary lacks: its UTF-8 bytes, each as a one-char piece.
@@ -147,7 +84,6 @@ pub fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, ignore_merges: 
                 }
             }
         }
-        i = sym.next;
     }
 }
 

@@ -11,6 +11,7 @@
 //! and `decode(encode(s)) == s` for text the vocabulary covers.
 
 pub mod bpe;
+pub mod merge;
 pub mod pretokenize;
 pub mod spm;
 pub mod stream;
