@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// Compute threads [default: available cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// max_tokens of requests that give none (each request reserves KV for
+    /// prompt + max_tokens, so this bounds what a default request holds).
+    #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", value_parser = crate::knobs::count_knob("FERROX_DEFAULT_MAX_TOKENS"), default_value_t = 2048)]
+    pub default_max_tokens: usize,
     /// Seconds in-flight requests get to finish after SIGINT / SIGTERM.
     #[arg(long, default_value_t = 10)]
     pub shutdown_grace: u64,
@@ -72,6 +76,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             aliases: vec![file_name, path.display().to_string(), "default".into()],
             model_id,
             api_key: a.api_key.clone(),
+            default_max_tokens: a.default_max_tokens,
             ready: AtomicBool::new(false),
         });
         loaded.cancel();

@@ -73,7 +73,9 @@ fn submit_all(st: &AppState, req: &ValidRequest, prompts: Vec<Vec<u32>>) -> Resu
     for p in prompts {
         let mut params = req.params.clone();
         let limit = st.engine.ceiling().max_context as usize;
-        params.max_tokens = req.max_tokens.unwrap_or_else(|| limit.saturating_sub(p.len().max(1)).max(1));
+        // Without max_tokens: up to what the context leaves, capped so that a request
+        // does not reserve a whole context of KV blocks (SPEC S7) by default.
+        params.max_tokens = req.max_tokens.unwrap_or_else(|| limit.saturating_sub(p.len().max(1)).clamp(1, st.default_max_tokens.max(1)));
         let n = p.len();
         match st.engine.submit(p, params) {
             Ok(s) => {

@@ -20,6 +20,8 @@ pub struct AppState {
     /// Other names clients may use for the model.
     pub aliases: Vec<String>,
     pub api_key: Option<String>,
+    /// `max_tokens` of requests that give none (capped by what the context leaves).
+    pub default_max_tokens: usize,
     pub metrics: Metrics,
     pub ready: AtomicBool,
 }
