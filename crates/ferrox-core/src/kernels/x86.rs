@@ -52,6 +52,10 @@ unsafe fn float(v: __m512i) -> __m512 {
 
 /// Dot product of one row of `dtype` in `w` with `x`, for the types with an
 /// AVX-512 twin; `None` for the others.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW, AVX2 and F16C, and `w` must hold whole
+/// blocks of `dtype` for exactly `x.len()` values.
 #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
 pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
     let mut acc = _mm512_setzero_ps();
@@ -175,6 +179,9 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
 }
 
 /// `dot(a, b)` of `ops::vector` with one accumulator register.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -201,6 +208,9 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// `out[r][t] = dot(w[r], x[t])` for 4 weight rows and 4 token rows of equal
 /// length: 16 accumulators kept in registers, each reduced exactly as [`dot_f32`]
 /// reduces its pair (same chunks in the same order, same tail, same fold).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, and all eight slices must have the same length.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
     let n = w[0].len();
