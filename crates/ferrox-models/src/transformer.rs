@@ -125,7 +125,16 @@ impl Transformer {
         let mut o = vec![0.0f32; n * d];
         let (mut g, mut u) = (vec![0.0f32; n * hp.n_ff], vec![0.0f32; n * hp.n_ff]);
         let half = hp.rope_dim / 2;
-        let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
+        // RoPE angles of every token, once per base (not once per layer).
+        let table = |base: f32| {
+            let (mut cos, mut sin) = (vec![0.0f32; n * half], vec![0.0f32; n * half]);
+            for (t, s) in slots.iter().enumerate() {
+                rope::angles(s.pos, hp.rope_dim, base, &mut cos[t * half..(t + 1) * half], &mut sin[t * half..(t + 1) * half]);
+            }
+            (cos, sin)
+        };
+        let global_angles = table(hp.rope_freq_base);
+        let local_angles = if hp.rope_freq_base_local != hp.rope_freq_base { table(hp.rope_freq_base_local) } else { global_angles.clone() };
         let scale = 1.0 / (dk as f32).sqrt();
         let group = nh / nkv;
         for (li, lw) in self.weights.layers.iter().enumerate() {
@@ -148,10 +157,12 @@ impl Transformer {
                 LayerSlot::Full(_) => (hp.rope_freq_base, None),
                 LayerSlot::Window(_, w) => (hp.rope_freq_base_local, Some(w)),
             };
+            let (cos, sin) = if window.is_some() { &local_angles } else { &global_angles };
+            debug_assert!(base == if window.is_some() { hp.rope_freq_base_local } else { hp.rope_freq_base });
             for (t, s) in slots.iter().enumerate() {
-                rope::angles(s.pos, hp.rope_dim, base, &mut cos, &mut sin);
-                rope::apply(&mut q[t * qd..(t + 1) * qd], dk, hp.rope_dim, self.rope_style, &cos, &sin);
-                rope::apply(&mut k[t * kd..(t + 1) * kd], dk, hp.rope_dim, self.rope_style, &cos, &sin);
+                let (c, sn) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
+                rope::apply(&mut q[t * qd..(t + 1) * qd], dk, hp.rope_dim, self.rope_style, c, sn);
+                rope::apply(&mut k[t * kd..(t + 1) * kd], dk, hp.rope_dim, self.rope_style, c, sn);
                 cache.write(spans[s.span].seq, li, s.pos, &k[t * kd..(t + 1) * kd], &v[t * vd..(t + 1) * vd]);
             }
             let cache_ref: &KvCache = cache;
@@ -197,7 +208,9 @@ impl Transformer {
             h.chunks_exact_mut(d).for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
             matmul(&lw.w_gate.matrix(f), &h, n, &mut g, &self.pool);
             matmul(&lw.w_up.matrix(f), &h, n, &mut u, &self.pool);
-            gated(&mut g, &u, self.act);
+            // Element-wise, so splitting it across threads changes no value.
+            let act = self.act;
+            g.par_chunks_mut(4096).zip(u.par_chunks(4096)).for_each(|(gc, uc)| gated(gc, uc, act));
             matmul(&lw.w_down.matrix(f), &g, n, &mut o, &self.pool);
             if let Some(w) = &lw.ffn_post_norm {
                 o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, hp.rms_eps));
