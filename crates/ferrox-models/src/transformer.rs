@@ -153,12 +153,12 @@ impl Transformer {
                 rms_norm_each(&mut q, dk, qn, hp.rms_eps);
                 rms_norm_each(&mut k, dk, kn, hp.rms_eps);
             }
-            let (base, window) = match cache.layout().layers[li] {
-                LayerSlot::Full(_) => (hp.rope_freq_base, None),
-                LayerSlot::Window(_, w) => (hp.rope_freq_base_local, Some(w)),
+            // Window layers turn with their own RoPE base (Gemma 3's local layers).
+            let window = match cache.layout().layers[li] {
+                LayerSlot::Full(_) => None,
+                LayerSlot::Window(_, w) => Some(w),
             };
             let (cos, sin) = if window.is_some() { &local_angles } else { &global_angles };
-            debug_assert!(base == if window.is_some() { hp.rope_freq_base_local } else { hp.rope_freq_base });
             for (t, s) in slots.iter().enumerate() {
                 let (c, sn) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
                 rope::apply(&mut q[t * qd..(t + 1) * qd], dk, hp.rope_dim, self.rope_style, c, sn);
