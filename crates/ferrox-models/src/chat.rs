@@ -122,6 +122,21 @@ impl ChatTemplate {
     }
 }
 
+/// Token ids of a conversation rendered by `template`: special tokens parsed (the
+/// template spells them), BOS added only when the rendered text does not already
+/// start with it (templates that write `{{ bos_token }}` must not get two).
+pub fn encode_chat(
+    template: Option<&ChatTemplate>,
+    tokenizer: &crate::tokenizer::Tokenizer,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+) -> Result<Vec<u32>, ModelError> {
+    let template = template.ok_or_else(|| ModelError::ChatTemplate("the model has no chat template; send a raw prompt instead".into()))?;
+    let text = template.render(messages, add_generation_prompt)?;
+    let starts_with_bos = tokenizer.bos().is_some_and(|b| text.starts_with(&tokenizer.decode(&[b], true)));
+    Ok(tokenizer.encode(&text, !starts_with_bos, true))
+}
+
 fn render_gemma(messages: &[ChatMessage], add_generation_prompt: bool) -> String {
     let mut out = String::new();
     let mut system = String::new();

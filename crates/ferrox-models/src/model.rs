@@ -1,9 +1,7 @@
 //! A model as commands use it: the transformer, its tokenizer and its chat format,
 //! loaded together from one GGUF file.
 //!
-//! Invariant: a chat prompt is encoded with special tokens parsed (the template
-//! spells them) and BOS added only when the rendered text does not already start
-//! with it, so templates that write `{{ bos_token }}` do not get two.
+//! Chat prompts are encoded by `chat::encode_chat`, the one encoding every path uses.
 
 use std::path::Path;
 
@@ -47,9 +45,6 @@ impl Model {
 
     /// Token ids of a conversation rendered by the chat template.
     pub fn chat_ids(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<Vec<u32>, ModelError> {
-        let template = self.chat.as_ref().ok_or_else(|| ModelError::ChatTemplate("the model has no chat template".into()))?;
-        let text = template.render(messages, add_generation_prompt)?;
-        let starts_with_bos = self.tokenizer.bos().is_some_and(|b| text.starts_with(&self.tokenizer.decode(&[b], true)));
-        Ok(self.tokenizer.encode(&text, !starts_with_bos, true))
+        crate::chat::encode_chat(self.chat.as_ref(), &self.tokenizer, messages, add_generation_prompt)
     }
 }

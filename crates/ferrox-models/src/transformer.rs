@@ -134,7 +134,7 @@ impl Transformer {
             (cos, sin)
         };
         let global_angles = table(hp.rope_freq_base);
-        let local_angles = if hp.rope_freq_base_local != hp.rope_freq_base { table(hp.rope_freq_base_local) } else { global_angles.clone() };
+        let local_angles = (hp.rope_freq_base_local != hp.rope_freq_base).then(|| table(hp.rope_freq_base_local));
         let scale = 1.0 / (dk as f32).sqrt();
         let group = nh / nkv;
         for (li, lw) in self.weights.layers.iter().enumerate() {
@@ -158,7 +158,10 @@ impl Transformer {
                 LayerSlot::Full(_) => None,
                 LayerSlot::Window(_, w) => Some(w),
             };
-            let (cos, sin) = if window.is_some() { &local_angles } else { &global_angles };
+            let (cos, sin) = match (window, &local_angles) {
+                (Some(_), Some(local)) => local,
+                _ => &global_angles,
+            };
             for (t, s) in slots.iter().enumerate() {
                 let (c, sn) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
                 rope::apply(&mut q[t * qd..(t + 1) * qd], dk, hp.rope_dim, self.rope_style, c, sn);

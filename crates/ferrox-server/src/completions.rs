@@ -157,10 +157,6 @@ impl Clock {
     }
 }
 
-fn finish_str(r: FinishReason) -> &'static str {
-    r.as_str()
-}
-
 fn piece(st: &AppState, id: u32) -> (String, Vec<u8>) {
     let b = st.tokenizer.token_bytes(id, false).into_owned();
     (String::from_utf8_lossy(&b).into_owned(), b)
@@ -236,7 +232,7 @@ async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<Request
                 }
             }
         }
-        let reason = finish.map(finish_str);
+        let reason = finish.map(FinishReason::as_str);
         let logprobs = if wants_logprobs { logprobs_value(&st, kind, &lps) } else { Value::Null };
         choices.push(match kind {
             Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": logprobs}),
@@ -311,7 +307,7 @@ fn sse(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, i
                         out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None, Value::Null));
                     }
                     if reason != FinishReason::Cancelled {
-                        out.push(chunk(kind, &id, &model, created, i, None, false, Some(finish_str(reason)), Value::Null));
+                        out.push(chunk(kind, &id, &model, created, i, None, false, Some(reason.as_str()), Value::Null));
                     }
                     prompt_tokens += usage.prompt_tokens;
                     completion_tokens += usage.completion_tokens;

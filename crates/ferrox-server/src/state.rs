@@ -34,10 +34,6 @@ impl AppState {
 
     /// Token ids of a conversation rendered by the model's chat template.
     pub fn model_chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ModelError> {
-        let t = self.chat.as_ref().ok_or_else(|| ModelError::ChatTemplate("the model has no chat template; use /v1/completions".into()))?;
-        let text = t.render(messages, true)?;
-        let tok = &self.tokenizer;
-        let starts_with_bos = tok.bos().is_some_and(|b| text.starts_with(&tok.decode(&[b], true)));
-        Ok(tok.encode(&text, !starts_with_bos, true))
+        ferrox_models::chat::encode_chat(self.chat.as_ref(), &self.tokenizer, messages, true)
     }
 }
