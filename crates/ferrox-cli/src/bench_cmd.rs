@@ -30,6 +30,9 @@ pub struct BenchArgs {
     /// Compute threads [default: available cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Activation path.
+    #[command(flatten)]
+    pub path: crate::knobs::ActivationArgs,
     /// Print JSON instead of a markdown table.
     #[arg(long)]
     pub json: bool,
@@ -111,7 +114,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let path = crate::model_ref::resolve(a.model.as_deref())?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let file = ferrox_gguf::GgufFile::open(&path)?;
-    let m = Transformer::new(file, threads)?;
+    let m = Transformer::with_path(file, threads, a.path.activations)?;
     one_run(&m, a.n_prompt.min(16), a.n_gen.min(4))?; // warm-up: page in the weights
     let (mut pps, mut tgs) = (Vec::new(), Vec::new());
     let (mut lpps, mut ltgs) = (Vec::new(), Vec::new());

@@ -1,9 +1,10 @@
-//! KV knobs shared by every command that plans KV memory (`inspect` now, `serve`
-//! and `run` later). Each is a flag and an environment variable (the flag wins);
+//! Knobs shared by several commands: the KV layout (`inspect`, `serve`, `run`) and
+//! the activation path (`run`, `serve`, `bench`). Each is a flag and an environment variable (the flag wins);
 //! the defaults live in `ferrox_models::kv_plan::defaults`.
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ferrox_models::ActivationPath;
 use ferrox_models::byte_size::parse_byte_size;
 use ferrox_models::kv_plan::defaults;
 
@@ -15,6 +16,15 @@ pub fn count_knob(env: &'static str) -> impl Fn(&str) -> Result<usize, String> +
         Ok(n) => Ok(n),
         Err(_) => Err(format!("not a positive integer (set by the flag or by {env})")),
     }
+}
+
+/// The activation path of the forward pass.
+#[derive(Args, Debug, Clone)]
+pub struct ActivationArgs {
+    /// Activations of the matrix products: `int16` (fast, within 1e-5 of exact) or
+    /// `f32` (the exact function the GGUF defines; slower).
+    #[arg(long, env = "FERROX_ACTIVATIONS", default_value_t = ActivationPath::Int16, value_name = "PATH")]
+    pub activations: ActivationPath,
 }
 
 /// KV cache layout flags.

@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// Compute threads [default: available cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Activation path.
+    #[command(flatten)]
+    pub path: crate::knobs::ActivationArgs,
     /// Temperature (0: greedy).
     #[arg(long, default_value_t = 0.8)]
     pub temp: f32,
@@ -92,7 +95,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let path = crate::model_ref::resolve(a.model.as_deref())?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let t_load = Instant::now();
-    let model = Model::load(&path, threads)?;
+    let model = Model::load_with(&path, threads, a.path.activations)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let hp = model.transformer.hyper_params();
     let ctx = a.ctx.unwrap_or(hp.context_length.min(4096));

@@ -35,6 +35,9 @@ pub struct ServeArgs {
     /// Compute threads [default: available cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Activation path.
+    #[command(flatten)]
+    pub path: crate::knobs::ActivationArgs,
     /// max_tokens of requests that give none (each request reserves KV for
     /// prompt + max_tokens, so this bounds what a default request holds).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", value_parser = crate::knobs::count_knob("FERROX_DEFAULT_MAX_TOKENS"), default_value_t = 2048)]
@@ -55,10 +58,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let loaded = CancellationToken::new();
         let loading = tokio::spawn(ferrox_server::serve_loading(tokio::net::TcpListener::from_std(std_listener.try_clone()?)?, loaded.clone()));
         let model_arg = a.model.clone();
+        let activations = a.path.activations;
         let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let (path, model) = tokio::task::spawn_blocking(move || -> Result<_> {
             let path = crate::model_ref::resolve(model_arg.as_deref())?;
-            let model = Model::load(&path, threads)?;
+            let model = Model::load_with(&path, threads, activations)?;
             Ok((path, model))
         })
         .await??;

@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod error;
 pub mod kernels;
 pub mod ops;
+pub mod packed;
 
 pub use dtype::DType;
 pub use error::CoreError;

@@ -1,5 +1,6 @@
 //! ferrox-models: what a GGUF file means as a model.
 //!
+//! * [`activation_path`]: the fast integer-activation path or the exact f32 one.
 //! * [`hparams`]: architecture and hyper-parameters from metadata.
 //! * [`kv_plan`]: KV shape, request pricing, blocks from a memory budget (SPEC S7, S10).
 //! * [`inspect`]: the `ferrox inspect` report.
@@ -7,6 +8,7 @@
 //! * [`byte_size`]: `2GiB`-style sizes.
 //! * [`testing`]: locating real models and golden files from tests.
 
+pub mod activation_path;
 pub mod byte_size;
 pub mod catalog;
 pub mod chat;
@@ -23,6 +25,7 @@ pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
 
+pub use activation_path::ActivationPath;
 pub use error::ModelError;
 pub use hparams::{Architecture, AttentionKind, HyperParams};
 pub use kv_plan::{KvPlan, KvShape};

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use ferrox_gguf::GgufFile;
 
+use crate::activation_path::ActivationPath;
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::ModelError;
 use crate::tokenizer::Tokenizer;
@@ -22,11 +23,16 @@ pub struct Model {
 impl Model {
     /// Loads the GGUF file at `path`, computing on `threads` threads.
     pub fn load(path: &Path, threads: usize) -> Result<Model, ModelError> {
-        Self::from_file(GgufFile::open(path)?, threads)
+        Self::from_file(GgufFile::open(path)?, threads, ActivationPath::default())
+    }
+
+    /// Loads the GGUF file at `path` for the given activation path.
+    pub fn load_with(path: &Path, threads: usize, activations: ActivationPath) -> Result<Model, ModelError> {
+        Self::from_file(GgufFile::open(path)?, threads, activations)
     }
 
     /// Loads a GGUF file already in memory.
-    pub fn from_file(file: GgufFile, threads: usize) -> Result<Model, ModelError> {
+    pub fn from_file(file: GgufFile, threads: usize, activations: ActivationPath) -> Result<Model, ModelError> {
         let m = &file.header().metadata;
         let tokenizer = Tokenizer::from_metadata(m)?;
         let piece = |id: Option<u32>| id.map(|i| tokenizer.decode(&[i], true)).unwrap_or_default();
@@ -34,7 +40,7 @@ impl Model {
         let template = m.string_opt("tokenizer.chat_template")?;
         let arch = crate::hparams::Architecture::from_gguf_name(m.str("general.architecture")?)?;
         let chat = ChatTemplate::for_model(template.as_deref(), arch, &bos, &eos)?;
-        let transformer = Transformer::new(file, threads)?;
+        let transformer = Transformer::with_path(file, threads, activations)?;
         Ok(Model { transformer, tokenizer, chat })
     }
 

@@ -157,9 +157,14 @@ impl TinyModel {
         w.to_bytes()
     }
 
-    /// The model loaded, on `threads` threads.
+    /// The model loaded, on `threads` threads, on the default activation path.
     pub fn load(&self, threads: usize) -> crate::Transformer {
+        self.load_with(threads, crate::ActivationPath::default())
+    }
+
+    /// The model loaded for the given activation path.
+    pub fn load_with(&self, threads: usize, path: crate::ActivationPath) -> crate::Transformer {
         let file = ferrox_gguf::GgufFile::from_bytes(self.gguf()).expect("tiny model parses");
-        crate::Transformer::new(file, threads).expect("tiny model loads")
+        crate::Transformer::with_path(file, threads, path).expect("tiny model loads")
     }
 }

@@ -22,17 +22,19 @@
 
 use ferrox_core::ops::activation::{gated, gelu_tanh, silu};
 use ferrox_core::ops::matmul::matmul;
+use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul};
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
 use ferrox_core::ops::rope::{self, RopeStyle};
 use ferrox_core::ops::vector::{axpy, dot};
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
 
+use crate::activation_path::ActivationPath;
 use crate::decoder::{Decoder, Logits, Span, Want};
 use crate::error::ModelError;
 use crate::hparams::{Architecture, HyperParams};
 use crate::kv_cache::{KvCache, LayerSlot};
-use crate::weights::Weights;
+use crate::weights::{TensorRef, Weights};
 
 /// A loaded model, ready to run.
 pub struct Transformer {
@@ -43,6 +45,26 @@ pub struct Transformer {
     rope_style: RopeStyle,
     embd_scale: Option<f32>,
     act: fn(f32) -> f32,
+    path: ActivationPath,
+    /// The repacked matrices of the integer path (`None` per matrix whose type has
+    /// no packed form, and for the f32 path).
+    packed: PackedWeights,
+}
+
+/// Repacked copies of every matrix the integer path multiplies by.
+#[derive(Default)]
+struct PackedWeights {
+    /// Per layer: wq, wk, wv, wo, gate, up, down.
+    layers: Vec<[Option<PackedMatrix>; 7]>,
+    output: Option<PackedMatrix>,
+}
+
+/// An input of the matrix products: `n` rows of f32, and their quantized form on
+/// the integer path (made once, shared by every product of the same input).
+struct Input<'a> {
+    x: &'a [f32],
+    n: usize,
+    q: Option<&'a QuantizedRows>,
 }
 
 impl std::fmt::Debug for Transformer {
@@ -60,8 +82,14 @@ struct Slot {
 }
 
 impl Transformer {
-    /// Loads the model in `file`, running on `threads` threads.
+    /// Loads the model in `file`, running on `threads` threads, on the default
+    /// (integer-activation) path.
     pub fn new(file: GgufFile, threads: usize) -> Result<Transformer, ModelError> {
+        Self::with_path(file, threads, ActivationPath::default())
+    }
+
+    /// Loads the model in `file` for the given activation path.
+    pub fn with_path(file: GgufFile, threads: usize, path: ActivationPath) -> Result<Transformer, ModelError> {
         let hp = HyperParams::from_metadata(&file.header().metadata)?;
         let weights = Weights::load(&file, &hp)?;
         let pool = rayon::ThreadPoolBuilder::new()
@@ -74,7 +102,39 @@ impl Transformer {
             Architecture::Qwen2 => (RopeStyle::Neox, None, silu),
             Architecture::Gemma3 => (RopeStyle::Neox, Some((hp.n_embd as f32).sqrt()), gelu_tanh),
         };
-        Ok(Transformer { file, hp, weights, pool, rope_style, embd_scale, act })
+        let packed = match path {
+            ActivationPath::F32 => PackedWeights::default(),
+            ActivationPath::Int16 => {
+                let pack = |t: &TensorRef| PackedMatrix::pack(&t.matrix(&file), &pool);
+                PackedWeights {
+                    layers: weights.layers.iter().map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].map(pack)).collect(),
+                    output: pack(&weights.output),
+                }
+            }
+        };
+        Ok(Transformer { file, hp, weights, pool, rope_style, embd_scale, act, path, packed })
+    }
+
+    /// The activation path this model runs.
+    pub fn activation_path(&self) -> ActivationPath {
+        self.path
+    }
+
+    /// Quantizes `x` into `buf` when the integer path runs, and returns the input.
+    fn input<'a>(&self, x: &'a [f32], n: usize, cols: usize, buf: &'a mut QuantizedRows) -> Input<'a> {
+        let q = (self.path == ActivationPath::Int16 && cols % ferrox_core::packed::BLOCK == 0).then(|| {
+            buf.quantize(x, n, cols);
+            &*buf
+        });
+        Input { x, n, q }
+    }
+
+    /// `out = input * W`, on the packed matrix when there is one.
+    fn project(&self, w: &TensorRef, packed: Option<&PackedMatrix>, input: &Input<'_>, out: &mut [f32]) {
+        match (packed, input.q) {
+            (Some(p), Some(q)) => packed_matmul(p, q, out, &self.pool),
+            _ => matmul(&w.matrix(&self.file), input.x, input.n, out, &self.pool),
+        }
     }
 
     /// The file the model was loaded from.
@@ -137,13 +197,16 @@ impl Transformer {
         let local_angles = (hp.rope_freq_base_local != hp.rope_freq_base).then(|| table(hp.rope_freq_base_local));
         let scale = 1.0 / (dk as f32).sqrt();
         let group = nh / nkv;
+        let mut qbuf = QuantizedRows::default();
+        let none: [Option<PackedMatrix>; 7] = Default::default();
         for (li, lw) in self.weights.layers.iter().enumerate() {
-            let f = &self.file;
+            let p = self.packed.layers.get(li).unwrap_or(&none);
             h.copy_from_slice(&x);
             h.chunks_exact_mut(d).for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
-            matmul(&lw.wq.matrix(f), &h, n, &mut q, &self.pool);
-            matmul(&lw.wk.matrix(f), &h, n, &mut k, &self.pool);
-            matmul(&lw.wv.matrix(f), &h, n, &mut v, &self.pool);
+            let input = self.input(&h, n, d, &mut qbuf);
+            self.project(&lw.wq, p[0].as_ref(), &input, &mut q);
+            self.project(&lw.wk, p[1].as_ref(), &input, &mut k);
+            self.project(&lw.wv, p[2].as_ref(), &input, &mut v);
             for (buf, bias, w) in [(&mut q, &lw.bq, qd), (&mut k, &lw.bk, kd), (&mut v, &lw.bv, vd)] {
                 if let Some(b) = bias {
                     buf.chunks_exact_mut(w).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
@@ -202,19 +265,22 @@ impl Transformer {
                     out.iter_mut().for_each(|x| *x *= inv);
                 });
             });
-            matmul(&lw.wo.matrix(f), &att, n, &mut o, &self.pool);
+            let input = self.input(&att, n, nh * dv, &mut qbuf);
+            self.project(&lw.wo, p[3].as_ref(), &input, &mut o);
             if let Some(w) = &lw.attn_post_norm {
                 o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, hp.rms_eps));
             }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             h.copy_from_slice(&x);
             h.chunks_exact_mut(d).for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
-            matmul(&lw.w_gate.matrix(f), &h, n, &mut g, &self.pool);
-            matmul(&lw.w_up.matrix(f), &h, n, &mut u, &self.pool);
+            let input = self.input(&h, n, d, &mut qbuf);
+            self.project(&lw.w_gate, p[4].as_ref(), &input, &mut g);
+            self.project(&lw.w_up, p[5].as_ref(), &input, &mut u);
             // Element-wise, so splitting it across threads changes no value.
             let act = self.act;
             g.par_chunks_mut(4096).zip(u.par_chunks(4096)).for_each(|(gc, uc)| gated(gc, uc, act));
-            matmul(&lw.w_down.matrix(f), &g, n, &mut o, &self.pool);
+            let input = self.input(&g, n, hp.n_ff, &mut qbuf);
+            self.project(&lw.w_down, p[6].as_ref(), &input, &mut o);
             if let Some(w) = &lw.ffn_post_norm {
                 o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, hp.rms_eps));
             }
@@ -241,7 +307,8 @@ impl Transformer {
         }
         let vocab = hp.vocab_size;
         let mut logits = vec![0.0f32; wanted.len() * vocab];
-        matmul(&self.weights.output.matrix(&self.file), &rows, wanted.len(), &mut logits, &self.pool);
+        let input = self.input(&rows, wanted.len(), d, &mut qbuf);
+        self.project(&self.weights.output, self.packed.output.as_ref(), &input, &mut logits);
         for (row, &t) in logits.chunks_exact(vocab).zip(&wanted) {
             out.push((slots[t].span, slots[t].index, row.to_vec()));
         }

@@ -7,7 +7,7 @@ use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
 use ferrox_models::kv_cache::KvCache;
 use ferrox_models::testing::{TinyModel, real_model};
-use ferrox_models::{Architecture, Transformer};
+use ferrox_models::{ActivationPath, Architecture, Transformer};
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -61,16 +61,20 @@ fn tiny_prompts() -> [Vec<u32>; 9] {
 fn tiny_models_give_identical_logits_for_any_prompt_chunking() {
     let prompt: Vec<u32> = (0..40).map(|j| (j * 37 % 94 + 2) as u32).collect();
     for arch in Architecture::ALL {
-        let m = TinyModel::new(arch).load(2);
-        check_prompt_chunking(&m, &prompt, 16);
+        for path in [ActivationPath::Int16, ActivationPath::F32] {
+            let m = TinyModel::new(arch).load_with(2, path);
+            check_prompt_chunking(&m, &prompt, 16);
+        }
     }
 }
 
 #[test]
 fn tiny_models_give_identical_decode_logits_alone_and_beside_eight_others() {
     for arch in Architecture::ALL {
-        let m = TinyModel::new(arch).load(2);
-        check_decode_batching(&m, &tiny_prompts(), 40);
+        for path in [ActivationPath::Int16, ActivationPath::F32] {
+            let m = TinyModel::new(arch).load_with(2, path);
+            check_decode_batching(&m, &tiny_prompts(), 40);
+        }
     }
 }
 

@@ -1,0 +1,146 @@
+//! Activations quantized for the integer products: per token, per block of 32
+//! values, `x[i] ~ da * qa[i]` with `qa` 16-bit integers.
+//!
+//! Invariants (each token alone decides its own numbers, SPEC S3):
+//! * `da = max|x| / 32767`, `qa[i] = round_half_even(x[i] * (32767 / max|x|))`
+//!   clamped to +-32767; a block of zeros has `da = 0` and `qa = 0`. Every step is
+//!   one IEEE f32 operation, so any build gives the same integers.
+//! * `sa = da * (sum qa as f32)`: the block's sum, used by weight offsets.
+//! * The rounding error is at most `da / 2` per value.
+
+use super::BLOCK;
+
+/// `n` token rows of `cols` values, quantized block by block.
+#[derive(Clone, Debug, Default)]
+pub struct QuantizedRows {
+    pub n: usize,
+    pub cols: usize,
+    /// `n * cols` integers, row-major.
+    pub qa: Vec<i16>,
+    /// `n * cols / 32` block scales.
+    pub da: Vec<f32>,
+    /// `n * cols / 32` scaled block sums.
+    pub sa: Vec<f32>,
+}
+
+const QMAX: f32 = 32767.0;
+
+impl QuantizedRows {
+    /// Quantizes `x` (`n` rows of `cols` values, `cols` a multiple of 32), reusing
+    /// this value's buffers.
+    pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
+        assert!(cols % BLOCK == 0, "{cols} values per row are not whole blocks of {BLOCK}");
+        assert_eq!(x.len(), n * cols, "activations must be n x cols");
+        let nb = n * cols / BLOCK;
+        self.n = n;
+        self.cols = cols;
+        self.qa.resize(n * cols, 0);
+        self.da.resize(nb, 0.0);
+        self.sa.resize(nb, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        let simd = std::arch::is_x86_feature_detected!("avx512f");
+        for (((xb, qb), da), sa) in x.chunks_exact(BLOCK).zip(self.qa.chunks_exact_mut(BLOCK)).zip(&mut self.da).zip(&mut self.sa) {
+            let (xb, qb) = (xb.try_into().expect("32 values"), qb.try_into().expect("32 values"));
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // SAFETY: the feature was detected on this CPU.
+                (*da, *sa) = unsafe { quantize_block_avx512(xb, qb) };
+                continue;
+            }
+            (*da, *sa) = quantize_block(xb, qb);
+        }
+    }
+
+    /// The integers of token `t`.
+    pub fn row(&self, t: usize) -> &[i16] {
+        &self.qa[t * self.cols..(t + 1) * self.cols]
+    }
+
+    /// Blocks per row.
+    pub fn blocks(&self) -> usize {
+        self.cols / BLOCK
+    }
+}
+
+#[inline]
+fn quantize_block(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32, f32) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if amax == 0.0 || !amax.is_finite() {
+        q.fill(0);
+        return (if amax == 0.0 { 0.0 } else { f32::NAN }, if amax == 0.0 { 0.0 } else { f32::NAN });
+    }
+    let inv = QMAX / amax;
+    let mut sum = 0i32;
+    for (o, &v) in q.iter_mut().zip(x) {
+        let r = (v * inv).round_ties_even().clamp(-QMAX, QMAX) as i16;
+        *o = r;
+        sum += r as i32;
+    }
+    let da = amax / QMAX;
+    (da, da * sum as f32)
+}
+
+/// [`quantize_block`] on AVX-512: the same f32 operations per value (multiply,
+/// clamp to integer bounds, round half to even), exact integer sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn quantize_block_avx512(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32, f32) {
+    use std::arch::x86_64::*;
+    // SAFETY: 32 values in and out, two 16-lane halves each.
+    unsafe {
+        let (a, b) = (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16)));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+        if amax == 0.0 || !amax.is_finite() {
+            return quantize_block(x, q);
+        }
+        let inv = _mm512_set1_ps(QMAX / amax);
+        let (lo, hi) = (_mm512_set1_ps(-QMAX), _mm512_set1_ps(QMAX));
+        let round = |v: __m512| _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, inv), lo), hi));
+        let (qa, qb) = (round(a), round(b));
+        _mm256_storeu_si256(q.as_mut_ptr().cast(), _mm512_cvtepi32_epi16(qa));
+        _mm256_storeu_si256(q.as_mut_ptr().add(16).cast(), _mm512_cvtepi32_epi16(qb));
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+        let da = amax / QMAX;
+        (da, da * sum as f32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rounding_error_is_at_most_half_a_step_and_rows_are_independent() {
+        let x: Vec<f32> = (0..3 * 64).map(|i| ((i * 7919) % 1013) as f32 / 300.0 - 1.7).collect();
+        let mut all = QuantizedRows::default();
+        all.quantize(&x, 3, 64);
+        for t in 0..3 {
+            let mut one = QuantizedRows::default();
+            one.quantize(&x[t * 64..(t + 1) * 64], 1, 64);
+            assert_eq!(one.row(0), all.row(t));
+            assert_eq!(one.da, all.da[2 * t..2 * t + 2]);
+        }
+        for (i, &v) in x.iter().enumerate() {
+            let da = all.da[i / BLOCK];
+            assert!((da * all.qa[i] as f32 - v).abs() <= da * 0.5001, "value {i}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let mut s = 99u32;
+            for k in 0..2000 {
+                let x: [f32; BLOCK] = std::array::from_fn(|_| {
+                    s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                    ((s >> 8) as f32 / (1 << 24) as f32 - 0.5) * 10f32.powi(k % 7 - 3)
+                });
+                let (mut want, mut got) = ([0i16; BLOCK], [0i16; BLOCK]);
+                let a = quantize_block(&x, &mut want);
+                // SAFETY: detected above.
+                let b = unsafe { quantize_block_avx512(&x, &mut got) };
+                assert_eq!((want, a.0.to_bits(), a.1.to_bits()), (got, b.0.to_bits(), b.1.to_bits()), "block {k}");
+            }
+        }
+        let mut zeros = QuantizedRows::default();
+        zeros.quantize(&[0.0; 32], 1, 32);
+        assert_eq!((zeros.da[0], zeros.sa[0], zeros.qa[5]), (0.0, 0.0, 0));
+    }
+}

@@ -1,0 +1,301 @@
+//! Repacked weight matrices: the GGUF blocks of 16 rows interleaved so that one
+//! vector register holds two adjacent values of each of the 16 rows (the operand
+//! shape of `vpdpwssd`, one 32-bit lane per row).
+//!
+//! Every 32-value block `b` of a row is `value[i] = scale[i / 16] * w[i] + offset`
+//! with small integers `w` and f32 `scale` / `offset` taken from the GGUF block
+//! without rounding (`d`, `d * sc` of the K-quants and `-8 d`, `m`, `-dmin * m` are
+//! all exact in f32). A group of 16 rows stores, block after block:
+//!
+//! * the integers, in 16 steps of two values per row (step `p` holds values `2p`,
+//!   `2p + 1` of rows 0..16, row-major in the step). [`Quants::Nibble`] stores two
+//!   steps per 32 bytes (step `2c` in the low nibbles, `2c + 1` in the high);
+//!   [`Quants::Byte`] one step per 32 bytes as signed bytes;
+//! * 16 f32 scales (32 when the two halves of the block have their own, Q6_K);
+//! * 16 f32 offsets, for the types that have them.
+//!
+//! Rows past the matrix's last (the padding of the last group) are zeros.
+//! Block bytes are multiples of 64, and the storage is 64-byte aligned.
+
+use rayon::prelude::*;
+
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le};
+use crate::dtype::DType;
+use crate::error::CoreError;
+use crate::kernels::reference::kquants::scale_min_k4;
+use crate::ops::matmul::Matrix;
+
+use super::{BLOCK, GROUP_ROWS};
+
+/// How the integers of a block are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quants {
+    /// Unsigned 4-bit values, two steps per 32 bytes.
+    Nibble,
+    /// Signed 8-bit values, one step per 32 bytes.
+    Byte,
+}
+
+/// The packed form of one GGUF storage type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Format {
+    pub quants: Quants,
+    /// Blocks carry an additive offset.
+    pub offset: bool,
+    /// The two 16-value halves of a block have their own scales.
+    pub split: bool,
+}
+
+impl Format {
+    /// The packed form of `dtype`, or `None` when the type stays on the f32 path.
+    pub fn for_dtype(dtype: DType) -> Option<Format> {
+        let f = |quants, offset, split| Some(Format { quants, offset, split });
+        match dtype {
+            DType::Q4_0 | DType::Q4_1 | DType::Q4_K => f(Quants::Nibble, true, false),
+            DType::Q5_1 | DType::Q5_K => f(Quants::Byte, true, false),
+            DType::Q5_0 | DType::Q8_0 => f(Quants::Byte, false, false),
+            DType::Q6_K => f(Quants::Byte, false, true),
+            _ => None,
+        }
+    }
+
+    /// Bytes of the integers of one group-block.
+    pub fn quant_bytes(self) -> usize {
+        match self.quants {
+            Quants::Nibble => GROUP_ROWS * BLOCK / 2,
+            Quants::Byte => GROUP_ROWS * BLOCK,
+        }
+    }
+
+    /// Scales per group-block.
+    pub fn scales(self) -> usize {
+        if self.split { 2 * GROUP_ROWS } else { GROUP_ROWS }
+    }
+
+    /// Bytes of one group-block: integers, scales, offsets.
+    pub fn block_bytes(self) -> usize {
+        self.quant_bytes() + 4 * self.scales() + if self.offset { 4 * GROUP_ROWS } else { 0 }
+    }
+}
+
+/// One 32-value block of a row, split into integers, scales and offset.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockParts {
+    pub w: [i8; BLOCK],
+    /// Scale of values 0..16 and of values 16..32 (equal unless the format splits).
+    pub scale: [f32; 2],
+    pub offset: f32,
+}
+
+/// The parts of block `b` (of 32 values) of a row of `dtype` stored in `row`.
+/// `dtype` must have a [`Format`] and `row` hold whole blocks.
+pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
+    let mut w = [0i8; BLOCK];
+    let (sub, g) = (b / 8, b % 8);
+    let (scale, offset) = match dtype {
+        DType::Q4_0 => {
+            let k = &blocks_of::<BlockQ4_0>(row).expect("whole blocks")[b];
+            nibbles(&k.qs, &mut w);
+            let d = f16_le(k.d);
+            ([d, d], -8.0 * d)
+        }
+        DType::Q4_1 => {
+            let k = &blocks_of::<BlockQ4_1>(row).expect("whole blocks")[b];
+            nibbles(&k.qs, &mut w);
+            let d = f16_le(k.d);
+            ([d, d], f16_le(k.m))
+        }
+        DType::Q5_0 | DType::Q5_1 => {
+            let (qs, qh, d, m) = if dtype == DType::Q5_0 {
+                let k = &blocks_of::<BlockQ5_0>(row).expect("whole blocks")[b];
+                (k.qs, k.qh, f16_le(k.d), None)
+            } else {
+                let k = &blocks_of::<BlockQ5_1>(row).expect("whole blocks")[b];
+                (k.qs, k.qh, f16_le(k.d), Some(f16_le(k.m)))
+            };
+            nibbles(&qs, &mut w);
+            let h = u32::from_le_bytes(qh);
+            for (i, v) in w.iter_mut().enumerate() {
+                *v |= (((h >> i) & 1) << 4) as i8;
+                if m.is_none() {
+                    *v -= 16;
+                }
+            }
+            ([d, d], m.unwrap_or(0.0))
+        }
+        DType::Q8_0 => {
+            let k = &blocks_of::<BlockQ8_0>(row).expect("whole blocks")[b];
+            w = k.qs;
+            let d = f16_le(k.d);
+            ([d, d], 0.0)
+        }
+        DType::Q4_K | DType::Q5_K => {
+            let (d, dmin, scales, qs, qh) = if dtype == DType::Q4_K {
+                let k = &blocks_of::<BlockQ4K>(row).expect("whole blocks")[sub];
+                (f16_le(k.d), f16_le(k.dmin), k.scales, &k.qs[32 * (g / 2)..32 * (g / 2) + 32], None)
+            } else {
+                let k = &blocks_of::<BlockQ5K>(row).expect("whole blocks")[sub];
+                (f16_le(k.d), f16_le(k.dmin), k.scales, &k.qs[32 * (g / 2)..32 * (g / 2) + 32], Some(k.qh))
+            };
+            let (sc, m) = scale_min_k4(g, &scales);
+            for (i, v) in w.iter_mut().enumerate() {
+                let mut q = (qs[i] >> (4 * (g % 2))) & 0x0F;
+                if let Some(qh) = qh {
+                    q |= ((qh[i] >> g) & 1) << 4;
+                }
+                *v = q as i8;
+            }
+            let dl = d * sc as f32;
+            ([dl, dl], -(dmin * m as f32))
+        }
+        DType::Q6_K => {
+            let k = &blocks_of::<BlockQ6K>(row).expect("whole blocks")[sub];
+            let (h, q) = (g / 4, g % 4);
+            for (i, v) in w.iter_mut().enumerate() {
+                let low = (k.ql[64 * h + 32 * (q % 2) + i] >> (4 * (q / 2))) & 0x0F;
+                let high = (k.qh[32 * h + i] >> (2 * q)) & 3;
+                *v = (low | (high << 4)) as i8 - 32;
+            }
+            let d = f16_le(k.d);
+            ([d * k.scales[8 * h + 2 * q] as f32, d * k.scales[8 * h + 2 * q + 1] as f32], 0.0)
+        }
+        other => panic!("{other} has no packed format"),
+    };
+    BlockParts { w, scale, offset }
+}
+
+fn nibbles(qs: &[u8; 16], w: &mut [i8; BLOCK]) {
+    for j in 0..16 {
+        w[j] = (qs[j] & 0x0F) as i8;
+        w[j + 16] = (qs[j] >> 4) as i8;
+    }
+}
+
+/// 64 bytes, the alignment of the packed storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A weight matrix in the packed layout.
+pub struct PackedMatrix {
+    pub dtype: DType,
+    pub format: Format,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedMatrix").field("dtype", &self.dtype).field("rows", &self.rows).field("cols", &self.cols).finish_non_exhaustive()
+    }
+}
+
+impl PackedMatrix {
+    /// Repacks `m`, or `None` when its type has no packed format. Runs on `pool`.
+    pub fn pack(m: &Matrix<'_>, pool: &rayon::ThreadPool) -> Option<PackedMatrix> {
+        let format = Format::for_dtype(m.dtype)?;
+        if m.cols % BLOCK != 0 {
+            return None;
+        }
+        let nb = m.cols / BLOCK;
+        let group_lines = nb * format.block_bytes() / 64;
+        let groups = m.rows.div_ceil(GROUP_ROWS);
+        let mut lines = vec![Line([0; 64]); groups * group_lines];
+        pool.install(|| {
+            lines.par_chunks_mut(group_lines.max(1)).enumerate().for_each(|(g, chunk)| {
+                // SAFETY: `Line` is 64 plain bytes with no padding.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<u8>(), chunk.len() * 64) };
+                pack_group(m, format, g, bytes);
+            });
+        });
+        Some(PackedMatrix { dtype: m.dtype, format, rows: m.rows, cols: m.cols, lines })
+    }
+
+    /// Packs `m` if its type has a packed format, else an error naming the type.
+    pub fn try_pack(m: &Matrix<'_>, pool: &rayon::ThreadPool) -> Result<PackedMatrix, CoreError> {
+        Self::pack(m, pool).ok_or(CoreError::Unsupported { dtype: m.dtype, what: "the integer-activation layout" })
+    }
+
+    /// Blocks of 32 values per row.
+    pub fn blocks(&self) -> usize {
+        self.cols / BLOCK
+    }
+
+    /// Groups of [`GROUP_ROWS`] rows (the last one padded).
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(GROUP_ROWS)
+    }
+
+    /// The bytes of group `g`: its blocks, each [`Format::block_bytes`] long.
+    pub fn group(&self, g: usize) -> &[u8] {
+        let per = self.blocks() * self.format.block_bytes() / 64;
+        let lines = &self.lines[g * per..(g + 1) * per];
+        // SAFETY: `Line` is 64 plain bytes with no padding.
+        unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u8>(), lines.len() * 64) }
+    }
+
+    /// Bytes held.
+    pub fn byte_len(&self) -> usize {
+        self.lines.len() * 64
+    }
+}
+
+fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) {
+    let nb = m.cols / BLOCK;
+    let bb = format.block_bytes();
+    let qb = format.quant_bytes();
+    for r in 0..GROUP_ROWS {
+        let row = g * GROUP_ROWS + r;
+        if row >= m.rows {
+            break; // padding rows stay zero
+        }
+        let bytes = m.row(row);
+        for b in 0..nb {
+            let p = block_parts(m.dtype, bytes, b);
+            let blk = &mut out[b * bb..(b + 1) * bb];
+            for (i, &v) in p.w.iter().enumerate() {
+                let (step, e) = (i / 2, i % 2);
+                match format.quants {
+                    Quants::Nibble => blk[32 * (step / 2) + 2 * r + e] |= (v as u8 & 0x0F) << (4 * (step % 2)),
+                    Quants::Byte => blk[32 * step + 2 * r + e] = v as u8,
+                }
+            }
+            blk[qb + 4 * r..qb + 4 * r + 4].copy_from_slice(&p.scale[0].to_le_bytes());
+            if format.split {
+                blk[qb + 64 + 4 * r..qb + 64 + 4 * r + 4].copy_from_slice(&p.scale[1].to_le_bytes());
+            }
+            if format.offset {
+                let at = qb + 4 * format.scales() + 4 * r;
+                blk[at..at + 4].copy_from_slice(&p.offset.to_le_bytes());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::reference;
+    use crate::kernels::test_rows::random_row;
+
+    #[test]
+    fn block_parts_rebuild_the_reference_dequantization() {
+        for t in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+            let n = 512;
+            let row = random_row(t, n / t.block_len(), 3);
+            let mut want = vec![0.0; n];
+            reference::dequantize(t, &row, &mut want).unwrap();
+            for b in 0..n / BLOCK {
+                let p = block_parts(t, &row, b);
+                for i in 0..BLOCK {
+                    let got = p.scale[i / 16] * p.w[i] as f32 + p.offset;
+                    let w = want[b * BLOCK + i];
+                    assert!((got - w).abs() <= 1e-6 * (1.0 + w.abs()), "{t} block {b} value {i}: {got} vs {w}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! `out[t][r] = W[r] . x[t]` on the integer-activation path: activations quantized
+//! once per call, then each task sweeps its groups of 16 rows over every token,
+//! [`TOKEN_TILE`] tokens per kernel call (a group's weights stay in cache while
+//! the tokens stream past).
+//!
+//! Invariant: an output element is the kernel's function of its own row and its own
+//! token's activations, whatever the tokens in the call, the tiles or the threads.
+
+use rayon::prelude::*;
+
+use super::kernel::{TOKEN_TILE, TokenActs, group};
+use super::{GROUP_ROWS, PackedMatrix, QuantizedRows};
+
+/// A pointer to disjoint output elements written from several threads.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: every task writes the elements of its own rows only.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+/// `out[t * rows + r]` for the `acts.n` tokens of `acts` (quantized from rows of
+/// `w.cols` values), on `pool`'s threads.
+pub fn packed_matmul(w: &PackedMatrix, acts: &QuantizedRows, out: &mut [f32], pool: &rayon::ThreadPool) {
+    let n = acts.n;
+    assert_eq!(acts.cols, w.cols, "activations hold cols values per token");
+    assert_eq!(out.len(), n * w.rows, "output must be n_tokens x rows");
+    if n == 0 || w.rows == 0 {
+        return;
+    }
+    let nb = w.blocks();
+    let groups = w.groups();
+    let threads = pool.current_num_threads().max(1);
+    let per_task = groups.div_ceil(threads * 4).max(1);
+    let n_tasks = groups.div_ceil(per_task);
+    let ptr = Out(out.as_mut_ptr());
+    let token = |t: usize| TokenActs { qa: acts.row(t), da: &acts.da[t * nb..(t + 1) * nb], sa: &acts.sa[t * nb..(t + 1) * nb] };
+    pool.install(|| {
+        (0..n_tasks).into_par_iter().for_each(|task| {
+            let ptr = ptr;
+            let mut tile = [[0.0f32; GROUP_ROWS]; TOKEN_TILE];
+            for g in task * per_task..((task + 1) * per_task).min(groups) {
+                let r0 = g * GROUP_ROWS;
+                let valid = (w.rows - r0).min(GROUP_ROWS);
+                let mut t0 = 0;
+                while t0 < n {
+                    let k = (n - t0).min(TOKEN_TILE);
+                    let toks: [TokenActs<'_>; TOKEN_TILE] = std::array::from_fn(|i| token((t0 + i).min(n - 1)));
+                    group(w.format, w.group(g), nb, &toks[..k], &mut tile[..k]);
+                    for (i, row) in tile[..k].iter().enumerate() {
+                        // SAFETY: (t0 + i, r0..r0 + valid) is inside `out` and these
+                        // rows belong to this task alone.
+                        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), ptr.0.add((t0 + i) * w.rows + r0), valid) };
+                    }
+                    t0 += k;
+                }
+            }
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::kernels::test_rows::{random, random_row};
+    use crate::ops::matmul::{Matrix, matmul};
+
+    fn pool(n: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap()
+    }
+
+    #[test]
+    fn every_token_gets_the_same_bits_alone_or_in_a_batch_and_stays_close_to_f32() {
+        for t in [DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::Q8_0] {
+            let (rows, cols, n) = (37, 512, 9);
+            let bytes: Vec<u8> = (0..rows).flat_map(|r| random_row(t, cols / t.block_len(), 31 + r as u64)).collect();
+            let m = Matrix::new(t, rows, cols, &bytes).unwrap();
+            let p = PackedMatrix::pack(&m, &pool(2)).unwrap();
+            let x: Vec<f32> = random(n * cols, 77).iter().map(|&b| (b as f32 - 128.0) / 50.0).collect();
+            let mut q = QuantizedRows::default();
+            q.quantize(&x, n, cols);
+            let mut batched = vec![0.0; n * rows];
+            packed_matmul(&p, &q, &mut batched, &pool(2));
+            let mut exact = vec![0.0; n * rows];
+            matmul(&m, &x, n, &mut exact, &pool(2));
+            for k in 0..n {
+                for threads in [1, 3] {
+                    let mut one = QuantizedRows::default();
+                    one.quantize(&x[k * cols..(k + 1) * cols], 1, cols);
+                    let mut alone = vec![0.0; rows];
+                    packed_matmul(&p, &one, &mut alone, &pool(threads));
+                    let same = alone.iter().zip(&batched[k * rows..(k + 1) * rows]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{t}: token {k} differs alone on {threads} threads");
+                }
+            }
+            let scale = exact.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            for (a, b) in batched.iter().zip(&exact) {
+                assert!((a - b).abs() <= 1e-4 * scale, "{t}: {a} vs f32 path {b}");
+            }
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The integer-activation path: weights repacked at load into 16-row groups, and
+//! activations quantized to 16-bit integers per 32-value block, multiplied with
+//! exact integer dot products (`vpdpwssd` on AVX-512 VNNI).
+//!
+//! The function it computes (the contract every build of it returns bit for bit):
+//! for weight row `r` and token `t`, with blocks `b` of 32 input features,
+//!
+//! ```text
+//! I[b]   = sum_i w[r][b][i] * qa[t][b][i]                (exact, 32-bit integers)
+//! out    = 0;  for b in order:  out = out + ((I[b] as f32 * scale[r][b]) * da[t][b])
+//!                                            (+ offset[r][b] * sa[t][b])
+//! ```
+//!
+//! where `w`, `scale`, `offset` come from the GGUF block exactly (`value = scale * w
+//! + offset`, see [`layout`]) and `qa`, `da`, `sa` are the token's activations
+//! quantized per block (see [`activations`]). The per-block integer sums are exact,
+//! so their order never matters; the f32 operations run in block order, one lane per
+//! weight row. Nothing depends on the other tokens of the call or on how rows are
+//! split across threads (SPEC S3).
+//!
+//! Error against the f32-activation path: the activation rounding, at most
+//! `max|x| / 65534` per value of a block, ~1e-5 relative.
+
+pub mod activations;
+pub mod kernel;
+pub mod layout;
+pub mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use activations::QuantizedRows;
+pub use layout::{Format, PackedMatrix};
+pub use matmul::packed_matmul;
+
+/// Weight rows computed together (the lanes of one kernel call).
+pub const GROUP_ROWS: usize = 16;
+/// Input features per block (one integer dot product).
+pub const BLOCK: usize = 32;

@@ -1,0 +1,137 @@
+//! AVX-512 VNNI build of the group kernel (`packed::kernel::group_portable`).
+//!
+//! Invariants: one 32-bit lane per weight row. A block's integer dot product is
+//! accumulated by `vpdpwssd` over four independent registers (integer sums are
+//! exact, so their order is free) and then enters the f32 lanes with exactly the
+//! scalar twin's operations in its order: convert, times scale, times `da`, plus
+//! `offset * sa`, added to the lane's running sum. No FMA.
+//!
+//! The 16 steps of a block are unpacked once and serve up to `TOKEN_TILE` tokens.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::kernel::TokenActs;
+use super::layout::{Format, Quants};
+use super::{BLOCK, GROUP_ROWS};
+
+/// Whether this CPU runs the kernels here.
+pub fn available() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni")
+}
+
+/// # Safety
+/// [`available`] must hold; `g` holds `nb` blocks of `format`; every token holds
+/// `nb` blocks; `out` has a row per token; at most 4 tokens.
+pub unsafe fn group(format: Format, g: &[u8], nb: usize, tokens: &[TokenActs<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    macro_rules! by_tokens {
+        ($nib:literal, $off:literal, $split:literal) => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                match tokens.len() {
+                    1 => kernel::<1, $nib, $off, $split>(g, nb, tokens, out),
+                    2 => kernel::<2, $nib, $off, $split>(g, nb, tokens, out),
+                    3 => kernel::<3, $nib, $off, $split>(g, nb, tokens, out),
+                    4 => kernel::<4, $nib, $off, $split>(g, nb, tokens, out),
+                    n => panic!("{n} tokens in one group call"),
+                }
+            }
+        };
+    }
+    match (format.quants, format.offset, format.split) {
+        (Quants::Nibble, true, false) => by_tokens!(true, true, false),
+        (Quants::Byte, true, false) => by_tokens!(false, true, false),
+        (Quants::Byte, false, false) => by_tokens!(false, false, false),
+        (Quants::Byte, false, true) => by_tokens!(false, false, true),
+        other => panic!("no packed kernel for {other:?}"),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn dp(acc: __m512i, w: __m512i, pair: *const i16) -> __m512i {
+    // LLVM rewrites the intrinsic into `vpmaddwd` + `vpaddd` (two instructions, and
+    // no broadcast operand); the instruction itself is one, with the pair of
+    // activations broadcast from memory.
+    let mut acc = acc;
+    // SAFETY: `pair` points at two i16 inside the token's row (caller); the
+    // instruction reads 4 bytes there and touches nothing else.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {w}, dword ptr [{p}]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            w = in(zmm_reg) w,
+            p = in(reg) pair,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn kernel<const T: usize, const NIB: bool, const OFF: bool, const SPLIT: bool>(
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let qb = if NIB { GROUP_ROWS * BLOCK / 2 } else { GROUP_ROWS * BLOCK };
+    let scales = if SPLIT { 2 * GROUP_ROWS } else { GROUP_ROWS };
+    let bb = qb + 4 * scales + if OFF { 4 * GROUP_ROWS } else { 0 };
+    let mut acc = [_mm512_setzero_ps(); T];
+    let qa: [*const i16; T] = std::array::from_fn(|t| tokens[t].qa.as_ptr());
+    let da: [*const f32; T] = std::array::from_fn(|t| tokens[t].da.as_ptr());
+    let sa: [*const f32; T] = std::array::from_fn(|t| tokens[t].sa.as_ptr());
+    // SAFETY (whole body): block b lies at g[b * bb..] and token values at
+    // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
+    unsafe {
+        let low = _mm512_set1_epi16(0x0F);
+        for b in 0..nb {
+            let blk = g.as_ptr().add(b * bb);
+            let mut w = [_mm512_setzero_si512(); 16];
+            if NIB {
+                for c in 0..8 {
+                    let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
+                    w[2 * c] = _mm512_and_si512(raw, low);
+                    w[2 * c + 1] = _mm512_srli_epi16(raw, 4);
+                }
+            } else {
+                for (p, wp) in w.iter_mut().enumerate() {
+                    *wp = _mm512_cvtepi8_epi16(_mm256_loadu_si256(blk.add(32 * p).cast()));
+                }
+            }
+            let s0 = _mm512_loadu_ps(blk.add(qb).cast());
+            let s1 = if SPLIT { _mm512_loadu_ps(blk.add(qb + 64).cast()) } else { s0 };
+            let off = if OFF { _mm512_loadu_ps(blk.add(qb + 4 * scales).cast()) } else { s0 };
+            for t in 0..T {
+                let a = qa[t].add(BLOCK * b);
+                let mut i = [_mm512_setzero_si512(); 4];
+                for p in (0..8).step_by(2) {
+                    i[0] = dp(i[0], w[p], a.add(2 * p));
+                    i[1] = dp(i[1], w[p + 1], a.add(2 * p + 2));
+                }
+                for p in (8..16).step_by(2) {
+                    i[2] = dp(i[2], w[p], a.add(2 * p));
+                    i[3] = dp(i[3], w[p + 1], a.add(2 * p + 2));
+                }
+                let dav = _mm512_set1_ps(*da[t].add(b));
+                if SPLIT {
+                    let lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[0], i[1])), s0), dav);
+                    let hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[2], i[3])), s1), dav);
+                    acc[t] = _mm512_add_ps(_mm512_add_ps(acc[t], lo), hi);
+                } else {
+                    let sum = _mm512_add_epi32(_mm512_add_epi32(i[0], i[1]), _mm512_add_epi32(i[2], i[3]));
+                    let mut term = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), s0), dav);
+                    if OFF {
+                        term = _mm512_add_ps(term, _mm512_mul_ps(off, _mm512_set1_ps(*sa[t].add(b))));
+                    }
+                    acc[t] = _mm512_add_ps(acc[t], term);
+                }
+            }
+        }
+        for t in 0..T {
+            _mm512_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+        }
+    }
+}
