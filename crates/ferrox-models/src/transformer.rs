@@ -20,12 +20,13 @@
 //! than the window seats accept are split into rounds, which changes nothing for
 //! the same reason.
 
-use ferrox_core::ops::activation::{gated, gelu_tanh, silu};
+use ferrox_core::ops::activation::{Gate, gated};
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul};
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
 use ferrox_core::ops::rope::{self, RopeStyle};
-use ferrox_core::ops::vector::{axpy, dot};
+use ferrox_core::ops::exp::exp_shifted;
+use ferrox_core::ops::vector::{scaled_dots, weighted_sum};
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
 
@@ -44,7 +45,7 @@ pub struct Transformer {
     pool: rayon::ThreadPool,
     rope_style: RopeStyle,
     embd_scale: Option<f32>,
-    act: fn(f32) -> f32,
+    act: Gate,
     path: ActivationPath,
     /// The repacked matrices of the integer path (`None` per matrix whose type has
     /// no packed form, and for the f32 path).
@@ -97,10 +98,10 @@ impl Transformer {
             .thread_name(|i| format!("ferrox-compute-{i}"))
             .build()
             .map_err(|e| ModelError::KvPlan(format!("cannot start compute threads: {e}")))?;
-        let (rope_style, embd_scale, act): (RopeStyle, Option<f32>, fn(f32) -> f32) = match hp.architecture {
-            Architecture::Llama => (RopeStyle::Normal, None, silu),
-            Architecture::Qwen2 => (RopeStyle::Neox, None, silu),
-            Architecture::Gemma3 => (RopeStyle::Neox, Some((hp.n_embd as f32).sqrt()), gelu_tanh),
+        let (rope_style, embd_scale, act) = match hp.architecture {
+            Architecture::Llama => (RopeStyle::Normal, None, Gate::Silu),
+            Architecture::Qwen2 => (RopeStyle::Neox, None, Gate::Silu),
+            Architecture::Gemma3 => (RopeStyle::Neox, Some((hp.n_embd as f32).sqrt()), Gate::GeluTanh),
         };
         let packed = match path {
             ActivationPath::F32 => PackedWeights::default(),
@@ -242,24 +243,16 @@ impl Transformer {
                     let lo = window.map_or(0, |w| (s.pos + 1).saturating_sub(w));
                     let qv = &q_ref[t * qd + head * dk..t * qd + (head + 1) * dk];
                     scores.clear();
-                    let mut max = f32::NEG_INFINITY;
-                    cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| {
-                        for kj in keys.chunks_exact(dk) {
-                            let sc = dot(qv, kj) * scale;
-                            max = max.max(sc);
-                            scores.push(sc);
-                        }
-                    });
+                    cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| scaled_dots(qv, keys, scale, scores));
+                    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    exp_shifted(scores, max);
+                    let sum = scores.iter().fold(0.0f32, |a, &e| a + e);
                     out.fill(0.0);
-                    let mut sum = 0.0f32;
                     let mut j = 0;
                     cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, _, values| {
-                        for vj in values.chunks_exact(dv) {
-                            let e = (scores[j] - max).exp();
-                            sum += e;
-                            axpy(out, e, vj);
-                            j += 1;
-                        }
+                        let n = values.len() / dv;
+                        weighted_sum(out, &scores[j..j + n], values);
+                        j += n;
                     });
                     let inv = 1.0 / sum;
                     out.iter_mut().for_each(|x| *x *= inv);

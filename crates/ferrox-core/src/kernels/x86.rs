@@ -182,6 +182,7 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
+#[inline]
 #[target_feature(enable = "avx512f")]
 pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -249,6 +250,100 @@ pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
             for t in 0..4 {
                 out[r][t] = finish(acc[r][t]);
             }
+        }
+    }
+}
+
+/// `out[k] = dot(q, rows[k]) * scale` for 16 rows of `q.len()` values: each exactly
+/// [`dot_f32`] (same chunks, same masked tail, same pairwise fold), the 16 folds
+/// done together by shuffles (level `w` adds lane `i + w` to lane `i` of every row,
+/// as `fold` does).
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `rows` holds 16 rows of `q.len()` values.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32; 16]) {
+    let n = q.len();
+    debug_assert_eq!(rows.len(), 16 * n);
+    let whole = n / LANES * LANES;
+    let mut acc = [_mm512_setzero_ps(); 16];
+    // SAFETY: every load is within q[..n] and the k-th row rows[k n..(k + 1) n].
+    unsafe {
+        let mut i = 0;
+        while i < whole {
+            let qv = _mm512_loadu_ps(q.as_ptr().add(i));
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(qv, _mm512_loadu_ps(rows.as_ptr().add(k * n + i))));
+            }
+            i += LANES;
+        }
+        let tail = n - whole;
+        if tail > 0 {
+            let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+            let qv = _mm512_maskz_loadu_ps(mask, q.as_ptr().add(whole));
+            for (k, a) in acc.iter_mut().enumerate() {
+                let y = _mm512_maskz_loadu_ps(mask, rows.as_ptr().add(k * n + whole));
+                *a = _mm512_mask_add_ps(*a, mask, *a, _mm512_mul_ps(qv, y));
+            }
+        }
+        // Level 8: [a lanes 0..8 + 8..16 | b lanes 0..8 + 8..16] for row pairs.
+        let l8: [__m512; 8] = std::array::from_fn(|j| {
+            let (a, b) = (acc[2 * j], acc[2 * j + 1]);
+            _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE))
+        });
+        // Level 4: 128-bit lane L of l4[j] holds row 4 j + L.
+        let l4: [__m512; 4] = std::array::from_fn(|j| {
+            let (a, b) = (l8[2 * j], l8[2 * j + 1]);
+            _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD))
+        });
+        // Level 2: lane L of l2[j]: [row 8 j + L: two sums, row 8 j + 4 + L: two sums].
+        let l2: [__m512; 2] = std::array::from_fn(|j| {
+            let (a, b) = (l4[2 * j], l4[2 * j + 1]);
+            _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE))
+        });
+        // Level 1: lane 4 L + m holds row L + 4 m.
+        let l1 = _mm512_add_ps(_mm512_shuffle_ps(l2[0], l2[1], 0x88), _mm512_shuffle_ps(l2[0], l2[1], 0xDD));
+        let mut lanes = [0.0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_mul_ps(l1, _mm512_set1_ps(scale)));
+        for (l, v) in lanes.iter().enumerate() {
+            out[l / 4 + 4 * (l % 4)] = *v;
+        }
+    }
+}
+
+/// `acc += sum_j weights[j] * rows[j]`, each element updated as `acc + w * x` row
+/// after row (the bits of repeated `axpy`), 64 values of `acc` held in registers
+/// across all rows.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `rows` holds `weights.len()` rows of `acc.len()`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+    let n = acc.len();
+    debug_assert!(rows.len() >= weights.len() * n);
+    let mut c = 0;
+    // SAFETY: every access is inside acc[..n] and rows[j n..(j + 1) n].
+    unsafe {
+        while c < n {
+            let width = (n - c).min(4 * LANES);
+            let masks: [__mmask16; 4] = std::array::from_fn(|k| {
+                let have = width.saturating_sub(k * LANES).min(LANES);
+                ((1u32 << have) - 1) as u16
+            });
+            let mut a: [__m512; 4] = std::array::from_fn(|k| _mm512_maskz_loadu_ps(masks[k], acc.as_ptr().add(c + k * LANES)));
+            for (j, &w) in weights.iter().enumerate() {
+                let wv = _mm512_set1_ps(w);
+                let row = rows.as_ptr().add(j * n + c);
+                for k in 0..4 {
+                    if masks[k] != 0 {
+                        a[k] = _mm512_add_ps(a[k], _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES))));
+                    }
+                }
+            }
+            for k in 0..4 {
+                _mm512_mask_storeu_ps(acc.as_mut_ptr().add(c + k * LANES), masks[k], a[k]);
+            }
+            c += width;
         }
     }
 }

@@ -7,6 +7,7 @@
 //! chosen at run time give bit-identical results to the portable one.
 
 pub mod activation;
+pub mod exp;
 pub mod matmul;
 pub mod norm;
 pub mod rope;

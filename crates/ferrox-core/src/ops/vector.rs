@@ -75,6 +75,70 @@ pub fn axpy(acc: &mut [f32], s: f32, v: &[f32]) {
     }
 }
 
+#[inline(always)]
+fn scaled_dots_body(q: &[f32], rows: &[f32], scale: f32, out: &mut Vec<f32>) {
+    for row in rows.chunks_exact(q.len()) {
+        out.push(dot_body(q, row) * scale);
+    }
+}
+
+#[inline(always)]
+fn weighted_sum_body(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+    for (&w, row) in weights.iter().zip(rows.chunks_exact(acc.len())) {
+        axpy(acc, w, row);
+    }
+}
+
+/// `out.push(dot(q, row) * scale)` for each `q.len()`-long row of `rows`, in order
+/// (attention scores over a run of keys).
+pub fn scaled_dots(q: &[f32], rows: &[f32], scale: f32, out: &mut Vec<f32>) {
+    if q.is_empty() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn avx512(q: &[f32], rows: &[f32], scale: f32, out: &mut Vec<f32>) {
+            let mut sixteen = rows.chunks_exact(16 * q.len());
+            let mut buf = [0.0f32; 16];
+            for block in &mut sixteen {
+                // SAFETY: this function runs only where AVX-512 F was detected.
+                unsafe { crate::kernels::x86::scaled_dots_16(q, block, scale, &mut buf) };
+                out.extend_from_slice(&buf);
+            }
+            for row in sixteen.remainder().chunks_exact(q.len()) {
+                // SAFETY: as above.
+                out.push(unsafe { crate::kernels::x86::dot_f32(q, row) } * scale);
+            }
+        }
+        // SAFETY: the feature was detected on this CPU.
+        return unsafe { avx512(q, rows, scale, out) };
+    }
+    scaled_dots_body(q, rows, scale, out)
+}
+
+/// `acc += sum_j weights[j] * rows[j]`, row after row (each element sees exactly
+/// the additions of repeated [`axpy`]), `rows` holding `acc.len()`-long rows.
+pub fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            assert!(rows.len() >= weights.len() * acc.len(), "rows hold a row per weight");
+            // SAFETY: the feature was detected on this CPU; lengths checked above.
+            return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+            weighted_sum_body(acc, weights, rows)
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was detected on this CPU.
+            return unsafe { avx2(acc, weights, rows) };
+        }
+    }
+    weighted_sum_body(acc, weights, rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +162,22 @@ mod tests {
                 assert_eq!(got.to_bits(), unsafe { dot_avx2(&a, &b) }.to_bits(), "avx2 n = {n}");
             }
             assert!((got as f64 - want).abs() < 1e-5 * (n as f64).max(1.0), "n = {n}: {got} vs {want}");
+        }
+        // The batched forms equal their one-at-a-time definitions.
+        for dk in [1usize, 15, 16, 64, 80, 200, 256] {
+            let q: Vec<f32> = (0..dk).map(|_| r()).collect();
+            let rows: Vec<f32> = (0..37 * dk).map(|_| r()).collect();
+            let mut got = Vec::new();
+            scaled_dots(&q, &rows, 0.125, &mut got);
+            let want: Vec<f32> = rows.chunks_exact(dk).map(|k| dot_portable(&q, k) * 0.125).collect();
+            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "dk {dk}");
+            let w: Vec<f32> = (0..37).map(|_| r()).collect();
+            let (mut a, mut b) = (vec![0.5f32; dk], vec![0.5f32; dk]);
+            weighted_sum(&mut a, &w, &rows);
+            for (j, row) in rows.chunks_exact(dk).enumerate() {
+                axpy(&mut b, w[j], row);
+            }
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "dk {dk}");
         }
     }
 }
