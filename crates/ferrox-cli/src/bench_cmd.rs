@@ -43,13 +43,37 @@ pub struct BenchArgs {
 }
 
 /// One llama-bench run (one repetition): tokens per second of pp and tg.
-fn llama_bench_once(bin: &std::path::Path, model: &std::path::Path, a: &BenchArgs, threads: usize) -> Result<(Option<f64>, Option<f64>)> {
+fn llama_bench_once(
+    bin: &std::path::Path,
+    model: &std::path::Path,
+    a: &BenchArgs,
+    threads: usize,
+) -> Result<(Option<f64>, Option<f64>)> {
     let out = std::process::Command::new(bin)
-        .args(["-m", &model.display().to_string(), "-p", &a.n_prompt.to_string(), "-n", &a.n_gen.to_string(), "-r", "1", "-t", &threads.to_string(), "-o", "json"])
+        .args([
+            "-m",
+            &model.display().to_string(),
+            "-p",
+            &a.n_prompt.to_string(),
+            "-n",
+            &a.n_gen.to_string(),
+            "-r",
+            "1",
+            "-t",
+            &threads.to_string(),
+            "-o",
+            "json",
+        ])
         .output()
         .with_context(|| format!("cannot run {}", bin.display()))?;
-    anyhow::ensure!(out.status.success(), "{} failed: {}", bin.display(), String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("llama-bench -o json did not print JSON")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        bin.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("llama-bench -o json did not print JSON")?;
     let (mut pp, mut tg) = (None, None);
     for t in v.as_array().context("llama-bench JSON is not an array")? {
         let ts = t["avg_ts"].as_f64();
@@ -64,9 +88,15 @@ fn llama_bench_once(bin: &std::path::Path, model: &std::path::Path, a: &BenchArg
 
 fn median_and_spread(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
-    let med = if v.len() % 2 == 1 { v[v.len() / 2] } else { (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0 };
+    let med = if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
     let mean = v.iter().sum::<f64>() / v.len() as f64;
-    let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len().max(2).saturating_sub(1) as f64).sqrt();
+    let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>()
+        / v.len().max(2).saturating_sub(1) as f64)
+        .sqrt();
     (med, sd)
 }
 
@@ -86,12 +116,26 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
 fn one_run(m: &Transformer, n_prompt: usize, n_gen: usize) -> Result<(Option<f64>, Option<f64>)> {
     let vocab = m.hyper_params().vocab_size;
     let positions = n_prompt.max(n_gen).max(1);
-    let mut cache = KvCache::new(m.kv_layout(), defaults::KV_BLOCK_SIZE, positions.div_ceil(defaults::KV_BLOCK_SIZE), 1, n_prompt.max(1))?;
+    let mut cache = KvCache::new(
+        m.kv_layout(),
+        defaults::KV_BLOCK_SIZE,
+        positions.div_ceil(defaults::KV_BLOCK_SIZE),
+        1,
+        n_prompt.max(1),
+    )?;
     let mut pp = None;
     if n_prompt > 0 {
         let seq = cache.alloc(n_prompt).context("KV")?;
         let t = Instant::now();
-        m.forward(&mut cache, &[Span { seq: &seq, start: 0, tokens: &tokens(n_prompt, vocab), want: Want::Last }])?;
+        m.forward(
+            &mut cache,
+            &[Span {
+                seq: &seq,
+                start: 0,
+                tokens: &tokens(n_prompt, vocab),
+                want: Want::Last,
+            }],
+        )?;
         pp = Some(n_prompt as f64 / t.elapsed().as_secs_f64());
         cache.free(seq);
     }
@@ -101,7 +145,15 @@ fn one_run(m: &Transformer, n_prompt: usize, n_gen: usize) -> Result<(Option<f64
         let toks = tokens(n_gen, vocab);
         let t = Instant::now();
         for (pos, tok) in toks.iter().enumerate() {
-            m.forward(&mut cache, &[Span { seq: &seq, start: pos, tokens: std::slice::from_ref(tok), want: Want::Last }])?;
+            m.forward(
+                &mut cache,
+                &[Span {
+                    seq: &seq,
+                    start: pos,
+                    tokens: std::slice::from_ref(tok),
+                    want: Want::Last,
+                }],
+            )?;
         }
         tg = Some(n_gen as f64 / t.elapsed().as_secs_f64());
         cache.free(seq);
@@ -112,7 +164,9 @@ fn one_run(m: &Transformer, n_prompt: usize, n_gen: usize) -> Result<(Option<f64
 /// Runs the benchmark and prints the table.
 pub fn bench(a: BenchArgs) -> Result<()> {
     let path = crate::model_ref::resolve(a.model.as_deref())?;
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let file = ferrox_gguf::GgufFile::open(&path)?;
     let m = Transformer::with_path(file, threads, a.path.activations)?;
     one_run(&m, a.n_prompt.min(16), a.n_gen.min(4))?; // warm-up: page in the weights
@@ -129,9 +183,15 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         tgs.extend(tg);
     }
     if a.compare.is_some() {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let mut rows = Vec::new();
-        for (test, ours, theirs) in [(format!("pp{}", a.n_prompt), pps, lpps), (format!("tg{}", a.n_gen), tgs, ltgs)] {
+        for (test, ours, theirs) in [
+            (format!("pp{}", a.n_prompt), pps, lpps),
+            (format!("tg{}", a.n_gen), tgs, ltgs),
+        ] {
             if ours.is_empty() || theirs.is_empty() {
                 continue;
             }
@@ -159,7 +219,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut rows = Vec::new();
     if !pps.is_empty() {
         rows.push((format!("pp{}", a.n_prompt), median_and_spread(pps)));

@@ -28,7 +28,10 @@ pub struct BenchServeArgs {
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
     /// Prompt of every request (a number is appended so prompts differ).
-    #[arg(long, default_value = "Write a short story about a lighthouse keeper. Story number")]
+    #[arg(
+        long,
+        default_value = "Write a short story about a lighthouse keeper. Story number"
+    )]
     pub prompt: String,
     /// Model name to send.
     #[arg(long, default_value = "default")]
@@ -57,7 +60,9 @@ fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
     });
     let t0 = Instant::now();
     let mut s = Sample::default();
-    let mut req = agent.post(format!("{}/v1/completions", a.url.trim_end_matches('/'))).header("Content-Type", "application/json");
+    let mut req = agent
+        .post(format!("{}/v1/completions", a.url.trim_end_matches('/')))
+        .header("Content-Type", "application/json");
     if let Some(k) = &a.api_key {
         req = req.header("Authorization", &format!("Bearer {k}"));
     }
@@ -72,12 +77,19 @@ fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
     let mut last: Option<Instant> = None;
     for line in reader.lines() {
         let Ok(line) = line else { break };
-        let Some(data) = line.strip_prefix("data: ") else { continue };
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
         if data.trim() == "[DONE]" {
             break;
         }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else { continue };
-        let has_text = v["choices"].as_array().is_some_and(|c| c.iter().any(|c| c["text"].as_str().is_some_and(|t| !t.is_empty())));
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
+            continue;
+        };
+        let has_text = v["choices"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["text"].as_str().is_some_and(|t| !t.is_empty()))
+        });
         if has_text {
             let now = Instant::now();
             match last {
@@ -102,8 +114,14 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 
 /// Runs the load and prints the report.
 pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
-    anyhow::ensure!(a.concurrency >= 1 && a.requests >= 1, "--concurrency and --requests must be at least 1");
-    let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(600))).build().into();
+    anyhow::ensure!(
+        a.concurrency >= 1 && a.requests >= 1,
+        "--concurrency and --requests must be at least 1"
+    );
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(600)))
+        .build()
+        .into();
     let next = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();
     let handles: Vec<_> = (0..a.concurrency)
@@ -123,14 +141,24 @@ pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
         .collect();
     let mut samples = Vec::new();
     for h in handles {
-        samples.extend(h.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))?);
+        samples.extend(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))?,
+        );
     }
     let wall = t0.elapsed().as_secs_f64();
     let errors: Vec<&String> = samples.iter().filter_map(|s| s.error.as_ref()).collect();
     let tokens: usize = samples.iter().map(|s| s.tokens).sum();
     let mut ttft: Vec<f64> = samples.iter().filter_map(|s| s.ttft).collect();
-    let mut itl: Vec<f64> = samples.iter().flat_map(|s| s.gaps.iter().copied()).collect();
-    let mut e2e: Vec<f64> = samples.iter().filter(|s| s.error.is_none()).map(|s| s.e2e).collect();
+    let mut itl: Vec<f64> = samples
+        .iter()
+        .flat_map(|s| s.gaps.iter().copied())
+        .collect();
+    let mut e2e: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.error.is_none())
+        .map(|s| s.e2e)
+        .collect();
     let report = serde_json::json!({
         "url": a.url, "concurrency": a.concurrency, "requests": a.requests, "errors": errors.len(),
         "wall_s": wall, "generated_tokens": tokens, "tokens_per_s": tokens as f64 / wall,
@@ -141,10 +169,26 @@ pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("{} requests x {} tokens, {} clients, {:.1} s: {:.1} generated tokens/s ({} errors)", a.requests, a.max_tokens, a.concurrency, wall, tokens as f64 / wall, errors.len());
-        for (name, key) in [("time to first token (ms)", "ttft_ms"), ("inter-token latency (ms)", "itl_ms")] {
+        println!(
+            "{} requests x {} tokens, {} clients, {:.1} s: {:.1} generated tokens/s ({} errors)",
+            a.requests,
+            a.max_tokens,
+            a.concurrency,
+            wall,
+            tokens as f64 / wall,
+            errors.len()
+        );
+        for (name, key) in [
+            ("time to first token (ms)", "ttft_ms"),
+            ("inter-token latency (ms)", "itl_ms"),
+        ] {
             let r = &report[key];
-            println!("{name:<26} p50 {:>8.1}  p90 {:>8.1}  p99 {:>8.1}", r["p50"].as_f64().unwrap_or(f64::NAN), r["p90"].as_f64().unwrap_or(f64::NAN), r["p99"].as_f64().unwrap_or(f64::NAN));
+            println!(
+                "{name:<26} p50 {:>8.1}  p90 {:>8.1}  p99 {:>8.1}",
+                r["p50"].as_f64().unwrap_or(f64::NAN),
+                r["p90"].as_f64().unwrap_or(f64::NAN),
+                r["p99"].as_f64().unwrap_or(f64::NAN)
+            );
         }
         if let Some(e) = errors.first() {
             println!("first error: {e}");

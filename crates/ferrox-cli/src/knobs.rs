@@ -10,11 +10,15 @@ use ferrox_models::kv_plan::defaults;
 
 /// A parser for a positive count whose error names the environment variable too,
 /// since a malformed value may have come from either.
-pub fn count_knob(env: &'static str) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+pub fn count_knob(
+    env: &'static str,
+) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
     move |s: &str| match s.trim().parse::<usize>() {
         Ok(0) => Err(format!("must be at least 1 (set by the flag or by {env})")),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("not a positive integer (set by the flag or by {env})")),
+        Err(_) => Err(format!(
+            "not a positive integer (set by the flag or by {env})"
+        )),
     }
 }
 
@@ -67,7 +71,13 @@ impl EngineArgs {
         let kv_blocks = match self.kv_blocks {
             Some(n) => n,
             None => {
-                let plan = ferrox_models::KvPlan::from_memory(shape, kv.memory_bytes()?, kv.kv_block_size, kv.max_seqs, kv.prefill_chunk)?;
+                let plan = ferrox_models::KvPlan::from_memory(
+                    shape,
+                    kv.memory_bytes()?,
+                    kv.kv_block_size,
+                    kv.max_seqs,
+                    kv.prefill_chunk,
+                )?;
                 usize::try_from(plan.n_blocks).unwrap_or(usize::MAX)
             }
         };

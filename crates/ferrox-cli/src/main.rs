@@ -94,7 +94,13 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Inspect { model_pos, model, ctx, kv, json } => {
+        Command::Inspect {
+            model_pos,
+            model,
+            ctx,
+            kv,
+            json,
+        } => {
             let path = model_ref::resolve(model.or(model_pos).as_deref())?;
             let file = GgufFile::open(&path)?;
             let opts = KvOptions {
@@ -113,20 +119,42 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Pull { names } => {
-            let names = if names.is_empty() { vec![catalog::DEFAULT_MODEL.to_string()] } else { names };
+            let names = if names.is_empty() {
+                vec![catalog::DEFAULT_MODEL.to_string()]
+            } else {
+                names
+            };
             let dir = catalog::models_dir();
             for name in names {
                 let model = catalog::find(&name)?;
                 let path = fetch::fetch(model, &dir)?;
                 let sha = fetch::sha256_file(&path)?;
-                anyhow::ensure!(sha == model.sha256, "{} has sha256 {sha}, expected {}: delete it and pull again", path.display(), model.sha256);
+                anyhow::ensure!(
+                    sha == model.sha256,
+                    "{} has sha256 {sha}, expected {}: delete it and pull again",
+                    path.display(),
+                    model.sha256
+                );
                 println!("{} {}", model.name, path.display());
             }
         }
-        Command::Tokenize { model, no_parse_special, no_bos, stats } => {
-            tokenize_cmd::tokenize(&model_ref::resolve(model.as_deref())?, !no_parse_special, !no_bos, stats)?;
+        Command::Tokenize {
+            model,
+            no_parse_special,
+            no_bos,
+            stats,
+        } => {
+            tokenize_cmd::tokenize(
+                &model_ref::resolve(model.as_deref())?,
+                !no_parse_special,
+                !no_bos,
+                stats,
+            )?;
         }
-        Command::Detokenize { model, skip_special } => {
+        Command::Detokenize {
+            model,
+            skip_special,
+        } => {
             tokenize_cmd::detokenize(&model_ref::resolve(model.as_deref())?, !skip_special)?;
         }
         Command::Serve(args) => serve_cmd::serve(args)?,
@@ -141,8 +169,18 @@ fn run(cli: Cli) -> Result<()> {
                     Some(p) => format!("cached   {}", p.display()),
                     None => "not cached (ferrox pull ".to_string() + m.name + ")",
                 };
-                let default = if m.name == catalog::DEFAULT_MODEL { " [default]" } else { "" };
-                println!("{:<14} {:>10}  {}{default}\n{:<14} {state}", m.name, format_bytes(m.size), m.description, "");
+                let default = if m.name == catalog::DEFAULT_MODEL {
+                    " [default]"
+                } else {
+                    ""
+                };
+                println!(
+                    "{:<14} {:>10}  {}{default}\n{:<14} {state}",
+                    m.name,
+                    format_bytes(m.size),
+                    m.description,
+                    ""
+                );
             }
         }
     }

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use ferrox_engine::{EngineConfig, Event, GenerationParams};
 use ferrox_models::chat::ChatMessage;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::kv_plan::defaults;
 use ferrox_models::model::Model;
 use ferrox_models::sampler::SamplingParams;
-use ferrox_engine::{EngineConfig, Event, GenerationParams};
 
 /// Flags of `ferrox run`.
 #[derive(Args, Debug)]
@@ -89,18 +89,24 @@ pub fn run(a: RunArgs) -> Result<()> {
     check_sampling(&a)?;
     let text = match (&a.prompt, &a.file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("cannot read prompt file {}", f.display()))?,
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read prompt file {}", f.display()))?,
         (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
     };
     let path = crate::model_ref::resolve(a.model.as_deref())?;
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let t_load = Instant::now();
     let model = Model::load_with(&path, threads, a.path.activations)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let hp = model.transformer.hyper_params();
     let ctx = a.ctx.unwrap_or(hp.context_length.min(4096));
     if ctx == 0 || ctx > hp.context_length {
-        bail!("--ctx-size {ctx}: must be between 1 and the model's context length {}", hp.context_length);
+        bail!(
+            "--ctx-size {ctx}: must be between 1 and the model's context length {}",
+            hp.context_length
+        );
     }
     let mut ids = match (&model.chat, a.no_cnv) {
         (Some(_), false) => {
@@ -118,9 +124,16 @@ pub fn run(a: RunArgs) -> Result<()> {
         ids.push(model.tokenizer.bos().unwrap_or(0));
     }
     if ids.len() >= ctx {
-        bail!("the prompt is {} tokens; it must be shorter than the context of {ctx} (raise --ctx-size)", ids.len());
+        bail!(
+            "the prompt is {} tokens; it must be shorter than the context of {ctx} (raise --ctx-size)",
+            ids.len()
+        );
     }
-    let seed = a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
     let params = SamplingParams {
         temperature: a.temp,
         top_k: a.top_k,
@@ -142,9 +155,21 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let prompt_len = ids.len();
     let tokenizer = std::sync::Arc::new(model.tokenizer.clone());
-    let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config).map_err(anyhow::Error::msg)?;
-    let max_tokens = if a.n_predict < 0 { ctx - prompt_len } else { (a.n_predict as usize).min(ctx - prompt_len) };
-    let params = GenerationParams { max_tokens: max_tokens.max(1), sampling: params, stop: a.stops.clone(), stop_token_ids: Vec::new(), logprobs: None, ignore_eos: false };
+    let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config)
+        .map_err(anyhow::Error::msg)?;
+    let max_tokens = if a.n_predict < 0 {
+        ctx - prompt_len
+    } else {
+        (a.n_predict as usize).min(ctx - prompt_len)
+    };
+    let params = GenerationParams {
+        max_tokens: max_tokens.max(1),
+        sampling: params,
+        stop: a.stops.clone(),
+        stop_token_ids: Vec::new(),
+        logprobs: None,
+        ignore_eos: false,
+    };
     let t_prompt = Instant::now();
     let mut stream = engine.submit(ids, params)?;
     let mut out = std::io::stdout().lock();
@@ -174,9 +199,23 @@ pub fn run(a: RunArgs) -> Result<()> {
     let ids_len = prompt_len;
     let gen_s = t_gen.elapsed().as_secs_f64();
     eprintln!();
-    eprintln!("load time:   {:>8.1} ms ({} threads, seed {seed})", load_s * 1e3, threads);
-    eprintln!("prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s, to the first token)", prompt_s * 1e3, ids_len, ids_len as f64 / prompt_s);
+    eprintln!(
+        "load time:   {:>8.1} ms ({} threads, seed {seed})",
+        load_s * 1e3,
+        threads
+    );
+    eprintln!(
+        "prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s, to the first token)",
+        prompt_s * 1e3,
+        ids_len,
+        ids_len as f64 / prompt_s
+    );
     let decoded = generated.saturating_sub(1);
-    eprintln!("generation:  {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)", gen_s * 1e3, decoded, decoded as f64 / gen_s.max(1e-9));
+    eprintln!(
+        "generation:  {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)",
+        gen_s * 1e3,
+        decoded,
+        decoded as f64 / gen_s.max(1e-9)
+    );
     Ok(())
 }

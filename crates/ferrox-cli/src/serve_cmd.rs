@@ -51,7 +51,11 @@ pub struct ServeArgs {
 
 /// Runs the server until a shutdown signal.
 pub fn serve(a: ServeArgs) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("ferrox-http").build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("ferrox-http")
+        .build()?;
     rt.block_on(async move {
         let std_listener = std::net::TcpListener::bind((a.host.as_str(), a.port)).with_context(|| format!("cannot listen on {}:{}", a.host, a.port))?;
         std_listener.set_nonblocking(true)?;

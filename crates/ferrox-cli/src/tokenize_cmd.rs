@@ -16,7 +16,9 @@ fn load(path: &Path) -> Result<Tokenizer> {
 
 fn stdin_string() -> Result<String> {
     let mut s = String::new();
-    std::io::stdin().read_to_string(&mut s).context("stdin is not valid UTF-8 text")?;
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .context("stdin is not valid UTF-8 text")?;
     Ok(s)
 }
 
@@ -46,9 +48,13 @@ pub fn tokenize(path: &Path, parse_special: bool, add_special: bool, stats: bool
 /// Prints the text of a JSON array of ids read from stdin.
 pub fn detokenize(path: &Path, render_special: bool) -> Result<()> {
     let tok = load(path)?;
-    let ids: Vec<u32> = serde_json::from_str(&stdin_string()?).context("stdin must be a JSON array of token ids, e.g. [1, 2, 3]")?;
+    let ids: Vec<u32> = serde_json::from_str(&stdin_string()?)
+        .context("stdin must be a JSON array of token ids, e.g. [1, 2, 3]")?;
     if let Some(bad) = ids.iter().find(|&&id| id as usize >= tok.vocab_size()) {
-        anyhow::bail!("token id {bad} is outside the vocabulary of {} tokens", tok.vocab_size());
+        anyhow::bail!(
+            "token id {bad} is outside the vocabulary of {} tokens",
+            tok.vocab_size()
+        );
     }
     let mut out = std::io::stdout().lock();
     out.write_all(&tok.decode_bytes(&ids, render_special))?;

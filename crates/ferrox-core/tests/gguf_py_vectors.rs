@@ -6,11 +6,18 @@ use ferrox_core::DType;
 use ferrox_core::kernels::reference;
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn floats(v: &serde_json::Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
 }
 
 #[test]
@@ -31,11 +38,23 @@ fn reference_kernels_match_gguf_py_bit_for_bit() {
         }
         if !row["input"].is_null() {
             let input = floats(&row["input"]);
-            assert_eq!(reference::quantize(t, &input).unwrap(), bytes, "{t} quantization differs from gguf-py");
+            assert_eq!(
+                reference::quantize(t, &input).unwrap(),
+                bytes,
+                "{t} quantization differs from gguf-py"
+            );
         }
         seen.push(t);
     }
-    for t in [DType::Q4_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::F16, DType::BF16] {
+    for t in [
+        DType::Q4_0,
+        DType::Q5_1,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q5_K,
+        DType::F16,
+        DType::BF16,
+    ] {
         assert!(seen.contains(&t), "no vector for {t}");
     }
 }

@@ -114,9 +114,23 @@ mod tests {
     use ferrox_models::kv_plan::LayerKv;
 
     fn ceiling(blocks: Option<u64>) -> KvCeiling {
-        let shape = KvShape { layers: vec![LayerKv { attention: AttentionKind::Full, n_kv_heads: 1, head_dim_k: 4, head_dim_v: 4 }], element_bytes: 4 };
+        let shape = KvShape {
+            layers: vec![LayerKv {
+                attention: AttentionKind::Full,
+                n_kv_heads: 1,
+                head_dim_k: 4,
+                head_dim_v: 4,
+            }],
+            element_bytes: 4,
+        };
         let plan = blocks.map(|n| KvPlan::from_blocks(&shape, n, 16, 4, 8).unwrap());
-        KvCeiling { max_context: 100, shape, plan, prefill_chunk: 8, block_size: 16 }
+        KvCeiling {
+            max_context: 100,
+            shape,
+            plan,
+            prefill_chunk: 8,
+            block_size: 16,
+        }
     }
 
     /// SPEC S7: blocks round up, and one token holds one block.
@@ -124,7 +138,11 @@ mod tests {
     fn blocks_round_up_and_one_token_holds_one_block() {
         let c = ceiling(Some(10));
         assert_eq!(c.check(1, 0), Ok(1));
-        assert_eq!(c.check(0, 1), Ok(1), "an empty prompt still holds its BOS position");
+        assert_eq!(
+            c.check(0, 1),
+            Ok(1),
+            "an empty prompt still holds its BOS position"
+        );
         assert_eq!(c.check(16, 1), Ok(2));
         assert_eq!(c.check(10, 22), Ok(2));
     }
@@ -136,10 +154,19 @@ mod tests {
         let c = ceiling(Some(4));
         assert_eq!(c.check(60, 4), Ok(4));
         let r = c.check(60, 5).unwrap_err();
-        assert_eq!((r.kind.code(), r.positions, r.positions_limit), ("device_memory_budget_exceeded", 65, 64));
+        assert_eq!(
+            (r.kind.code(), r.positions, r.positions_limit),
+            ("device_memory_budget_exceeded", 65, 64)
+        );
         assert_eq!((r.estimated_bytes, r.limit_bytes), (65 * 32, 64 * 32));
-        assert!(ceiling(None).check(60, 40).is_ok(), "no budget configured: only the context binds");
+        assert!(
+            ceiling(None).check(60, 40).is_ok(),
+            "no budget configured: only the context binds"
+        );
         let r = ceiling(None).check(60, 41).unwrap_err();
-        assert_eq!((r.kind.code(), r.positions, r.positions_limit), ("context_length_exceeded", 101, 100));
+        assert_eq!(
+            (r.kind.code(), r.positions, r.positions_limit),
+            ("context_length_exceeded", 101, 100)
+        );
     }
 }

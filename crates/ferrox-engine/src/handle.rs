@@ -28,7 +28,9 @@ pub enum SubmitError {
     #[error("{}: {}", .0.kind.code(), .0.message)]
     Kv(KvRefusal),
     /// The queue is full (SPEC S11); retry after this many seconds.
-    #[error("queue_full: {waiting} requests are already waiting (--max-queue / FERROX_CB_MAX_QUEUE); retry later")]
+    #[error(
+        "queue_full: {waiting} requests are already waiting (--max-queue / FERROX_CB_MAX_QUEUE); retry later"
+    )]
     QueueFull { waiting: usize, retry_after_s: u64 },
     /// The worker is gone (SPEC S1).
     #[error("the engine has stopped")]
@@ -71,7 +73,11 @@ pub struct EngineHandle {
 
 impl EngineHandle {
     /// Submits `prompt` for generation; refusals come back before anything is queued.
-    pub fn submit(&self, prompt: Vec<u32>, params: GenerationParams) -> Result<RequestStream, SubmitError> {
+    pub fn submit(
+        &self,
+        prompt: Vec<u32>,
+        params: GenerationParams,
+    ) -> Result<RequestStream, SubmitError> {
         let s = &self.shared;
         if let Err(e) = validate(&prompt, &params, s.vocab) {
             EngineStats::add(&s.stats.refusals_invalid, 1);
@@ -90,12 +96,29 @@ impl EngineHandle {
         };
         let Some(slot) = s.gate.try_reserve() else {
             EngineStats::add(&s.stats.queue_rejections, 1);
-            return Err(SubmitError::QueueFull { waiting: s.gate.depth(), retry_after_s: 1 });
+            return Err(SubmitError::QueueFull {
+                waiting: s.gate.depth(),
+                retry_after_s: 1,
+            });
         };
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = reply::unbounded_channel();
-        s.inbox.send(Msg::Job(Job { id, prompt, params, blocks, reply: tx, slot })).map_err(|_| SubmitError::Stopped)?;
-        Ok(RequestStream { id, events: rx, inbox: s.inbox.clone(), done: false })
+        s.inbox
+            .send(Msg::Job(Job {
+                id,
+                prompt,
+                params,
+                blocks,
+                reply: tx,
+                slot,
+            }))
+            .map_err(|_| SubmitError::Stopped)?;
+        Ok(RequestStream {
+            id,
+            events: rx,
+            inbox: s.inbox.clone(),
+            done: false,
+        })
     }
 
     /// Cancels request `id` wherever it is (SPEC S13); a stale id resolves to nothing.
@@ -146,7 +169,9 @@ impl RequestStream {
             }
             None => {
                 self.done = true;
-                Some(Event::Failed { message: "the engine stopped before the request finished".into() })
+                Some(Event::Failed {
+                    message: "the engine stopped before the request finished".into(),
+                })
             }
         }
     }

@@ -60,11 +60,22 @@ pub struct OutputStage {
 impl OutputStage {
     /// A stage that ends on any of `stop_tokens` or `stop_strings`, or after
     /// `max_tokens` counted tokens.
-    pub fn new(stop_tokens: impl IntoIterator<Item = u32>, stop_strings: impl IntoIterator<Item = String>, max_tokens: usize) -> OutputStage {
+    pub fn new(
+        stop_tokens: impl IntoIterator<Item = u32>,
+        stop_strings: impl IntoIterator<Item = String>,
+        max_tokens: usize,
+    ) -> OutputStage {
         let mut stop_tokens: Vec<u32> = stop_tokens.into_iter().collect();
         stop_tokens.sort_unstable();
         stop_tokens.dedup();
-        OutputStage { stop_tokens, utf8: Utf8Stream::new(), matcher: StopMatcher::new(stop_strings), max_tokens, generated: 0, finished: None }
+        OutputStage {
+            stop_tokens,
+            utf8: Utf8Stream::new(),
+            matcher: StopMatcher::new(stop_strings),
+            max_tokens,
+            generated: 0,
+            finished: None,
+        }
     }
 
     /// Counted tokens so far.
@@ -89,25 +100,41 @@ impl OutputStage {
     /// Feeds the sampled `token`, whose bytes are `piece`.
     pub fn on_token(&mut self, token: u32, piece: &[u8]) -> TokenOutput {
         if let Some(f) = self.finished {
-            return TokenOutput { text: String::new(), counted: false, finished: Some(f) };
+            return TokenOutput {
+                text: String::new(),
+                counted: false,
+                finished: Some(f),
+            };
         }
         if self.stop_tokens.binary_search(&token).is_ok() {
             self.finished = Some(FinishReason::Stop);
-            return TokenOutput { text: self.flush(), counted: false, finished: self.finished };
+            return TokenOutput {
+                text: self.flush(),
+                counted: false,
+                finished: self.finished,
+            };
         }
         self.generated += 1;
         let text = self.utf8.push(piece);
         match self.matcher.push(&text) {
             StopOutcome::Stopped { emit } => {
                 self.finished = Some(FinishReason::Stop);
-                TokenOutput { text: emit, counted: true, finished: self.finished }
+                TokenOutput {
+                    text: emit,
+                    counted: true,
+                    finished: self.finished,
+                }
             }
             StopOutcome::Continue { mut emit } => {
                 if self.generated >= self.max_tokens {
                     self.finished = Some(FinishReason::Length);
                     emit += &self.flush();
                 }
-                TokenOutput { text: emit, counted: true, finished: self.finished }
+                TokenOutput {
+                    text: emit,
+                    counted: true,
+                    finished: self.finished,
+                }
             }
         }
     }
@@ -132,7 +159,10 @@ mod tests {
         let mut o = OutputStage::new([2], [], 10);
         assert_eq!(o.on_token(5, b"hi").text, "hi");
         let t = o.on_token(2, b"</s>");
-        assert_eq!((t.text.as_str(), t.counted, t.finished), ("", false, Some(FinishReason::Stop)));
+        assert_eq!(
+            (t.text.as_str(), t.counted, t.finished),
+            ("", false, Some(FinishReason::Stop))
+        );
         assert_eq!(o.generated(), 1);
     }
 
@@ -142,7 +172,10 @@ mod tests {
         let mut o = OutputStage::new([], ["!".to_string()], 2);
         o.on_token(5, b"a");
         let t = o.on_token(6, b"b!");
-        assert_eq!((t.text.as_str(), t.finished), ("b", Some(FinishReason::Stop)));
+        assert_eq!(
+            (t.text.as_str(), t.finished),
+            ("b", Some(FinishReason::Stop))
+        );
         let mut o = OutputStage::new([], ["!".to_string()], 2);
         o.on_token(5, b"a");
         assert_eq!(o.on_token(6, b"b").finished, Some(FinishReason::Length));
@@ -154,7 +187,10 @@ mod tests {
         let mut o = OutputStage::new([], ["xyz".to_string()], 2);
         assert_eq!(o.on_token(1, b"ab x").text, "ab ");
         let t = o.on_token(2, &[0xE2, 0x82]);
-        assert_eq!((t.text.as_str(), t.finished), ("x\u{FFFD}", Some(FinishReason::Length)));
+        assert_eq!(
+            (t.text.as_str(), t.finished),
+            ("x\u{FFFD}", Some(FinishReason::Length))
+        );
         let mut o = OutputStage::new([], ["xyz".to_string()], 9);
         o.on_token(1, b"ab xy");
         assert_eq!(o.end(FinishReason::Cancelled), "xy");

@@ -30,7 +30,10 @@ impl Drop for QueueSlot {
 impl QueueGate {
     /// A gate admitting at most `cap` waiting requests.
     pub fn new(cap: usize) -> Arc<QueueGate> {
-        Arc::new(QueueGate { cap, depth: AtomicUsize::new(0) })
+        Arc::new(QueueGate {
+            cap,
+            depth: AtomicUsize::new(0),
+        })
     }
 
     /// Takes a slot, or `None` when the queue is full.
@@ -40,8 +43,17 @@ impl QueueGate {
             if cur >= self.cap {
                 return None;
             }
-            match self.depth.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(QueueSlot { gate: Arc::clone(self) }),
+            match self.depth.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Some(QueueSlot {
+                        gate: Arc::clone(self),
+                    });
+                }
                 Err(now) => cur = now,
             }
         }
@@ -78,7 +90,10 @@ mod tests {
                     })
                 })
                 .collect();
-            let slots: Vec<QueueSlot> = handles.into_iter().filter_map(|h| h.join().unwrap()).collect();
+            let slots: Vec<QueueSlot> = handles
+                .into_iter()
+                .filter_map(|h| h.join().unwrap())
+                .collect();
             assert_eq!(slots.len(), cap, "round {round}");
             assert_eq!(gate.depth(), cap);
             drop(slots);

@@ -26,7 +26,14 @@ pub struct GenerationParams {
 impl GenerationParams {
     /// Greedy decoding of at most `max_tokens` tokens.
     pub fn greedy(max_tokens: usize) -> GenerationParams {
-        GenerationParams { max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new(), stop_token_ids: Vec::new(), logprobs: None, ignore_eos: false }
+        GenerationParams {
+            max_tokens,
+            sampling: SamplingParams::greedy(),
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            logprobs: None,
+            ignore_eos: false,
+        }
     }
 }
 
@@ -51,10 +58,19 @@ impl TokenLogprob {
     /// Log-probabilities of `token` and the `n` most likely tokens of `logits`.
     pub fn of(logits: &[f32], token: u32, n: usize) -> TokenLogprob {
         let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-        let lse = max + logits.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+        let lse = max
+            + logits
+                .iter()
+                .map(|&v| (v as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
         let lp = |v: f32| (v as f64 - lse) as f32;
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-        let by = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+        let by = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
         let n = n.min(idx.len());
         if n > 0 && n < idx.len() {
             idx.select_nth_unstable_by(n - 1, by);
@@ -62,8 +78,13 @@ impl TokenLogprob {
         idx.truncate(n);
         idx.sort_by(by);
         TokenLogprob {
-            logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
-            top: idx.into_iter().map(|i| (i, lp(logits[i as usize]))).collect(),
+            logprob: logits
+                .get(token as usize)
+                .map_or(f32::NEG_INFINITY, |&v| lp(v)),
+            top: idx
+                .into_iter()
+                .map(|i| (i, lp(logits[i as usize])))
+                .collect(),
         }
     }
 }
@@ -74,9 +95,17 @@ pub enum Event {
     /// The request left the queue and holds its KV (sent once, before any token).
     Admitted,
     /// A generated token and the text it released (may be empty while text is withheld).
-    Token { id: u32, text: String, logprob: Option<TokenLogprob> },
+    Token {
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
     /// The request ended; `text` is what was still withheld, if anything.
-    Finished { reason: FinishReason, usage: Usage, text: String },
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        text: String,
+    },
     /// The request failed after it was accepted (the engine stopped, a model error).
     Failed { message: String },
 }

@@ -16,7 +16,12 @@ use crate::request::RequestId;
 /// How many requests at the head of `waiting` (their block needs, in queue order)
 /// to admit, given `running` requests of `max_seqs` and `free_blocks` (`None`: no
 /// block budget).
-pub fn admit_count(waiting: &[u64], running: usize, max_seqs: usize, free_blocks: Option<u64>) -> usize {
+pub fn admit_count(
+    waiting: &[u64],
+    running: usize,
+    max_seqs: usize,
+    free_blocks: Option<u64>,
+) -> usize {
     let mut free = free_blocks;
     let mut n = 0;
     for &need in waiting {
@@ -52,7 +57,12 @@ pub struct StepPlan {
 
 /// Plans one step: every decoding row, plus up to `budget` prompt tokens shared
 /// round-robin among `prefilling` (in admission order) starting at `cursor`.
-pub fn plan_step(decoding: &[RequestId], prefilling: &[Prefilling], budget: usize, cursor: usize) -> StepPlan {
+pub fn plan_step(
+    decoding: &[RequestId],
+    prefilling: &[Prefilling],
+    budget: usize,
+    cursor: usize,
+) -> StepPlan {
     let mut decode = decoding.to_vec();
     decode.sort_unstable();
     let mut prefill = Vec::new();
@@ -88,17 +98,40 @@ mod tests {
     fn the_two_caps_compose() {
         assert_eq!(admit_count(&[1, 1, 1], 1, 2, Some(100)), 1, "slots bind");
         assert_eq!(admit_count(&[3, 3, 3], 0, 8, Some(7)), 2, "blocks bind");
-        assert_eq!(admit_count(&[1_000_000; 3], 0, 8, None), 3, "no budget configured admits everything");
+        assert_eq!(
+            admit_count(&[1_000_000; 3], 0, 8, None),
+            3,
+            "no budget configured admits everything"
+        );
     }
 
     /// SPEC S2: decodes always run; prompts share one budget round-robin.
     #[test]
     fn decodes_always_run_and_prompts_share_one_budget_round_robin() {
-        let pre = [Prefilling { id: 7, remaining: 1000 }, Prefilling { id: 9, remaining: 3 }];
+        let pre = [
+            Prefilling {
+                id: 7,
+                remaining: 1000,
+            },
+            Prefilling {
+                id: 9,
+                remaining: 3,
+            },
+        ];
         let p0 = plan_step(&[4, 2], &pre, 16, 0);
-        assert_eq!(p0, StepPlan { decode: vec![2, 4], prefill: vec![(7, 16)] });
+        assert_eq!(
+            p0,
+            StepPlan {
+                decode: vec![2, 4],
+                prefill: vec![(7, 16)]
+            }
+        );
         let p1 = plan_step(&[4, 2], &pre, 16, 1);
-        assert_eq!(p1.prefill, vec![(9, 3), (7, 13)], "the short prompt behind is not starved");
+        assert_eq!(
+            p1.prefill,
+            vec![(9, 3), (7, 13)],
+            "the short prompt behind is not starved"
+        );
         let total: usize = p1.prefill.iter().map(|p| p.1).sum();
         assert!(total <= 16);
     }

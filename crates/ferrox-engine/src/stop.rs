@@ -30,7 +30,11 @@ pub struct StopMatcher {
 impl StopMatcher {
     /// A matcher for `stops` (empty strings are ignored).
     pub fn new(stops: impl IntoIterator<Item = String>) -> StopMatcher {
-        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), stopped: false }
+        StopMatcher {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            held: String::new(),
+            stopped: false,
+        }
     }
 
     /// Whether a stop string has matched.
@@ -46,13 +50,19 @@ impl StopMatcher {
     /// Feeds decoded text.
     pub fn push(&mut self, text: &str) -> StopOutcome {
         if self.stopped {
-            return StopOutcome::Stopped { emit: String::new() };
+            return StopOutcome::Stopped {
+                emit: String::new(),
+            };
         }
         self.held.push_str(text);
         let earliest = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, std::cmp::Reverse(s.len()))))
+            .filter_map(|s| {
+                self.held
+                    .find(s.as_str())
+                    .map(|at| (at, std::cmp::Reverse(s.len())))
+            })
             .min();
         if let Some((at, _)) = earliest {
             let emit = self.held[..at].to_string();
@@ -112,7 +122,10 @@ mod tests {
     /// SPEC S15: a stop string spanning tokens truncates the output before it.
     #[test]
     fn a_stop_string_spanning_tokens_truncates() {
-        assert_eq!(run(&["END"], &["Hello E", "N", "D and more"]), ("Hello ".into(), true));
+        assert_eq!(
+            run(&["END"], &["Hello E", "N", "D and more"]),
+            ("Hello ".into(), true)
+        );
     }
 
     /// SPEC S15: text that may begin a stop is withheld, then released when it cannot.
@@ -128,7 +141,10 @@ mod tests {
     /// SPEC S15: a row that never matches loses no output, withheld text included.
     #[test]
     fn a_row_that_never_matches_loses_no_output() {
-        assert_eq!(run(&["</s>"], &["abc", "</", "t"]), ("abc</t".into(), false));
+        assert_eq!(
+            run(&["</s>"], &["abc", "</", "t"]),
+            ("abc</t".into(), false)
+        );
         assert_eq!(run(&["</s>"], &["abc", "</"]), ("abc</".into(), false));
     }
 

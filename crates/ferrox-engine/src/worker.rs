@@ -92,7 +92,11 @@ struct Worker {
 const EARLY_CANCEL_MEMORY: usize = 4096;
 
 /// Starts an engine for `decoder` on its own worker thread.
-pub fn start(decoder: Box<dyn Decoder>, tokenizer: Arc<Tokenizer>, config: EngineConfig) -> Result<EngineHandle, String> {
+pub fn start(
+    decoder: Box<dyn Decoder>,
+    tokenizer: Arc<Tokenizer>,
+    config: EngineConfig,
+) -> Result<EngineHandle, String> {
     let hp = decoder.hyper_params().clone();
     let bad = |what: &str| Err(format!("{what} must be at least 1"));
     if config.max_seqs == 0 {
@@ -106,19 +110,51 @@ pub fn start(decoder: Box<dyn Decoder>, tokenizer: Arc<Tokenizer>, config: Engin
     }
     let shape = KvShape::new(&hp, defaults::KV_ELEMENT_BYTES);
     let plan = match config.kv_blocks {
-        Some(n) => Some(KvPlan::from_blocks(&shape, n as u64, config.block_size, config.max_seqs, config.prefill_chunk).map_err(|e| e.to_string())?),
+        Some(n) => Some(
+            KvPlan::from_blocks(
+                &shape,
+                n as u64,
+                config.block_size,
+                config.max_seqs,
+                config.prefill_chunk,
+            )
+            .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
-    let max_context = config.max_context.unwrap_or(hp.context_length).min(hp.context_length) as u64;
-    let ceiling = KvCeiling { max_context, shape, plan, prefill_chunk: config.prefill_chunk, block_size: config.block_size };
-    let cache = KvCache::new(decoder.kv_layout(), config.block_size, config.kv_blocks, config.max_seqs, config.prefill_chunk).map_err(|e| e.to_string())?;
+    let max_context = config
+        .max_context
+        .unwrap_or(hp.context_length)
+        .min(hp.context_length) as u64;
+    let ceiling = KvCeiling {
+        max_context,
+        shape,
+        plan,
+        prefill_chunk: config.prefill_chunk,
+        block_size: config.block_size,
+    };
+    let cache = KvCache::new(
+        decoder.kv_layout(),
+        config.block_size,
+        config.kv_blocks,
+        config.max_seqs,
+        config.prefill_chunk,
+    )
+    .map_err(|e| e.to_string())?;
     let stats = Arc::new(EngineStats::default());
     EngineStats::set(&stats.kv_blocks_total, config.kv_blocks.unwrap_or(0) as u64);
     EngineStats::set(&stats.kv_blocks_free, config.kv_blocks.unwrap_or(0) as u64);
     EngineStats::set(&stats.kv_block_size, config.block_size as u64);
     let (inbox, rx) = mpsc::channel();
     let gate = QueueGate::new(config.max_queue);
-    let shared = Arc::new(Shared { inbox, next_id: AtomicU64::new(1), gate, stats: Arc::clone(&stats), ceiling, vocab: hp.vocab_size });
+    let shared = Arc::new(Shared {
+        inbox,
+        next_id: AtomicU64::new(1),
+        gate,
+        stats: Arc::clone(&stats),
+        ceiling,
+        vocab: hp.vocab_size,
+    });
     let worker = Worker {
         decoder,
         tokenizer,
@@ -131,7 +167,10 @@ pub fn start(decoder: Box<dyn Decoder>, tokenizer: Arc<Tokenizer>, config: Engin
         cursor: 0,
         peak: 0,
     };
-    std::thread::Builder::new().name("ferrox-engine".into()).spawn(move || worker.run(rx)).map_err(|e| format!("cannot start the engine thread: {e}"))?;
+    std::thread::Builder::new()
+        .name("ferrox-engine".into())
+        .spawn(move || worker.run(rx))
+        .map_err(|e| format!("cannot start the engine thread: {e}"))?;
     Ok(EngineHandle { shared })
 }
 
@@ -148,7 +187,10 @@ impl Worker {
                 None
             };
             let mut stop = false;
-            for m in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            for m in first
+                .into_iter()
+                .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+            {
                 match m {
                     Msg::Job(job) => self.take_job(job),
                     Msg::Cancel(id) => self.cancel(id),
@@ -168,8 +210,15 @@ impl Worker {
     fn take_job(&mut self, job: Job) {
         if self.early_cancels.remove(&job.id) {
             EngineStats::add(&self.stats.aborted, 1);
-            let usage = Usage { prompt_tokens: job.prompt.len(), completion_tokens: 0 };
-            let _ = job.reply.send(Event::Finished { reason: FinishReason::Cancelled, usage, text: String::new() });
+            let usage = Usage {
+                prompt_tokens: job.prompt.len(),
+                completion_tokens: 0,
+            };
+            let _ = job.reply.send(Event::Finished {
+                reason: FinishReason::Cancelled,
+                usage,
+                text: String::new(),
+            });
             return;
         }
         self.queue.push_back(job);
@@ -179,8 +228,15 @@ impl Worker {
         if let Some(i) = self.queue.iter().position(|j| j.id == id) {
             let job = self.queue.remove(i).expect("index found");
             EngineStats::add(&self.stats.aborted, 1);
-            let usage = Usage { prompt_tokens: job.prompt.len(), completion_tokens: 0 };
-            let _ = job.reply.send(Event::Finished { reason: FinishReason::Cancelled, usage, text: String::new() });
+            let usage = Usage {
+                prompt_tokens: job.prompt.len(),
+                completion_tokens: 0,
+            };
+            let _ = job.reply.send(Event::Finished {
+                reason: FinishReason::Cancelled,
+                usage,
+                text: String::new(),
+            });
         } else if self.running.contains_key(&id) {
             EngineStats::add(&self.stats.aborted, 1);
             self.finish(id, FinishReason::Cancelled);
@@ -205,17 +261,49 @@ impl Worker {
                 self.queue.push_front(job);
                 return;
             };
-            let Job { id, prompt, params, blocks, reply, slot } = job;
+            let Job {
+                id,
+                prompt,
+                params,
+                blocks,
+                reply,
+                slot,
+            } = job;
             drop(slot);
             let prompt_tokens = prompt.len();
-            let run_prompt = if prompt.is_empty() { vec![self.tokenizer.bos().unwrap_or(0)] } else { prompt };
-            let eog: &[u32] = if params.ignore_eos { &[] } else { self.tokenizer.end_of_generation() };
-            let stops = eog.iter().copied().chain(params.stop_token_ids.iter().copied());
+            let run_prompt = if prompt.is_empty() {
+                vec![self.tokenizer.bos().unwrap_or(0)]
+            } else {
+                prompt
+            };
+            let eog: &[u32] = if params.ignore_eos {
+                &[]
+            } else {
+                self.tokenizer.end_of_generation()
+            };
+            let stops = eog
+                .iter()
+                .copied()
+                .chain(params.stop_token_ids.iter().copied());
             let output = OutputStage::new(stops, params.stop.clone(), params.max_tokens);
             let sampler = Sampler::new(params.sampling.clone(), &run_prompt);
             EngineStats::add(&self.stats.prompt_tokens, prompt_tokens as u64);
             let _ = reply.send(Event::Admitted);
-            self.running.insert(id, Active { prompt: run_prompt, prompt_tokens, prefilled: 0, pending: None, seq, blocks, sampler, output, logprobs: params.logprobs, reply });
+            self.running.insert(
+                id,
+                Active {
+                    prompt: run_prompt,
+                    prompt_tokens,
+                    prefilled: 0,
+                    pending: None,
+                    seq,
+                    blocks,
+                    sampler,
+                    output,
+                    logprobs: params.logprobs,
+                    reply,
+                },
+            );
         }
     }
 
@@ -223,14 +311,27 @@ impl Worker {
         if self.running.is_empty() {
             return;
         }
-        let decoding: Vec<RequestId> = self.running.iter().filter(|(_, a)| a.pending.is_some()).map(|(&id, _)| id).collect();
+        let decoding: Vec<RequestId> = self
+            .running
+            .iter()
+            .filter(|(_, a)| a.pending.is_some())
+            .map(|(&id, _)| id)
+            .collect();
         let prefilling: Vec<Prefilling> = self
             .running
             .iter()
             .filter(|(_, a)| a.prefilled < a.prompt.len())
-            .map(|(&id, a)| Prefilling { id, remaining: a.prompt.len() - a.prefilled })
+            .map(|(&id, a)| Prefilling {
+                id,
+                remaining: a.prompt.len() - a.prefilled,
+            })
             .collect();
-        let plan = plan_step(&decoding, &prefilling, self.config.prefill_chunk, self.cursor);
+        let plan = plan_step(
+            &decoding,
+            &prefilling,
+            self.config.prefill_chunk,
+            self.cursor,
+        );
         self.cursor = self.cursor.wrapping_add(1);
         if plan.decode.is_empty() && plan.prefill.is_empty() {
             return;
@@ -238,12 +339,21 @@ impl Worker {
         // (request, span) in a fixed order: decodes by id, then prompt chunks.
         let mut rows: Vec<(RequestId, bool)> = plan.decode.iter().map(|&id| (id, true)).collect();
         rows.extend(plan.prefill.iter().map(|&(id, _)| (id, false)));
-        let pending_tokens: Vec<[u32; 1]> = plan.decode.iter().map(|id| [self.running[id].pending.expect("decoding")]).collect();
+        let pending_tokens: Vec<[u32; 1]> = plan
+            .decode
+            .iter()
+            .map(|id| [self.running[id].pending.expect("decoding")])
+            .collect();
         let result = {
             let mut spans = Vec::with_capacity(rows.len());
             for (i, &id) in plan.decode.iter().enumerate() {
                 let a = &self.running[&id];
-                spans.push(Span { seq: &a.seq, start: a.prompt.len() + a.output.generated() - 1, tokens: &pending_tokens[i], want: Want::Last });
+                spans.push(Span {
+                    seq: &a.seq,
+                    start: a.prompt.len() + a.output.generated() - 1,
+                    tokens: &pending_tokens[i],
+                    want: Want::Last,
+                });
             }
             for &(id, n) in &plan.prefill {
                 let a = &self.running[&id];
@@ -284,14 +394,22 @@ impl Worker {
     }
 
     fn on_logits(&mut self, id: RequestId, logits: &[f32]) {
-        let Some(a) = self.running.get_mut(&id) else { return };
+        let Some(a) = self.running.get_mut(&id) else {
+            return;
+        };
         let tok = a.sampler.sample(logits);
         a.sampler.accept(tok);
         let logprob = a.logprobs.map(|n| TokenLogprob::of(logits, tok, n));
-        let out = a.output.on_token(tok, &self.tokenizer.token_bytes(tok, false));
+        let out = a
+            .output
+            .on_token(tok, &self.tokenizer.token_bytes(tok, false));
         if out.counted {
             EngineStats::add(&self.stats.generated_tokens, 1);
-            let _ = a.reply.send(Event::Token { id: tok, text: out.text.clone(), logprob });
+            let _ = a.reply.send(Event::Token {
+                id: tok,
+                text: out.text.clone(),
+                logprob,
+            });
         }
         match out.finished {
             Some(reason) => {
@@ -323,8 +441,15 @@ impl Worker {
             FinishReason::Length => EngineStats::add(&self.stats.finished_length, 1),
             FinishReason::Cancelled => {}
         }
-        let usage = Usage { prompt_tokens: a.prompt_tokens, completion_tokens: a.output.generated() };
-        let _ = a.reply.send(Event::Finished { reason, usage, text });
+        let usage = Usage {
+            prompt_tokens: a.prompt_tokens,
+            completion_tokens: a.output.generated(),
+        };
+        let _ = a.reply.send(Event::Finished {
+            reason,
+            usage,
+            text,
+        });
     }
 
     fn fail(&mut self, id: RequestId, message: String) {
@@ -335,8 +460,15 @@ impl Worker {
 
     fn shutdown(&mut self) {
         for job in std::mem::take(&mut self.queue) {
-            let usage = Usage { prompt_tokens: job.prompt.len(), completion_tokens: 0 };
-            let _ = job.reply.send(Event::Finished { reason: FinishReason::Cancelled, usage, text: String::new() });
+            let usage = Usage {
+                prompt_tokens: job.prompt.len(),
+                completion_tokens: 0,
+            };
+            let _ = job.reply.send(Event::Finished {
+                reason: FinishReason::Cancelled,
+                usage,
+                text: String::new(),
+            });
         }
         let ids: Vec<RequestId> = self.running.keys().copied().collect();
         for id in ids {

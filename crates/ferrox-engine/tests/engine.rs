@@ -2,8 +2,11 @@
 
 use std::sync::Arc;
 
+use ferrox_engine::OutputStage;
 use ferrox_engine::ceiling::CeilingKind;
-use ferrox_engine::{EngineConfig, EngineHandle, Event, FinishReason, GenerationParams, SubmitError, Usage, start};
+use ferrox_engine::{
+    EngineConfig, EngineHandle, Event, FinishReason, GenerationParams, SubmitError, Usage, start,
+};
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
 use ferrox_models::kv_cache::KvCache;
@@ -11,7 +14,6 @@ use ferrox_models::kv_plan::{KvShape, defaults};
 use ferrox_models::sampler::Sampler;
 use ferrox_models::testing::{TinyModel, real_model};
 use ferrox_models::{Architecture, Tokenizer, Transformer};
-use ferrox_engine::OutputStage;
 
 fn tiny_file() -> GgufFile {
     GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap()
@@ -35,16 +37,43 @@ fn long_greedy(max_tokens: usize) -> GenerationParams {
 }
 
 fn prompt(n: usize, salt: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i * 7 + salt * 13) % 94 + 2) as u32).collect()
+    (0..n)
+        .map(|i| ((i * 7 + salt * 13) % 94 + 2) as u32)
+        .collect()
 }
 
 /// The plain sequential loop: one request, one forward per token, no batcher.
-fn sequential(m: &Transformer, tok: &Tokenizer, prompt: &[u32], params: &GenerationParams) -> Vec<u32> {
+fn sequential(
+    m: &Transformer,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    params: &GenerationParams,
+) -> Vec<u32> {
     let mut cache = KvCache::new(m.kv_layout(), 16, None, 1, 512).unwrap();
     let seq = cache.alloc(prompt.len() + params.max_tokens + 1).unwrap();
-    let mut logits = m.forward(&mut cache, &[Span { seq: &seq, start: 0, tokens: prompt, want: Want::Last }]).unwrap().last_of(0).unwrap().to_vec();
+    let mut logits = m
+        .forward(
+            &mut cache,
+            &[Span {
+                seq: &seq,
+                start: 0,
+                tokens: prompt,
+                want: Want::Last,
+            }],
+        )
+        .unwrap()
+        .last_of(0)
+        .unwrap()
+        .to_vec();
     let mut sampler = Sampler::new(params.sampling.clone(), prompt);
-    let mut out = OutputStage::new(tok.end_of_generation().iter().copied().chain(params.stop_token_ids.iter().copied()), params.stop.clone(), params.max_tokens);
+    let mut out = OutputStage::new(
+        tok.end_of_generation()
+            .iter()
+            .copied()
+            .chain(params.stop_token_ids.iter().copied()),
+        params.stop.clone(),
+        params.max_tokens,
+    );
     let mut ids = Vec::new();
     let mut pos = prompt.len();
     loop {
@@ -57,13 +86,35 @@ fn sequential(m: &Transformer, tok: &Tokenizer, prompt: &[u32], params: &Generat
         if o.finished.is_some() {
             return ids;
         }
-        logits = m.forward(&mut cache, &[Span { seq: &seq, start: pos, tokens: &[t], want: Want::Last }]).unwrap().last_of(0).unwrap().to_vec();
+        logits = m
+            .forward(
+                &mut cache,
+                &[Span {
+                    seq: &seq,
+                    start: pos,
+                    tokens: &[t],
+                    want: Want::Last,
+                }],
+            )
+            .unwrap()
+            .last_of(0)
+            .unwrap()
+            .to_vec();
         pos += 1;
     }
 }
 
 fn tokens_of(events: &[Event]) -> Vec<u32> {
-    events.iter().filter_map(|e| if let Event::Token { id, .. } = e { Some(*id) } else { None }).collect()
+    events
+        .iter()
+        .filter_map(|e| {
+            if let Event::Token { id, .. } = e {
+                Some(*id)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 fn finish_of(events: &[Event]) -> (FinishReason, Usage) {
@@ -97,15 +148,30 @@ fn two_concurrent_jobs_match_sequential_greedy() {
     let (ea, eb) = (a.collect_blocking(), b.collect_blocking());
     assert_eq!(tokens_of(&ea), sequential(&m, &tok, &p1, &params));
     assert_eq!(tokens_of(&eb), sequential(&m, &tok, &p2, &params));
-    assert_eq!(finish_of(&ea), (FinishReason::Length, Usage { prompt_tokens: 9, completion_tokens: 17 }));
+    assert_eq!(
+        finish_of(&ea),
+        (
+            FinishReason::Length,
+            Usage {
+                prompt_tokens: 9,
+                completion_tokens: 17
+            }
+        )
+    );
 }
 
 /// SPEC S2, S3: prefill in chunks of 1 does not change the sampled ids.
 #[test]
 fn prefill_in_chunks_of_one_does_not_change_the_sampled_ids() {
     let p = prompt(40, 3);
-    let whole = engine(EngineConfig::default()).submit(p.clone(), long_greedy(12)).unwrap().collect_blocking();
-    let h1 = engine(EngineConfig { prefill_chunk: 1, ..Default::default() });
+    let whole = engine(EngineConfig::default())
+        .submit(p.clone(), long_greedy(12))
+        .unwrap()
+        .collect_blocking();
+    let h1 = engine(EngineConfig {
+        prefill_chunk: 1,
+        ..Default::default()
+    });
     let ones = h1.submit(p, long_greedy(12)).unwrap().collect_blocking();
     assert_eq!(tokens_of(&whole), tokens_of(&ones));
     assert_eq!(h1.stats().prefill_chunks, 40, "one chunk per prompt token");
@@ -115,30 +181,46 @@ fn prefill_in_chunks_of_one_does_not_change_the_sampled_ids() {
 /// request keeps taking decode steps.
 #[test]
 fn a_long_prompt_is_chunked_while_another_request_keeps_decoding() {
-    let h = engine(EngineConfig { prefill_chunk: 4, ..Default::default() });
+    let h = engine(EngineConfig {
+        prefill_chunk: 4,
+        ..Default::default()
+    });
     let long = h.submit(prompt(400, 4), long_greedy(2)).unwrap();
     let short = h.submit(prompt(3, 5), long_greedy(20)).unwrap();
     let events = short.collect_blocking();
     let at_short_end = h.stats();
     assert_eq!(tokens_of(&events).len(), 20);
     assert!(at_short_end.decode_steps >= 19, "{at_short_end:?}");
-    assert!(at_short_end.prefill_tokens < 403, "the long prompt was still prefilling: {at_short_end:?}");
+    assert!(
+        at_short_end.prefill_tokens < 403,
+        "the long prompt was still prefilling: {at_short_end:?}"
+    );
     assert!(at_short_end.prefill_chunks > 1);
     let long_events = long.collect_blocking();
     assert_eq!(finish_of(&long_events).0, FinishReason::Length);
-    assert!(h.stats().prefill_chunks >= 100, "400 tokens in chunks of at most 4");
+    assert!(
+        h.stats().prefill_chunks >= 100,
+        "400 tokens in chunks of at most 4"
+    );
 }
 
 /// SPEC S8: max_seqs = 1 still serves two jobs, in order.
 #[test]
 fn max_seqs_one_still_serves_two_jobs_in_order() {
-    let h = engine(EngineConfig { max_seqs: 1, ..Default::default() });
+    let h = engine(EngineConfig {
+        max_seqs: 1,
+        ..Default::default()
+    });
     let a = h.submit(prompt(5, 6), long_greedy(8)).unwrap();
     let b = h.submit(prompt(5, 7), long_greedy(8)).unwrap();
     let (ea, eb) = (a.collect_blocking(), b.collect_blocking());
     assert_eq!(tokens_of(&ea).len(), 8);
     assert_eq!(tokens_of(&eb).len(), 8);
-    assert!(h.stats().peak_blocks_held <= 1, "one request at a time: {:?}", h.stats());
+    assert!(
+        h.stats().peak_blocks_held <= 1,
+        "one request at a time: {:?}",
+        h.stats()
+    );
 }
 
 /// SPEC S4, S13: removing a row (cancel) never reassigns another row's state, and
@@ -147,7 +229,12 @@ fn max_seqs_one_still_serves_two_jobs_in_order() {
 #[test]
 fn cancelling_one_request_leaves_its_neighbour_identical_and_stale_ids_do_nothing() {
     let p = prompt(11, 8);
-    let alone = tokens_of(&engine(EngineConfig::default()).submit(p.clone(), long_greedy(30)).unwrap().collect_blocking());
+    let alone = tokens_of(
+        &engine(EngineConfig::default())
+            .submit(p.clone(), long_greedy(30))
+            .unwrap()
+            .collect_blocking(),
+    );
     let h = engine(EngineConfig::default());
     let victim = h.submit(prompt(6, 9), long_greedy(200)).unwrap();
     let keep = h.submit(p, long_greedy(30)).unwrap();
@@ -155,7 +242,13 @@ fn cancelling_one_request_leaves_its_neighbour_identical_and_stale_ids_do_nothin
     h.cancel(999_999);
     let ev = victim.collect_blocking();
     assert_eq!(finish_of(&ev).0, FinishReason::Cancelled);
-    assert_eq!(ev.iter().filter(|e| matches!(e, Event::Finished { .. })).count(), 1, "replied to exactly once");
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, Event::Finished { .. }))
+            .count(),
+        1,
+        "replied to exactly once"
+    );
     assert_eq!(tokens_of(&keep.collect_blocking()), alone);
     wait_idle(&h);
     assert_eq!(h.stats().aborted, 1);
@@ -164,22 +257,42 @@ fn cancelling_one_request_leaves_its_neighbour_identical_and_stale_ids_do_nothin
 /// SPEC S13: cancellation while queued: the request is never prefilled.
 #[test]
 fn a_request_cancelled_while_queued_is_never_prefilled() {
-    let h = engine(EngineConfig { max_seqs: 1, ..Default::default() });
+    let h = engine(EngineConfig {
+        max_seqs: 1,
+        ..Default::default()
+    });
     let busy = h.submit(prompt(4, 10), long_greedy(300)).unwrap();
     let queued = h.submit(prompt(50, 11), long_greedy(5)).unwrap();
     h.cancel(queued.id());
     let ev = queued.collect_blocking();
-    assert_eq!(finish_of(&ev), (FinishReason::Cancelled, Usage { prompt_tokens: 50, completion_tokens: 0 }));
+    assert_eq!(
+        finish_of(&ev),
+        (
+            FinishReason::Cancelled,
+            Usage {
+                prompt_tokens: 50,
+                completion_tokens: 0
+            }
+        )
+    );
     drop(busy);
     wait_idle(&h);
-    assert!(h.stats().prefill_tokens < 50, "the queued prompt never ran: {:?}", h.stats());
+    assert!(
+        h.stats().prefill_tokens < 50,
+        "the queued prompt never ran: {:?}",
+        h.stats()
+    );
 }
 
 /// SPEC S13: cancellation while prefilling: the remaining chunks never run and
 /// the blocks come back.
 #[test]
 fn a_request_cancelled_while_prefilling_runs_no_more_chunks() {
-    let h = engine(EngineConfig { prefill_chunk: 2, kv_blocks: Some(64), ..Default::default() });
+    let h = engine(EngineConfig {
+        prefill_chunk: 2,
+        kv_blocks: Some(64),
+        ..Default::default()
+    });
     let s = h.submit(prompt(600, 12), long_greedy(4)).unwrap();
     while h.stats().prefill_chunks < 3 {
         std::thread::yield_now();
@@ -197,7 +310,10 @@ fn a_request_cancelled_while_prefilling_runs_no_more_chunks() {
 /// produced so far; a dropped stream cancels too.
 #[test]
 fn a_request_cancelled_while_decoding_keeps_its_tokens_and_a_dropped_stream_cancels() {
-    let h = engine(EngineConfig { kv_blocks: Some(64), ..Default::default() });
+    let h = engine(EngineConfig {
+        kv_blocks: Some(64),
+        ..Default::default()
+    });
     let mut s = h.submit(prompt(5, 13), long_greedy(900)).unwrap();
     let mut got = 0;
     while got < 3 {
@@ -228,14 +344,28 @@ fn a_cancel_that_arrives_before_its_job_is_not_lost() {
     h.cancel(next);
     let s = h.submit(prompt(5, 16), long_greedy(3000)).unwrap();
     assert_eq!(s.id(), next);
-    assert_eq!(finish_of(&s.collect_blocking()), (FinishReason::Cancelled, Usage { prompt_tokens: 5, completion_tokens: 0 }));
+    assert_eq!(
+        finish_of(&s.collect_blocking()),
+        (
+            FinishReason::Cancelled,
+            Usage {
+                prompt_tokens: 5,
+                completion_tokens: 0
+            }
+        )
+    );
 }
 
 /// SPEC S11: a full queue refuses with queue_full and a retry-after of 1, and the
 /// refused request holds nothing; the depth returns to 0 after serving.
 #[test]
 fn a_full_queue_refuses_with_queue_full_and_holds_nothing() {
-    let h = engine(EngineConfig { max_seqs: 1, max_queue: 1, kv_blocks: Some(64), ..Default::default() });
+    let h = engine(EngineConfig {
+        max_seqs: 1,
+        max_queue: 1,
+        kv_blocks: Some(64),
+        ..Default::default()
+    });
     let running = h.submit(prompt(3, 17), long_greedy(400)).unwrap();
     while h.stats().running == 0 {
         std::thread::yield_now();
@@ -247,14 +377,22 @@ fn a_full_queue_refuses_with_queue_full_and_holds_nothing() {
     }
     assert_eq!(h.stats().queue_rejections, 1);
     drop(running);
-    assert_eq!(finish_of(&waiting.collect_blocking()).0, FinishReason::Length);
+    assert_eq!(
+        finish_of(&waiting.collect_blocking()).0,
+        FinishReason::Length
+    );
     wait_idle(&h);
     let st = h.stats();
     assert_eq!((st.queue_depth, st.kv_blocks_free), (0, 64));
 }
 
 fn ceiling_engine(kv_blocks: Option<usize>, max_context: Option<usize>) -> EngineHandle {
-    engine(EngineConfig { block_size: 4, kv_blocks, max_context, ..Default::default() })
+    engine(EngineConfig {
+        block_size: 4,
+        kv_blocks,
+        max_context,
+        ..Default::default()
+    })
 }
 
 /// SPEC S10: a request bigger than the whole budget is refused, not queued, priced
@@ -262,13 +400,25 @@ fn ceiling_engine(kv_blocks: Option<usize>, max_context: Option<usize>) -> Engin
 #[test]
 fn a_request_bigger_than_the_whole_budget_is_refused_with_its_price() {
     let h = ceiling_engine(Some(4), None);
-    let shape = KvShape::new(&Transformer::new(tiny_file(), 1).unwrap().hyper_params().clone(), defaults::KV_ELEMENT_BYTES);
+    let shape = KvShape::new(
+        &Transformer::new(tiny_file(), 1)
+            .unwrap()
+            .hyper_params()
+            .clone(),
+        defaults::KV_ELEMENT_BYTES,
+    );
     match h.submit(prompt(10, 20), long_greedy(7)) {
         Err(SubmitError::Kv(r)) => {
             assert_eq!(r.kind, CeilingKind::DeviceMemoryBudget);
             assert_eq!((r.positions, r.positions_limit), (17, 16));
-            assert_eq!(r.estimated_bytes, shape.request_bytes(17, defaults::PREFILL_CHUNK));
-            assert_eq!(r.limit_bytes, shape.request_bytes(16, defaults::PREFILL_CHUNK));
+            assert_eq!(
+                r.estimated_bytes,
+                shape.request_bytes(17, defaults::PREFILL_CHUNK)
+            );
+            assert_eq!(
+                r.limit_bytes,
+                shape.request_bytes(16, defaults::PREFILL_CHUNK)
+            );
             assert!(r.message.contains("--kv-memory"), "{}", r.message);
         }
         other => panic!("expected a refusal, got {:?}", other.map(|s| s.id())),
@@ -276,7 +426,11 @@ fn a_request_bigger_than_the_whole_budget_is_refused_with_its_price() {
     let st = h.stats();
     assert_eq!((st.refusals_too_large, st.queue_depth), (1, 0));
     let exact = h.submit(prompt(10, 21), long_greedy(6)).unwrap();
-    assert_eq!(finish_of(&exact.collect_blocking()).0, FinishReason::Length, "16 positions on a 16-position budget is admitted");
+    assert_eq!(
+        finish_of(&exact.collect_blocking()).0,
+        FinishReason::Length,
+        "16 positions on a 16-position budget is admitted"
+    );
 }
 
 /// SPEC S10: the context ceiling is reported before the device ceiling.
@@ -285,7 +439,10 @@ fn the_context_ceiling_is_reported_before_the_device_ceiling() {
     let h = ceiling_engine(Some(2), Some(20));
     match h.submit(prompt(10, 22), long_greedy(11)) {
         Err(SubmitError::Kv(r)) => {
-            assert_eq!((r.kind, r.positions, r.positions_limit), (CeilingKind::ContextLength, 21, 20));
+            assert_eq!(
+                (r.kind, r.positions, r.positions_limit),
+                (CeilingKind::ContextLength, 21, 20)
+            );
             assert!(r.message.contains("--max-context"), "{}", r.message);
         }
         other => panic!("expected a refusal, got {:?}", other.map(|s| s.id())),
@@ -301,15 +458,26 @@ fn the_context_ceiling_is_reported_before_the_device_ceiling() {
 #[test]
 fn six_two_block_requests_on_four_blocks_never_hold_more_than_four() {
     let h = ceiling_engine(Some(4), None);
-    let streams: Vec<_> = (0..6).map(|i| h.submit(prompt(3, 30 + i), long_greedy(5)).unwrap()).collect();
-    assert!(matches!(h.submit(vec![9999], long_greedy(2)), Err(SubmitError::Invalid(_))));
+    let streams: Vec<_> = (0..6)
+        .map(|i| h.submit(prompt(3, 30 + i), long_greedy(5)).unwrap())
+        .collect();
+    assert!(matches!(
+        h.submit(vec![9999], long_greedy(2)),
+        Err(SubmitError::Invalid(_))
+    ));
     for s in streams {
         assert_eq!(finish_of(&s.collect_blocking()).0, FinishReason::Length);
     }
     wait_idle(&h);
     let st = h.stats();
-    assert!(st.peak_blocks_held <= 4 && st.peak_blocks_held >= 2, "{st:?}");
-    assert_eq!((st.kv_blocks_free, st.blocks_held, st.refusals_invalid), (4, 0, 1));
+    assert!(
+        st.peak_blocks_held <= 4 && st.peak_blocks_held >= 2,
+        "{st:?}"
+    );
+    assert_eq!(
+        (st.kv_blocks_free, st.blocks_held, st.refusals_invalid),
+        (4, 0, 1)
+    );
 }
 
 /// SPEC S14, S15: a stop token ends the row without it; a row that stops on a
@@ -332,16 +500,29 @@ fn stops_end_rows_cleanly_and_leave_neighbours_untouched() {
     let s2 = h.submit(p.clone(), by_string).unwrap();
     let e1 = s1.collect_blocking();
     let cut = free.iter().position(|&t| t == stop_id).unwrap();
-    assert_eq!(tokens_of(&e1), free[..cut].to_vec(), "ends before the stop token, without it");
+    assert_eq!(
+        tokens_of(&e1),
+        free[..cut].to_vec(),
+        "ends before the stop token, without it"
+    );
     assert_eq!(finish_of(&e1).0, FinishReason::Stop);
     let e2 = s2.collect_blocking();
     assert_eq!(finish_of(&e2).0, FinishReason::Stop);
-    let streamed: String = e2.iter().map(|e| match e {
-        Event::Token { text, .. } | Event::Finished { text, .. } => text.as_str(),
-        _ => "",
-    }).collect();
-    assert!(!streamed.contains(&text[text.len() - 2..]) || text.len() < 2, "the stop string is never reported");
-    assert_eq!(tokens_of(&neighbour.collect_blocking()), sequential(&m, &tok, &prompt(9, 41), &long_greedy(12)));
+    let streamed: String = e2
+        .iter()
+        .map(|e| match e {
+            Event::Token { text, .. } | Event::Finished { text, .. } => text.as_str(),
+            _ => "",
+        })
+        .collect();
+    assert!(
+        !streamed.contains(&text[text.len() - 2..]) || text.len() < 2,
+        "the stop string is never reported"
+    );
+    assert_eq!(
+        tokens_of(&neighbour.collect_blocking()),
+        sequential(&m, &tok, &prompt(9, 41), &long_greedy(12))
+    );
 }
 
 /// SPEC S1: after shutdown, submissions fail at once with a typed error and open
@@ -352,9 +533,18 @@ fn after_shutdown_submissions_fail_and_nobody_waits_forever() {
     let s = h.submit(prompt(5, 50), long_greedy(3000)).unwrap();
     h.shutdown();
     let ev = s.collect_blocking();
-    assert!(matches!(ev.last(), Some(Event::Finished { reason: FinishReason::Cancelled, .. })));
+    assert!(matches!(
+        ev.last(),
+        Some(Event::Finished {
+            reason: FinishReason::Cancelled,
+            ..
+        })
+    ));
     std::thread::sleep(std::time::Duration::from_millis(20));
-    assert_eq!(h.submit(prompt(3, 51), long_greedy(2)).err(), Some(SubmitError::Stopped));
+    assert_eq!(
+        h.submit(prompt(3, 51), long_greedy(2)).err(),
+        Some(SubmitError::Stopped)
+    );
 }
 
 /// SPEC S6: an empty prompt runs one forward pass and reports 0 prompt tokens.
@@ -362,21 +552,59 @@ fn after_shutdown_submissions_fail_and_nobody_waits_forever() {
 fn an_empty_prompt_still_generates_and_reports_zero_prompt_tokens() {
     let h = engine(EngineConfig::default());
     let ev = h.submit(vec![], long_greedy(3)).unwrap().collect_blocking();
-    assert_eq!(finish_of(&ev), (FinishReason::Length, Usage { prompt_tokens: 0, completion_tokens: 3 }));
+    assert_eq!(
+        finish_of(&ev),
+        (
+            FinishReason::Length,
+            Usage {
+                prompt_tokens: 0,
+                completion_tokens: 3
+            }
+        )
+    );
 }
 
 /// SPEC S3 on SmolLM2: 16 concurrent greedy requests of different lengths produce
 /// exactly their sequential outputs, and the ledger is full again afterwards.
 #[test]
 fn real_model_smollm2_sixteen_concurrent_requests_match_sequential() {
-    let Some(path) = real_model("smollm2-135m") else { return };
+    let Some(path) = real_model("smollm2-135m") else {
+        return;
+    };
     let file = GgufFile::open(&path).unwrap();
     let tok = Arc::new(Tokenizer::from_metadata(&file.header().metadata).unwrap());
     let m = Transformer::new(GgufFile::open(&path).unwrap(), 2).unwrap();
-    let h = start(Box::new(Transformer::new(file, 2).unwrap()), Arc::clone(&tok), EngineConfig { kv_blocks: Some(256), ..Default::default() }).unwrap();
-    let texts = ["The capital of France is", "Once upon a time", "def fib(n):", "1, 2, 3, 4,", "The sun", "Water boils at", "SELECT", "My favourite colour is"];
-    let jobs: Vec<(Vec<u32>, GenerationParams)> = (0..16).map(|i| (tok.encode(texts[i % 8], true, true), GenerationParams::greedy(4 + i))).collect();
-    let streams: Vec<_> = jobs.iter().map(|(p, g)| h.submit(p.clone(), g.clone()).unwrap()).collect();
+    let h = start(
+        Box::new(Transformer::new(file, 2).unwrap()),
+        Arc::clone(&tok),
+        EngineConfig {
+            kv_blocks: Some(256),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let texts = [
+        "The capital of France is",
+        "Once upon a time",
+        "def fib(n):",
+        "1, 2, 3, 4,",
+        "The sun",
+        "Water boils at",
+        "SELECT",
+        "My favourite colour is",
+    ];
+    let jobs: Vec<(Vec<u32>, GenerationParams)> = (0..16)
+        .map(|i| {
+            (
+                tok.encode(texts[i % 8], true, true),
+                GenerationParams::greedy(4 + i),
+            )
+        })
+        .collect();
+    let streams: Vec<_> = jobs
+        .iter()
+        .map(|(p, g)| h.submit(p.clone(), g.clone()).unwrap())
+        .collect();
     for ((p, g), s) in jobs.iter().zip(streams) {
         assert_eq!(tokens_of(&s.collect_blocking()), sequential(&m, &tok, p, g));
     }
@@ -394,7 +622,12 @@ fn a_seeded_request_samples_the_same_alone_and_in_company() {
     p.sampling.top_p = 1.0;
     p.sampling.min_p = 0.0;
     p.sampling.seed = 77;
-    let alone = tokens_of(&engine(EngineConfig::default()).submit(prompt(6, 60), p.clone()).unwrap().collect_blocking());
+    let alone = tokens_of(
+        &engine(EngineConfig::default())
+            .submit(prompt(6, 60), p.clone())
+            .unwrap()
+            .collect_blocking(),
+    );
     let h = engine(EngineConfig::default());
     let others: Vec<_> = (0..5)
         .map(|i| {
@@ -415,7 +648,11 @@ struct Panicky {
 }
 
 impl Decoder for Panicky {
-    fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<ferrox_models::decoder::Logits, ferrox_models::ModelError> {
+    fn forward(
+        &self,
+        cache: &mut KvCache,
+        spans: &[Span<'_>],
+    ) -> Result<ferrox_models::decoder::Logits, ferrox_models::ModelError> {
         if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
             panic!("simulated worker crash");
         }
@@ -430,11 +667,18 @@ impl Decoder for Panicky {
 /// submissions fail at once with a typed error.
 #[test]
 fn a_dead_worker_answers_everyone_and_refuses_new_work() {
-    let d = Panicky { inner: Transformer::new(tiny_file(), 1).unwrap(), calls: Default::default() };
+    let d = Panicky {
+        inner: Transformer::new(tiny_file(), 1).unwrap(),
+        calls: Default::default(),
+    };
     let h = start(Box::new(d), tiny_tokenizer(), EngineConfig::default()).unwrap();
     let s = h.submit(prompt(5, 70), long_greedy(50)).unwrap();
     let ev = s.collect_blocking();
-    assert!(matches!(ev.last(), Some(Event::Failed { .. })), "{:?}", ev.last());
+    assert!(
+        matches!(ev.last(), Some(Event::Failed { .. })),
+        "{:?}",
+        ev.last()
+    );
     let mut refused = false;
     for _ in 0..200 {
         if let Err(SubmitError::Stopped) = h.submit(prompt(3, 71), long_greedy(2)) {
@@ -443,7 +687,10 @@ fn a_dead_worker_answers_everyone_and_refuses_new_work() {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert!(refused, "submissions after the worker died must fail with Stopped");
+    assert!(
+        refused,
+        "submissions after the worker died must fail with Stopped"
+    );
 }
 
 /// Log-probabilities come with each token when asked: the greedy token is the most
@@ -457,7 +704,12 @@ fn logprobs_are_reported_when_asked() {
     let ev = h.submit(prompt(7, 80), p).unwrap().collect_blocking();
     let mut seen = 0;
     for e in &ev {
-        if let Event::Token { id, logprob: Some(lp), .. } = e {
+        if let Event::Token {
+            id,
+            logprob: Some(lp),
+            ..
+        } = e
+        {
             seen += 1;
             assert_eq!(lp.top.len(), 3);
             assert_eq!(lp.top[0].0, *id, "greedy picks the most likely token");
@@ -466,6 +718,15 @@ fn logprobs_are_reported_when_asked() {
         }
     }
     assert!(seen >= 1);
-    let none = h.submit(prompt(7, 80), long_greedy(2)).unwrap().collect_blocking();
-    assert!(none.iter().all(|e| !matches!(e, Event::Token { logprob: Some(_), .. })));
+    let none = h
+        .submit(prompt(7, 80), long_greedy(2))
+        .unwrap()
+        .collect_blocking();
+    assert!(none.iter().all(|e| !matches!(
+        e,
+        Event::Token {
+            logprob: Some(_),
+            ..
+        }
+    )));
 }

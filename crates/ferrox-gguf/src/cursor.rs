@@ -26,7 +26,12 @@ impl<'a> Cursor<'a> {
 
     pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(GgufError::Truncated { what, offset: self.pos, needed: n as u64, file_len: self.buf.len() });
+            return Err(GgufError::Truncated {
+                what,
+                offset: self.pos,
+                needed: n as u64,
+                file_len: self.buf.len(),
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -58,7 +63,11 @@ impl<'a> Cursor<'a> {
         let at = self.pos;
         let len = self.u64(what)?;
         if len > self.remaining() as u64 {
-            return Err(GgufError::StringPastEnd { offset: at, len, remaining: self.remaining() });
+            return Err(GgufError::StringPastEnd {
+                offset: at,
+                len,
+                remaining: self.remaining(),
+            });
         }
         let bytes = self.take(len as usize, what)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::InvalidUtf8 { offset: at })
@@ -66,6 +75,8 @@ impl<'a> Cursor<'a> {
 
     /// Checks that `count` items of at least `min_len` bytes each can still fit.
     pub(crate) fn fits(&self, count: u64, min_len: usize) -> bool {
-        count.checked_mul(min_len as u64).is_some_and(|need| need <= self.remaining() as u64)
+        count
+            .checked_mul(min_len as u64)
+            .is_some_and(|need| need <= self.remaining() as u64)
     }
 }

@@ -7,26 +7,51 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("not a GGUF file: magic bytes are {found:02x?}, expected \"GGUF\"")]
     BadMagic { found: [u8; 4] },
-    #[error("big-endian GGUF (version {version} byte-swapped) is not supported; convert the file to little-endian")]
+    #[error(
+        "big-endian GGUF (version {version} byte-swapped) is not supported; convert the file to little-endian"
+    )]
     BigEndian { version: u32 },
     #[error("unsupported GGUF version {version}; ferrox reads versions 2 and 3")]
     UnsupportedVersion { version: u32 },
-    #[error("file truncated: {what} at byte {offset} needs {needed} bytes, the file ends at byte {file_len}")]
-    Truncated { what: &'static str, offset: usize, needed: u64, file_len: usize },
+    #[error(
+        "file truncated: {what} at byte {offset} needs {needed} bytes, the file ends at byte {file_len}"
+    )]
+    Truncated {
+        what: &'static str,
+        offset: usize,
+        needed: u64,
+        file_len: usize,
+    },
     #[error("string at byte {offset} claims {len} bytes, only {remaining} remain in the file")]
-    StringPastEnd { offset: usize, len: u64, remaining: usize },
+    StringPastEnd {
+        offset: usize,
+        len: u64,
+        remaining: usize,
+    },
     #[error("string at byte {offset} is not valid UTF-8")]
     InvalidUtf8 { offset: usize },
-    #[error("array at byte {offset} claims {count} elements of {elem}, more than the {remaining} remaining bytes can hold")]
-    ArrayPastEnd { offset: usize, count: u64, elem: &'static str, remaining: usize },
+    #[error(
+        "array at byte {offset} claims {count} elements of {elem}, more than the {remaining} remaining bytes can hold"
+    )]
+    ArrayPastEnd {
+        offset: usize,
+        count: u64,
+        elem: &'static str,
+        remaining: usize,
+    },
     #[error("arrays nested deeper than {max} levels at byte {offset}")]
     NestingTooDeep { offset: usize, max: usize },
     #[error("unknown metadata value type {type_id} at byte {offset}")]
     UnknownValueType { offset: usize, type_id: u32 },
-    #[error("header claims {count} metadata entries, more than the {remaining} remaining bytes can hold")]
+    #[error(
+        "header claims {count} metadata entries, more than the {remaining} remaining bytes can hold"
+    )]
     TooManyMetadata { count: u64, remaining: usize },
     #[error("header claims {count} tensors, more than the {remaining} remaining bytes can hold")]
     TooManyTensors { count: u64, remaining: usize },
@@ -41,21 +66,50 @@ pub enum GgufError {
     #[error("tensor {tensor:?} has shape {shape:?} whose size overflows")]
     ShapeOverflow { tensor: String, shape: Vec<u64> },
     #[error("tensor {tensor:?} has storage type {}; supported types: {supported}", describe_type(*.type_id, .name))]
-    UnsupportedStorageType { tensor: String, type_id: u32, name: Option<&'static str>, supported: String },
-    #[error("tensor {tensor:?}: first dimension {ne0} is not a multiple of {dtype}'s block of {block_len}")]
-    PartialBlock { tensor: String, dtype: ferrox_core::DType, ne0: u64, block_len: usize },
+    UnsupportedStorageType {
+        tensor: String,
+        type_id: u32,
+        name: Option<&'static str>,
+        supported: String,
+    },
+    #[error(
+        "tensor {tensor:?}: first dimension {ne0} is not a multiple of {dtype}'s block of {block_len}"
+    )]
+    PartialBlock {
+        tensor: String,
+        dtype: ferrox_core::DType,
+        ne0: u64,
+        block_len: usize,
+    },
     #[error("tensor {tensor:?} at data offset {offset} is not aligned to {alignment} bytes")]
-    MisalignedTensor { tensor: String, offset: u64, alignment: u64 },
+    MisalignedTensor {
+        tensor: String,
+        offset: u64,
+        alignment: u64,
+    },
     #[error("tensor {tensor:?} spans bytes {start}..{end} but the file has {file_len} bytes")]
-    TensorPastEnd { tensor: String, start: u64, end: u64, file_len: usize },
+    TensorPastEnd {
+        tensor: String,
+        start: u64,
+        end: u64,
+        file_len: usize,
+    },
     #[error("tensors {first:?} and {second:?} overlap in the data section")]
     TensorsOverlap { first: String, second: String },
     #[error("metadata key {key:?} is missing")]
     MissingKey { key: String },
     #[error("{key}: expected {expected}, found {found}")]
-    WrongType { key: String, expected: &'static str, found: String },
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: String,
+    },
     #[error("{key}: value {value} is out of range for {expected}")]
-    OutOfRange { key: String, value: String, expected: &'static str },
+    OutOfRange {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
     #[error("tensor {name:?} not found")]
     TensorNotFound { name: String },
     #[error("cannot write GGUF: {reason}")]

@@ -29,20 +29,31 @@ impl GgufFile {
     /// Memory-maps and parses the file at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
-        let io = |source| GgufError::Io { path: path.to_path_buf(), source };
+        let io = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = File::open(path).map_err(io)?;
         // SAFETY: the map is read-only; ferrox never writes model files it has open.
         // A file truncated by another process while mapped is outside this contract
         // (as for every mmap-based loader).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = Gguf::parse(&map)?;
-        Ok(GgufFile { path: Some(path.to_path_buf()), backing: Backing::Mapped(map), header })
+        Ok(GgufFile {
+            path: Some(path.to_path_buf()),
+            backing: Backing::Mapped(map),
+            header,
+        })
     }
 
     /// Parses GGUF bytes held in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile> {
         let header = Gguf::parse(&bytes)?;
-        Ok(GgufFile { path: None, backing: Backing::Owned(bytes), header })
+        Ok(GgufFile {
+            path: None,
+            backing: Backing::Owned(bytes),
+            header,
+        })
     }
 
     /// The parsed header.
@@ -71,6 +82,9 @@ impl GgufFile {
     /// Every tensor, in file order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
         let bytes = self.bytes();
-        self.header.tensors.iter().map(move |info| parse::view(info, bytes).expect("checked when parsed"))
+        self.header
+            .tensors
+            .iter()
+            .map(move |info| parse::view(info, bytes).expect("checked when parsed"))
     }
 }

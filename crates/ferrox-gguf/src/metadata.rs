@@ -22,7 +22,9 @@ macro_rules! strict_getter {
     ($name:ident, $opt:ident, $variant:ident, $t:ty, $label:literal) => {
         #[doc = concat!("The `", $label, "` at `key`; an error if missing or of another type.")]
         pub fn $name(&self, key: &str) -> Result<$t> {
-            self.$opt(key)?.ok_or_else(|| GgufError::MissingKey { key: key.to_string() })
+            self.$opt(key)?.ok_or_else(|| GgufError::MissingKey {
+                key: key.to_string(),
+            })
         }
         #[doc = concat!("The `", $label, "` at `key` if present; an error if of another type.")]
         pub fn $opt(&self, key: &str) -> Result<Option<$t>> {
@@ -40,7 +42,9 @@ macro_rules! array_getter {
         #[doc = concat!("The `", $label, "` at `key`; an error if missing or of another type.")]
         pub fn $name(&self, key: &str) -> Result<&[$t]> {
             match self.get(key) {
-                None => Err(GgufError::MissingKey { key: key.to_string() }),
+                None => Err(GgufError::MissingKey {
+                    key: key.to_string(),
+                }),
                 Some(Value::Array(Array::$variant(v))) => Ok(v),
                 Some(other) => Err(wrong_type(key, $label, other)),
             }
@@ -49,7 +53,11 @@ macro_rules! array_getter {
 }
 
 fn wrong_type(key: &str, expected: &'static str, found: &Value) -> GgufError {
-    GgufError::WrongType { key: key.to_string(), expected, found: found.type_description() }
+    GgufError::WrongType {
+        key: key.to_string(),
+        expected,
+        found: found.type_description(),
+    }
 }
 
 impl Metadata {
@@ -103,7 +111,9 @@ impl Metadata {
     /// The string at `key` borrowed; an error if missing or of another type.
     pub fn str(&self, key: &str) -> Result<&str> {
         match self.get(key) {
-            None => Err(GgufError::MissingKey { key: key.to_string() }),
+            None => Err(GgufError::MissingKey {
+                key: key.to_string(),
+            }),
             Some(Value::String(s)) => Ok(s),
             Some(other) => Err(wrong_type(key, "string", other)),
         }
@@ -111,16 +121,26 @@ impl Metadata {
 
     /// A non-negative integer of any stored width at `key`, as `usize`, if present.
     pub fn count_opt(&self, key: &str) -> Result<Option<usize>> {
-        let Some(v) = self.get(key) else { return Ok(None) };
-        let n = v.as_int().ok_or_else(|| wrong_type(key, "an unsigned integer", v))?;
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let n = v
+            .as_int()
+            .ok_or_else(|| wrong_type(key, "an unsigned integer", v))?;
         usize::try_from(n)
             .map(Some)
-            .map_err(|_| GgufError::OutOfRange { key: key.to_string(), value: n.to_string(), expected: "a count" })
+            .map_err(|_| GgufError::OutOfRange {
+                key: key.to_string(),
+                value: n.to_string(),
+                expected: "a count",
+            })
     }
 
     /// A non-negative integer of any stored width at `key`, as `usize`.
     pub fn count(&self, key: &str) -> Result<usize> {
-        self.count_opt(key)?.ok_or_else(|| GgufError::MissingKey { key: key.to_string() })
+        self.count_opt(key)?.ok_or_else(|| GgufError::MissingKey {
+            key: key.to_string(),
+        })
     }
 
     /// A float stored as f32 or f64 at `key`, if present.
@@ -149,10 +169,15 @@ mod tests {
 
     fn sample() -> Metadata {
         let mut m = Metadata::default();
-        m.insert("llama.block_count".into(), Value::String("thirty".into())).unwrap();
+        m.insert("llama.block_count".into(), Value::String("thirty".into()))
+            .unwrap();
         m.insert("a.count".into(), Value::U64(7)).unwrap();
         m.insert("a.neg".into(), Value::I32(-1)).unwrap();
-        m.insert("a.tokens".into(), Value::Array(Array::String(vec!["x".into()]))).unwrap();
+        m.insert(
+            "a.tokens".into(),
+            Value::Array(Array::String(vec!["x".into()])),
+        )
+        .unwrap();
         m
     }
 
@@ -160,10 +185,19 @@ mod tests {
     fn wrong_type_errors_name_key_expected_and_found() {
         let m = sample();
         let e = m.u32("llama.block_count").unwrap_err();
-        assert_eq!(e.to_string(), "llama.block_count: expected u32, found string");
+        assert_eq!(
+            e.to_string(),
+            "llama.block_count: expected u32, found string"
+        );
         let e = m.f32_array("a.tokens").unwrap_err();
-        assert_eq!(e.to_string(), "a.tokens: expected array of f32, found array of string");
-        assert_eq!(m.u32("missing").unwrap_err().to_string(), "metadata key \"missing\" is missing");
+        assert_eq!(
+            e.to_string(),
+            "a.tokens: expected array of f32, found array of string"
+        );
+        assert_eq!(
+            m.u32("missing").unwrap_err().to_string(),
+            "metadata key \"missing\" is missing"
+        );
         assert_eq!(m.u32_opt("missing").unwrap(), None);
     }
 
@@ -171,13 +205,22 @@ mod tests {
     fn counts_accept_any_integer_width_but_not_negatives() {
         let m = sample();
         assert_eq!(m.count("a.count").unwrap(), 7);
-        assert!(matches!(m.count("a.neg"), Err(GgufError::OutOfRange { .. })));
-        assert!(matches!(m.count("llama.block_count"), Err(GgufError::WrongType { .. })));
+        assert!(matches!(
+            m.count("a.neg"),
+            Err(GgufError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            m.count("llama.block_count"),
+            Err(GgufError::WrongType { .. })
+        ));
     }
 
     #[test]
     fn duplicate_keys_are_refused() {
         let mut m = sample();
-        assert!(matches!(m.insert("a.count".into(), Value::U8(1)), Err(GgufError::DuplicateKey { .. })));
+        assert!(matches!(
+            m.insert("a.count".into(), Value::U8(1)),
+            Err(GgufError::DuplicateKey { .. })
+        ));
     }
 }

@@ -71,14 +71,20 @@ impl Gguf {
         let n_tensors = c.u64("tensor count")?;
         let n_kv = c.u64("metadata count")?;
         if !c.fits(n_kv, MIN_KV_LEN) {
-            return Err(GgufError::TooManyMetadata { count: n_kv, remaining: c.remaining() });
+            return Err(GgufError::TooManyMetadata {
+                count: n_kv,
+                remaining: c.remaining(),
+            });
         }
         let mut metadata = Metadata::default();
         for _ in 0..n_kv {
             let key = c.string("metadata key")?;
             let type_at = c.pos();
             let type_id = c.u32("metadata value type")?;
-            let vt = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType { offset: type_at, type_id })?;
+            let vt = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType {
+                offset: type_at,
+                type_id,
+            })?;
             let value = read_value(&mut c, vt, 0)?;
             metadata.insert(key, value)?;
         }
@@ -87,13 +93,18 @@ impl Gguf {
             Some(v) => {
                 let a = metadata.u32("general.alignment")? as u64;
                 if a == 0 || !a.is_power_of_two() {
-                    return Err(GgufError::BadAlignment { alignment: v.as_int().unwrap_or_default() as u64 });
+                    return Err(GgufError::BadAlignment {
+                        alignment: v.as_int().unwrap_or_default() as u64,
+                    });
                 }
                 a
             }
         };
         if !c.fits(n_tensors, MIN_TENSOR_INFO_LEN) {
-            return Err(GgufError::TooManyTensors { count: n_tensors, remaining: c.remaining() });
+            return Err(GgufError::TooManyTensors {
+                count: n_tensors,
+                remaining: c.remaining(),
+            });
         }
         let mut raw = Vec::with_capacity(prealloc(n_tensors as usize));
         for _ in 0..n_tensors {
@@ -110,8 +121,20 @@ impl Gguf {
             tensors.push(info);
         }
         check_no_overlap(&tensors)?;
-        let data_offset = if tensors.is_empty() { (data_offset as usize).min(bytes.len()) } else { data_offset as usize };
-        Ok(Gguf { version, metadata, tensors, alignment, data_offset, file_len: bytes.len(), by_name })
+        let data_offset = if tensors.is_empty() {
+            (data_offset as usize).min(bytes.len())
+        } else {
+            data_offset as usize
+        };
+        Ok(Gguf {
+            version,
+            metadata,
+            tensors,
+            alignment,
+            data_offset,
+            file_len: bytes.len(),
+            by_name,
+        })
     }
 
     /// The description of tensor `name`.
@@ -121,7 +144,11 @@ impl Gguf {
 
     /// A view of tensor `name` over `file`, the same bytes this header was parsed from.
     pub fn tensor<'a>(&'a self, file: &'a [u8], name: &str) -> Result<TensorView<'a>> {
-        let info = self.tensor_info(name).ok_or_else(|| GgufError::TensorNotFound { name: name.to_string() })?;
+        let info = self
+            .tensor_info(name)
+            .ok_or_else(|| GgufError::TensorNotFound {
+                name: name.to_string(),
+            })?;
         view(info, file)
     }
 
@@ -132,12 +159,14 @@ impl Gguf {
 }
 
 pub(crate) fn view<'a>(info: &'a TensorInfo, file: &'a [u8]) -> Result<TensorView<'a>> {
-    let data = file.get(info.file_offset..info.file_offset + info.n_bytes).ok_or(GgufError::TensorPastEnd {
-        tensor: info.name.clone(),
-        start: info.file_offset as u64,
-        end: (info.file_offset + info.n_bytes) as u64,
-        file_len: file.len(),
-    })?;
+    let data = file
+        .get(info.file_offset..info.file_offset + info.n_bytes)
+        .ok_or(GgufError::TensorPastEnd {
+            tensor: info.name.clone(),
+            start: info.file_offset as u64,
+            end: (info.file_offset + info.n_bytes) as u64,
+            file_len: file.len(),
+        })?;
     Ok(TensorView { info, data })
 }
 
@@ -172,13 +201,24 @@ fn read_value(c: &mut Cursor<'_>, vt: ValueType, depth: usize) -> Result<Value> 
 fn read_array(c: &mut Cursor<'_>, depth: usize) -> Result<Array> {
     let at = c.pos();
     if depth > MAX_ARRAY_DEPTH {
-        return Err(GgufError::NestingTooDeep { offset: at, max: MAX_ARRAY_DEPTH });
+        return Err(GgufError::NestingTooDeep {
+            offset: at,
+            max: MAX_ARRAY_DEPTH,
+        });
     }
     let type_id = c.u32("array element type")?;
-    let et = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType { offset: at, type_id })?;
+    let et = ValueType::from_id(type_id).ok_or(GgufError::UnknownValueType {
+        offset: at,
+        type_id,
+    })?;
     let count = c.u64("array length")?;
     if !c.fits(count, et.min_encoded_len()) {
-        return Err(GgufError::ArrayPastEnd { offset: at, count, elem: et.name(), remaining: c.remaining() });
+        return Err(GgufError::ArrayPastEnd {
+            offset: at,
+            count,
+            elem: et.name(),
+            remaining: c.remaining(),
+        });
     }
     let n = count as usize;
     macro_rules! fixed {
@@ -229,7 +269,10 @@ fn read_tensor_info(c: &mut Cursor<'_>) -> Result<RawTensorInfo> {
     let name = c.string("tensor name")?;
     let n_dims = c.u32("tensor dimension count")?;
     if n_dims > MAX_DIMS {
-        return Err(GgufError::TooManyDims { tensor: name, n_dims });
+        return Err(GgufError::TooManyDims {
+            tensor: name,
+            n_dims,
+        });
     }
     let mut shape = Vec::with_capacity(n_dims as usize);
     for _ in 0..n_dims {
@@ -237,16 +280,31 @@ fn read_tensor_info(c: &mut Cursor<'_>) -> Result<RawTensorInfo> {
     }
     let type_id = c.u32("tensor storage type")?;
     let offset = c.u64("tensor data offset")?;
-    Ok(RawTensorInfo { name, shape, type_id, offset })
+    Ok(RawTensorInfo {
+        name,
+        shape,
+        type_id,
+        offset,
+    })
 }
 
 fn supported_list() -> String {
-    DType::ALL.iter().filter(|t| **t != DType::Q8_K).map(|t| t.name()).collect::<Vec<_>>().join(", ")
+    DType::ALL
+        .iter()
+        .filter(|t| **t != DType::Q8_K)
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl RawTensorInfo {
     fn check(self, data_offset: u64, alignment: u64, file_len: usize) -> Result<TensorInfo> {
-        let RawTensorInfo { name, shape, type_id, offset } = self;
+        let RawTensorInfo {
+            name,
+            shape,
+            type_id,
+            offset,
+        } = self;
         let dtype = match DType::from_ggml_id(type_id) {
             Some(t) if t != DType::Q8_K => t,
             _ => {
@@ -258,7 +316,10 @@ impl RawTensorInfo {
                 });
             }
         };
-        let overflow = |name: String, shape: Vec<u64>| GgufError::ShapeOverflow { tensor: name, shape };
+        let overflow = |name: String, shape: Vec<u64>| GgufError::ShapeOverflow {
+            tensor: name,
+            shape,
+        };
         let mut n_elements: u64 = 1;
         for &d in &shape {
             if d > i64::MAX as u64 {
@@ -271,14 +332,24 @@ impl RawTensorInfo {
         }
         let ne0 = shape.first().copied().unwrap_or(1);
         if ne0 % dtype.block_len() as u64 != 0 {
-            return Err(GgufError::PartialBlock { tensor: name, dtype, ne0, block_len: dtype.block_len() });
+            return Err(GgufError::PartialBlock {
+                tensor: name,
+                dtype,
+                ne0,
+                block_len: dtype.block_len(),
+            });
         }
-        let n_bytes = (n_elements / dtype.block_len() as u64).checked_mul(dtype.block_bytes() as u64);
+        let n_bytes =
+            (n_elements / dtype.block_len() as u64).checked_mul(dtype.block_bytes() as u64);
         let Some(n_bytes) = n_bytes.filter(|&b| b <= usize::MAX as u64) else {
             return Err(overflow(name, shape));
         };
         if offset % alignment != 0 {
-            return Err(GgufError::MisalignedTensor { tensor: name, offset, alignment });
+            return Err(GgufError::MisalignedTensor {
+                tensor: name,
+                offset,
+                alignment,
+            });
         }
         let start = data_offset.checked_add(offset);
         let end = start.and_then(|s| s.checked_add(n_bytes));
@@ -306,7 +377,10 @@ fn check_no_overlap(tensors: &[TensorInfo]) -> Result<()> {
     order.sort_by_key(|t| t.file_offset);
     for pair in order.windows(2) {
         if pair[0].file_offset + pair[0].n_bytes > pair[1].file_offset {
-            return Err(GgufError::TensorsOverlap { first: pair[0].name.clone(), second: pair[1].name.clone() });
+            return Err(GgufError::TensorsOverlap {
+                first: pair[0].name.clone(),
+                second: pair[1].name.clone(),
+            });
         }
     }
     Ok(())

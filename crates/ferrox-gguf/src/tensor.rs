@@ -63,6 +63,7 @@ impl<'a> TensorView<'a> {
     /// The bytes of row `i` (of `shape[0]` values).
     pub fn row(&self, i: usize) -> Option<&'a [u8]> {
         let row_bytes = self.info.dtype.row_bytes(self.info.row_len())?;
-        self.data.get(i.checked_mul(row_bytes)?..(i + 1).checked_mul(row_bytes)?)
+        self.data
+            .get(i.checked_mul(row_bytes)?..(i + 1).checked_mul(row_bytes)?)
     }
 }

@@ -245,7 +245,12 @@ impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::String(s) if s.len() > 80 => {
-                let cut = s.char_indices().map(|(i, _)| i).take_while(|&i| i <= 80).last().unwrap_or(0);
+                let cut = s
+                    .char_indices()
+                    .map(|(i, _)| i)
+                    .take_while(|&i| i <= 80)
+                    .last()
+                    .unwrap_or(0);
                 write!(f, "{:?}... ({} bytes)", &s[..cut], s.len())
             }
             Value::String(s) => write!(f, "{s:?}"),

@@ -45,22 +45,42 @@ impl GgufWriter {
     }
 
     /// Adds a tensor of `dtype` with `shape` (ggml order) and its stored bytes.
-    pub fn add_tensor(&mut self, name: impl Into<String>, dtype: DType, shape: &[u64], data: Vec<u8>) -> Result<&mut Self> {
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        shape: &[u64],
+        data: Vec<u8>,
+    ) -> Result<&mut Self> {
         let name = name.into();
         if shape.len() > MAX_DIMS as usize {
-            return Err(GgufError::Write { reason: format!("tensor {name:?} has {} dimensions", shape.len()) });
+            return Err(GgufError::Write {
+                reason: format!("tensor {name:?} has {} dimensions", shape.len()),
+            });
         }
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(GgufError::DuplicateTensor { name });
         }
         let n: u64 = shape.iter().product();
         let want = usize::try_from(n).ok().and_then(|n| dtype.row_bytes(n));
-        if want != Some(data.len()) || shape.first().is_some_and(|&d| d % dtype.block_len() as u64 != 0) {
+        if want != Some(data.len())
+            || shape
+                .first()
+                .is_some_and(|&d| d % dtype.block_len() as u64 != 0)
+        {
             return Err(GgufError::Write {
-                reason: format!("tensor {name:?}: {} bytes do not hold {dtype} values of shape {shape:?}", data.len()),
+                reason: format!(
+                    "tensor {name:?}: {} bytes do not hold {dtype} values of shape {shape:?}",
+                    data.len()
+                ),
             });
         }
-        self.tensors.push(PendingTensor { name, dtype, shape: shape.to_vec(), data });
+        self.tensors.push(PendingTensor {
+            name,
+            dtype,
+            shape: shape.to_vec(),
+            data,
+        });
         Ok(self)
     }
 
@@ -111,7 +131,10 @@ impl GgufWriter {
     /// Writes the file to `path`.
     pub fn write_to(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_bytes()).map_err(|source| GgufError::Io { path: path.to_path_buf(), source })
+        std::fs::write(path, self.to_bytes()).map_err(|source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 

@@ -54,12 +54,24 @@ fn sample_file() -> Vec<u8> {
         .set("a.u64", Value::U64(1 << 40))
         .set("a.i64", Value::I64(-(1 << 40)))
         .set("a.f64", Value::F64(0.25))
-        .set("a.tokens", Value::Array(Array::String(vec!["<s>".into(), "hé".into(), "".into()])))
+        .set(
+            "a.tokens",
+            Value::Array(Array::String(vec!["<s>".into(), "hé".into(), "".into()])),
+        )
         .set("a.scores", Value::Array(Array::F32(vec![0.1, -0.2])))
-        .set("a.nested", Value::Array(Array::Array(vec![Array::I32(vec![1, 2]), Array::String(vec!["x".into()])])));
-    w.add_tensor("t.f32", DType::F32, &[8], vec![1; 32]).unwrap();
-    w.add_tensor("t.q8", DType::Q8_0, &[32, 2], vec![2; 68]).unwrap();
-    w.add_tensor("t.q4k", DType::Q4_K, &[256], vec![3; 144]).unwrap();
+        .set(
+            "a.nested",
+            Value::Array(Array::Array(vec![
+                Array::I32(vec![1, 2]),
+                Array::String(vec!["x".into()]),
+            ])),
+        );
+    w.add_tensor("t.f32", DType::F32, &[8], vec![1; 32])
+        .unwrap();
+    w.add_tensor("t.q8", DType::Q8_0, &[32, 2], vec![2; 68])
+        .unwrap();
+    w.add_tensor("t.q4k", DType::Q4_K, &[256], vec![3; 144])
+        .unwrap();
     w.to_bytes()
 }
 
@@ -89,7 +101,10 @@ fn truncation_at_every_offset_is_an_error_not_a_panic() {
     for cut in 0..bytes.len() {
         let (r, largest) = parse_counting(&bytes[..cut]);
         assert!(r.is_err(), "prefix of {cut} bytes parsed");
-        assert!(largest <= allocation_bound(cut), "prefix {cut}: allocated {largest} bytes");
+        assert!(
+            largest <= allocation_bound(cut),
+            "prefix {cut}: allocated {largest} bytes"
+        );
     }
 }
 
@@ -112,10 +127,16 @@ fn extreme_values_at_every_offset_never_panic_or_over_allocate() {
             m[at..end].copy_from_slice(&p[..end - at]);
             let (r, largest) = parse_counting(&m);
             errors += r.is_err() as usize;
-            assert!(largest <= allocation_bound(m.len()), "pattern {p:02x?} at {at}: allocated {largest} bytes");
+            assert!(
+                largest <= allocation_bound(m.len()),
+                "pattern {p:02x?} at {at}: allocated {largest} bytes"
+            );
         }
     }
-    assert!(errors > bytes.len(), "mutations should mostly be caught, {errors} were");
+    assert!(
+        errors > bytes.len(),
+        "mutations should mostly be caught, {errors} were"
+    );
 }
 
 #[test]
@@ -187,13 +208,31 @@ fn err(bytes: &[u8]) -> GgufError {
 #[test]
 fn header_errors_have_their_own_variants() {
     assert!(matches!(err(b"GGML\x03\0\0\0"), GgufError::BadMagic { .. }));
-    assert!(matches!(err(&Raw::header(1, 0, 0).0), GgufError::UnsupportedVersion { version: 1 }));
-    assert!(matches!(err(&Raw::header(4, 0, 0).0), GgufError::UnsupportedVersion { version: 4 }));
-    assert!(matches!(err(&Raw::header(3u32.swap_bytes(), 0, 0).0), GgufError::BigEndian { version: 3 }));
+    assert!(matches!(
+        err(&Raw::header(1, 0, 0).0),
+        GgufError::UnsupportedVersion { version: 1 }
+    ));
+    assert!(matches!(
+        err(&Raw::header(4, 0, 0).0),
+        GgufError::UnsupportedVersion { version: 4 }
+    ));
+    assert!(matches!(
+        err(&Raw::header(3u32.swap_bytes(), 0, 0).0),
+        GgufError::BigEndian { version: 3 }
+    ));
     assert!(matches!(err(b"GGUF\x03\0"), GgufError::Truncated { .. }));
-    assert!(matches!(err(&Raw::header(3, 0, u64::MAX).0), GgufError::TooManyMetadata { .. }));
-    assert!(matches!(err(&Raw::header(3, 1 << 40, 0).0), GgufError::TooManyTensors { .. }));
-    assert!(Gguf::parse(&Raw::header(2, 0, 0).0).is_ok(), "an empty v2 file is valid");
+    assert!(matches!(
+        err(&Raw::header(3, 0, u64::MAX).0),
+        GgufError::TooManyMetadata { .. }
+    ));
+    assert!(matches!(
+        err(&Raw::header(3, 1 << 40, 0).0),
+        GgufError::TooManyTensors { .. }
+    ));
+    assert!(
+        Gguf::parse(&Raw::header(2, 0, 0).0).is_ok(),
+        "an empty v2 file is valid"
+    );
 }
 
 #[test]
@@ -204,7 +243,10 @@ fn metadata_errors_have_their_own_variants() {
 
     let mut r = Raw::header(3, 0, 1);
     r.str(b"k").u32(99).u32(0);
-    assert!(matches!(err(&r.0), GgufError::UnknownValueType { type_id: 99, .. }));
+    assert!(matches!(
+        err(&r.0),
+        GgufError::UnknownValueType { type_id: 99, .. }
+    ));
 
     let mut r = Raw::header(3, 0, 1);
     r.str(b"k").u32(9).u32(8).u64(u64::MAX / 2);
@@ -228,19 +270,28 @@ fn metadata_errors_have_their_own_variants() {
 
     let mut r = Raw::header(3, 0, 1);
     r.kv_u32("general.alignment", 48);
-    assert!(matches!(err(&r.0), GgufError::BadAlignment { alignment: 48 }));
+    assert!(matches!(
+        err(&r.0),
+        GgufError::BadAlignment { alignment: 48 }
+    ));
 
     let mut r = Raw::header(3, 0, 1);
     r.str(b"general.alignment").u32(8).str(b"32");
     let e = err(&r.0);
-    assert_eq!(e.to_string(), "general.alignment: expected u32, found string");
+    assert_eq!(
+        e.to_string(),
+        "general.alignment: expected u32, found string"
+    );
 }
 
 #[test]
 fn tensor_errors_have_their_own_variants() {
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[1, 1, 1, 1, 1], 0, 0);
-    assert!(matches!(err(&r.data(4)), GgufError::TooManyDims { n_dims: 5, .. }));
+    assert!(matches!(
+        err(&r.data(4)),
+        GgufError::TooManyDims { n_dims: 5, .. }
+    ));
 
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[1 << 40, 1 << 40], 0, 0);
@@ -249,9 +300,15 @@ fn tensor_errors_have_their_own_variants() {
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[256], 16, 0);
     let e = err(&r.data(256));
-    assert!(matches!(e, GgufError::UnsupportedStorageType { type_id: 16, .. }));
+    assert!(matches!(
+        e,
+        GgufError::UnsupportedStorageType { type_id: 16, .. }
+    ));
     let msg = e.to_string();
-    assert!(msg.contains("IQ2_XXS") && msg.contains("Q4_K") && msg.contains("BF16"), "{msg}");
+    assert!(
+        msg.contains("IQ2_XXS") && msg.contains("Q4_K") && msg.contains("BF16"),
+        "{msg}"
+    );
 
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[16], DType::Q8_0.ggml_id(), 0);
@@ -259,7 +316,10 @@ fn tensor_errors_have_their_own_variants() {
 
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[4], 0, 4);
-    assert!(matches!(err(&r.data(64)), GgufError::MisalignedTensor { .. }));
+    assert!(matches!(
+        err(&r.data(64)),
+        GgufError::MisalignedTensor { .. }
+    ));
 
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[64], 0, 0);
@@ -272,9 +332,15 @@ fn tensor_errors_have_their_own_variants() {
 
     let mut r = Raw::header(3, 2, 0);
     r.tensor("a", &[16], 0, 0).tensor("b", &[16], 0, 32);
-    assert!(matches!(err(&r.data(128)), GgufError::TensorsOverlap { .. }));
+    assert!(matches!(
+        err(&r.data(128)),
+        GgufError::TensorsOverlap { .. }
+    ));
 
     let mut r = Raw::header(3, 2, 0);
     r.tensor("a", &[8], 0, 0).tensor("a", &[8], 0, 32);
-    assert!(matches!(err(&r.data(128)), GgufError::DuplicateTensor { .. }));
+    assert!(matches!(
+        err(&r.data(128)),
+        GgufError::DuplicateTensor { .. }
+    ));
 }

@@ -28,7 +28,9 @@ impl FromStr for ActivationPath {
         match s.to_ascii_lowercase().as_str() {
             "int16" | "i16" => Ok(ActivationPath::Int16),
             "f32" | "exact" => Ok(ActivationPath::F32),
-            other => Err(format!("unknown activation path `{other}`: expected `int16` (fast, default) or `f32` (exact)")),
+            other => Err(format!(
+                "unknown activation path `{other}`: expected `int16` (fast, default) or `f32` (exact)"
+            )),
         }
     }
 }

@@ -9,9 +9,14 @@ use crate::error::ModelError;
 
 /// Parses a byte size.
 pub fn parse_byte_size(text: &str) -> Result<u64, ModelError> {
-    let err = |reason: &str| ModelError::InvalidSize { text: text.to_string(), reason: reason.to_string() };
+    let err = |reason: &str| ModelError::InvalidSize {
+        text: text.to_string(),
+        reason: reason.to_string(),
+    };
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
         return Err(err("no number"));
@@ -51,7 +56,11 @@ pub fn format_bytes(bytes: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{bytes} B") } else { format!("{v:.2} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
 }
 
 #[cfg(test)]
@@ -71,7 +80,15 @@ mod tests {
 
     #[test]
     fn malformed_sizes_are_errors_that_quote_the_text() {
-        for bad in ["", "GiB", "2 parsecs", "1.2.3G", "0.3B", "99999999999999999999", "20000000TiB"] {
+        for bad in [
+            "",
+            "GiB",
+            "2 parsecs",
+            "1.2.3G",
+            "0.3B",
+            "99999999999999999999",
+            "20000000TiB",
+        ] {
             let e = parse_byte_size(bad).unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
         }

@@ -101,15 +101,26 @@ pub const CATALOG: &[CatalogModel] = &[
 pub fn find(name: &str) -> Result<&'static CatalogModel, ModelError> {
     CATALOG
         .iter()
-        .find(|m| m.name.eq_ignore_ascii_case(name) || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(name)))
+        .find(|m| {
+            m.name.eq_ignore_ascii_case(name)
+                || m.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+        })
         .ok_or_else(|| ModelError::UnknownModel {
             name: name.to_string(),
-            known: CATALOG.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
+            known: CATALOG
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }
 
 /// The cache directory given the values of the environment variables that decide it.
-pub fn models_dir_from(models_dir: Option<&str>, xdg_cache: Option<&str>, home: Option<&str>) -> PathBuf {
+pub fn models_dir_from(
+    models_dir: Option<&str>,
+    xdg_cache: Option<&str>,
+    home: Option<&str>,
+) -> PathBuf {
     let set = |v: Option<&str>| v.filter(|s| !s.is_empty()).map(PathBuf::from);
     if let Some(d) = set(models_dir) {
         return d;
@@ -117,13 +128,21 @@ pub fn models_dir_from(models_dir: Option<&str>, xdg_cache: Option<&str>, home: 
     if let Some(d) = set(xdg_cache) {
         return d.join("ferrox").join("models");
     }
-    set(home).unwrap_or_else(|| PathBuf::from(".")).join(".cache").join("ferrox").join("models")
+    set(home)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".cache")
+        .join("ferrox")
+        .join("models")
 }
 
 /// The cache directory of this process's environment.
 pub fn models_dir() -> PathBuf {
     let var = |k: &str| std::env::var(k).ok();
-    models_dir_from(var("FERROX_MODELS_DIR").as_deref(), var("XDG_CACHE_HOME").as_deref(), var("HOME").as_deref())
+    models_dir_from(
+        var("FERROX_MODELS_DIR").as_deref(),
+        var("XDG_CACHE_HOME").as_deref(),
+        var("HOME").as_deref(),
+    )
 }
 
 impl CatalogModel {
@@ -147,14 +166,26 @@ mod tests {
         assert_eq!(find("SmolLM2").unwrap().name, "smollm2-135m");
         assert_eq!(find("gemma3-270m").unwrap().parts.len(), 4);
         let e = find("llama-70b").unwrap_err().to_string();
-        assert!(e.contains("smollm2-135m") && e.contains("gemma3-270m"), "{e}");
+        assert!(
+            e.contains("smollm2-135m") && e.contains("gemma3-270m"),
+            "{e}"
+        );
         assert_eq!(find(DEFAULT_MODEL).unwrap().name, DEFAULT_MODEL);
     }
 
     #[test]
     fn the_cache_directory_follows_the_environment() {
-        assert_eq!(models_dir_from(Some("/m"), Some("/x"), Some("/h")), PathBuf::from("/m"));
-        assert_eq!(models_dir_from(Some(""), Some("/x"), Some("/h")), PathBuf::from("/x/ferrox/models"));
-        assert_eq!(models_dir_from(None, None, Some("/h")), PathBuf::from("/h/.cache/ferrox/models"));
+        assert_eq!(
+            models_dir_from(Some("/m"), Some("/x"), Some("/h")),
+            PathBuf::from("/m")
+        );
+        assert_eq!(
+            models_dir_from(Some(""), Some("/x"), Some("/h")),
+            PathBuf::from("/x/ferrox/models")
+        );
+        assert_eq!(
+            models_dir_from(None, None, Some("/h")),
+            PathBuf::from("/h/.cache/ferrox/models")
+        );
     }
 }

@@ -27,7 +27,10 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// A message of `role` saying `content`.
     pub fn new(role: &str, content: &str) -> ChatMessage {
-        ChatMessage { role: role.to_string(), content: content.to_string() }
+        ChatMessage {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
     }
 }
 
@@ -36,7 +39,11 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// How a model's conversations become prompts.
 pub enum ChatTemplate {
     /// The file's own Jinja template.
-    Jinja { env: Box<Environment<'static>>, bos: String, eos: String },
+    Jinja {
+        env: Box<Environment<'static>>,
+        bos: String,
+        eos: String,
+    },
     /// The built-in Gemma turn format.
     GemmaTurns,
 }
@@ -59,7 +66,8 @@ fn template_error(e: &Error) -> ModelError {
 }
 
 fn tojson(value: Value, indent: Option<usize>) -> Result<Value, Error> {
-    let bad = |e: serde_json::Error| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}"));
+    let bad =
+        |e: serde_json::Error| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}"));
     let s = match indent {
         Some(n) => {
             let mut buf = Vec::new();
@@ -79,24 +87,45 @@ impl ChatTemplate {
     /// `bos_token` / `eos_token`.
     pub fn jinja(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, ModelError> {
         let mut env = Environment::new();
-        let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(|e| template_error(&e))?;
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| template_error(&e))?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, format!("template raised: {msg}")))
+            Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("template raised: {msg}"),
+            ))
         });
         env.add_function("strftime_now", |fmt: String| -> String {
             // Deterministic: templates use this for a date line; ferrox has no clock here.
-            fmt.replace("%d", "01").replace("%m", "01").replace("%Y", "2026").replace("%b", "Jan").replace("%B", "January")
+            fmt.replace("%d", "01")
+                .replace("%m", "01")
+                .replace("%Y", "2026")
+                .replace("%b", "Jan")
+                .replace("%B", "January")
         });
-        env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(|e| template_error(&e))?;
-        Ok(ChatTemplate::Jinja { env: Box::new(env), bos: bos.to_string(), eos: eos.to_string() })
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| template_error(&e))?;
+        Ok(ChatTemplate::Jinja {
+            env: Box::new(env),
+            bos: bos.to_string(),
+            eos: eos.to_string(),
+        })
     }
 
     /// The template a model's metadata calls for: its own Jinja template, else the
     /// built-in format of its architecture (Gemma 3), else `None`.
-    pub fn for_model(source: Option<&str>, architecture: Architecture, bos: &str, eos: &str) -> Result<Option<ChatTemplate>, ModelError> {
+    pub fn for_model(
+        source: Option<&str>,
+        architecture: Architecture,
+        bos: &str,
+        eos: &str,
+    ) -> Result<Option<ChatTemplate>, ModelError> {
         match (source, architecture) {
             (Some(s), _) => Ok(Some(ChatTemplate::jinja(s, bos, eos)?)),
             (None, Architecture::Gemma3) => Ok(Some(ChatTemplate::GemmaTurns)),
@@ -105,10 +134,16 @@ impl ChatTemplate {
     }
 
     /// Renders `messages` into a prompt; `add_generation_prompt` opens the assistant turn.
-    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ModelError> {
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
         match self {
             ChatTemplate::Jinja { env, bos, eos } => {
-                let t = env.get_template(TEMPLATE_NAME).map_err(|e| template_error(&e))?;
+                let t = env
+                    .get_template(TEMPLATE_NAME)
+                    .map_err(|e| template_error(&e))?;
                 let ctx = minijinja::context! {
                     messages => messages.iter().map(|m| Value::from_pairs([("role", m.role.as_str()), ("content", m.content.as_str())])).collect::<Vec<Value>>(),
                     add_generation_prompt => add_generation_prompt,
@@ -131,9 +166,13 @@ pub fn encode_chat(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>, ModelError> {
-    let template = template.ok_or_else(|| ModelError::ChatTemplate("the model has no chat template; send a raw prompt instead".into()))?;
+    let template = template.ok_or_else(|| {
+        ModelError::ChatTemplate("the model has no chat template; send a raw prompt instead".into())
+    })?;
     let text = template.render(messages, add_generation_prompt)?;
-    let starts_with_bos = tokenizer.bos().is_some_and(|b| text.starts_with(&tokenizer.decode(&[b], true)));
+    let starts_with_bos = tokenizer
+        .bos()
+        .is_some_and(|b| text.starts_with(&tokenizer.decode(&[b], true)));
     Ok(tokenizer.encode(&text, !starts_with_bos, true))
 }
 
@@ -145,7 +184,11 @@ fn render_gemma(messages: &[ChatMessage], add_generation_prompt: bool) -> String
             system.push_str(m.content.trim());
             continue;
         }
-        let role = if m.role == "assistant" { "model" } else { m.role.as_str() };
+        let role = if m.role == "assistant" {
+            "model"
+        } else {
+            m.role.as_str()
+        };
         out.push_str("<start_of_turn>");
         out.push_str(role);
         out.push('\n');
@@ -169,7 +212,12 @@ mod tests {
 
     #[test]
     fn gemma_turns_fold_the_system_prompt_into_the_first_user_turn() {
-        let msgs = [ChatMessage::new("system", " Be brief. "), ChatMessage::new("user", "Hi"), ChatMessage::new("assistant", "Hello"), ChatMessage::new("user", "Joke?")];
+        let msgs = [
+            ChatMessage::new("system", " Be brief. "),
+            ChatMessage::new("user", "Hi"),
+            ChatMessage::new("assistant", "Hello"),
+            ChatMessage::new("user", "Joke?"),
+        ];
         let p = ChatTemplate::GemmaTurns.render(&msgs, true).unwrap();
         assert_eq!(
             p,
@@ -181,15 +229,26 @@ mod tests {
     fn hugging_face_idioms_render() {
         let src = "{% for m in messages %}{% if m.content.strip().startswith('x') %}{{ m | tojson }}{% endif %}\n{% endfor %}{{ bos_token }}";
         let t = ChatTemplate::jinja(src, "<s>", "</s>").unwrap();
-        let out = t.render(&[ChatMessage::new("user", " x<&>"), ChatMessage::new("user", "y")], false).unwrap();
+        let out = t
+            .render(
+                &[
+                    ChatMessage::new("user", " x<&>"),
+                    ChatMessage::new("user", "y"),
+                ],
+                false,
+            )
+            .unwrap();
         assert_eq!(out, "{\"role\":\"user\",\"content\":\" x<&>\"}<s>");
     }
 
     #[test]
     fn a_broken_template_names_its_line() {
-        let e = ChatTemplate::jinja("ok\n{% if %}", "", "").unwrap_err().to_string();
+        let e = ChatTemplate::jinja("ok\n{% if %}", "", "")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2"), "{e}");
-        let t = ChatTemplate::jinja("a\nb\n{{ raise_exception('no system role') }}", "", "").unwrap();
+        let t =
+            ChatTemplate::jinja("a\nb\n{{ raise_exception('no system role') }}", "", "").unwrap();
         let e = t.render(&[], false).unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("no system role"), "{e}");
     }

@@ -49,12 +49,18 @@ impl Logits {
 
     /// The row of token `token` of span `span`, if it was asked for.
     pub fn of(&self, span: usize, token: usize) -> Option<&[f32]> {
-        self.index.iter().position(|&k| k == (span, token)).map(|i| self.row(i))
+        self.index
+            .iter()
+            .position(|&k| k == (span, token))
+            .map(|i| self.row(i))
     }
 
     /// The last row of span `span`, if any was asked for.
     pub fn last_of(&self, span: usize) -> Option<&[f32]> {
-        self.index.iter().rposition(|k| k.0 == span).map(|i| self.row(i))
+        self.index
+            .iter()
+            .rposition(|k| k.0 == span)
+            .map(|i| self.row(i))
     }
 }
 

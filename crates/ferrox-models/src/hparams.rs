@@ -24,7 +24,11 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every supported architecture, by its GGUF name.
-    pub const ALL: [Architecture; 3] = [Architecture::Llama, Architecture::Qwen2, Architecture::Gemma3];
+    pub const ALL: [Architecture; 3] = [
+        Architecture::Llama,
+        Architecture::Qwen2,
+        Architecture::Gemma3,
+    ];
 
     /// The `general.architecture` string.
     pub fn gguf_name(self) -> &'static str {
@@ -37,10 +41,13 @@ impl Architecture {
 
     /// Parses `general.architecture`; an error lists what is supported.
     pub fn from_gguf_name(name: &str) -> Result<Architecture, ModelError> {
-        Architecture::ALL.into_iter().find(|a| a.gguf_name() == name).ok_or_else(|| ModelError::UnsupportedArchitecture {
-            found: name.to_string(),
-            supported: Architecture::ALL.map(|a| a.gguf_name()).join(", "),
-        })
+        Architecture::ALL
+            .into_iter()
+            .find(|a| a.gguf_name() == name)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture {
+                found: name.to_string(),
+                supported: Architecture::ALL.map(|a| a.gguf_name()).join(", "),
+            })
     }
 }
 
@@ -81,7 +88,10 @@ pub struct HyperParams {
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> ModelError {
-    ModelError::InvalidHyperParameter { key: key.to_string(), reason: reason.into() }
+    ModelError::InvalidHyperParameter {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
 }
 
 fn positive(m: &Metadata, key: &str) -> Result<usize, ModelError> {
@@ -107,38 +117,73 @@ impl HyperParams {
             Some(n) => n,
         };
         if n_heads % n_kv_heads != 0 {
-            return Err(invalid(&key("attention.head_count_kv"), format!("{n_kv_heads} does not divide {n_heads} heads")));
+            return Err(invalid(
+                &key("attention.head_count_kv"),
+                format!("{n_kv_heads} does not divide {n_heads} heads"),
+            ));
         }
         let head_dim_k = match m.count_opt(&key("attention.key_length"))? {
             Some(d) => d,
             None if n_embd % n_heads == 0 => n_embd / n_heads,
-            None => return Err(invalid(&key("attention.head_count"), format!("{n_heads} does not divide {n_embd}"))),
+            None => {
+                return Err(invalid(
+                    &key("attention.head_count"),
+                    format!("{n_heads} does not divide {n_embd}"),
+                ));
+            }
         };
-        let head_dim_v = m.count_opt(&key("attention.value_length"))?.unwrap_or(head_dim_k);
-        let rope_dim = m.count_opt(&key("rope.dimension_count"))?.unwrap_or(head_dim_k);
+        let head_dim_v = m
+            .count_opt(&key("attention.value_length"))?
+            .unwrap_or(head_dim_k);
+        let rope_dim = m
+            .count_opt(&key("rope.dimension_count"))?
+            .unwrap_or(head_dim_k);
         if head_dim_k == 0 || head_dim_v == 0 || rope_dim > head_dim_k || rope_dim % 2 != 0 {
-            return Err(invalid(&key("rope.dimension_count"), format!("{rope_dim} rotated of a {head_dim_k}-wide head")));
+            return Err(invalid(
+                &key("rope.dimension_count"),
+                format!("{rope_dim} rotated of a {head_dim_k}-wide head"),
+            ));
         }
         if let Some(kind) = m.string_opt(&key("rope.scaling.type"))?
             && kind != "none"
         {
-            return Err(invalid(&key("rope.scaling.type"), format!("RoPE scaling {kind:?} is not supported yet; ferrox runs unscaled RoPE only")));
+            return Err(invalid(
+                &key("rope.scaling.type"),
+                format!(
+                    "RoPE scaling {kind:?} is not supported yet; ferrox runs unscaled RoPE only"
+                ),
+            ));
         }
         let context_length = positive(m, &key("context_length"))?;
         let vocab_size = match m.count_opt(&key("vocab_size"))? {
             Some(n) => n,
             None => m.string_array("tokenizer.ggml.tokens")?.len(),
         };
-        let rms_eps = m.float_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32;
-        let default_base = if architecture == Architecture::Gemma3 { 1_000_000.0 } else { 10_000.0 };
+        let rms_eps = m
+            .float_opt(&key("attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(1e-5) as f32;
+        let default_base = if architecture == Architecture::Gemma3 {
+            1_000_000.0
+        } else {
+            10_000.0
+        };
         let rope_freq_base = m.float_opt(&key("rope.freq_base"))?.unwrap_or(default_base) as f32;
         let (layers, rope_freq_base_local) = match architecture {
             Architecture::Gemma3 => {
                 let window = positive(m, &key("attention.sliding_window"))?;
                 // One full-attention layer in every `pattern`, the last of each group.
-                let pattern = m.count_opt(&key("attention.sliding_window_pattern"))?.unwrap_or(6).max(1);
+                let pattern = m
+                    .count_opt(&key("attention.sliding_window_pattern"))?
+                    .unwrap_or(6)
+                    .max(1);
                 let layers = (0..n_layers)
-                    .map(|i| if (i + 1) % pattern == 0 { AttentionKind::Full } else { AttentionKind::SlidingWindow { window } })
+                    .map(|i| {
+                        if (i + 1) % pattern == 0 {
+                            AttentionKind::Full
+                        } else {
+                            AttentionKind::SlidingWindow { window }
+                        }
+                    })
                     .collect();
                 (layers, 10_000.0)
             }

@@ -86,8 +86,18 @@ impl ModelReport {
         }
         let shape = KvShape::new(&hp, kv.element_bytes);
         let ctx = kv.ctx.unwrap_or(hp.context_length);
-        let plan = KvPlan::from_memory(&shape, kv.memory, kv.block_size, kv.max_seqs, kv.prefill_chunk)?;
-        let n_full = hp.layers.iter().filter(|l| **l == AttentionKind::Full).count();
+        let plan = KvPlan::from_memory(
+            &shape,
+            kv.memory,
+            kv.block_size,
+            kv.max_seqs,
+            kv.prefill_chunk,
+        )?;
+        let n_full = hp
+            .layers
+            .iter()
+            .filter(|l| **l == AttentionKind::Full)
+            .count();
         let mut by_layer_kind = Vec::new();
         if n_full > 0 {
             by_layer_kind.push(LayerKindKv {
@@ -135,20 +145,63 @@ impl fmt::Display for ModelReport {
         if let Some(p) = &self.file {
             writeln!(s, "file:            {p}")?;
         }
-        writeln!(s, "size:            {} (GGUF v{})", format_bytes(self.file_bytes), self.gguf_version)?;
-        writeln!(s, "architecture:    {}{}", hp.architecture.gguf_name(), hp.name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default())?;
-        writeln!(s, "parameters:      {:.1} M in {} tensors", self.n_parameters as f64 / 1e6, self.n_tensors)?;
+        writeln!(
+            s,
+            "size:            {} (GGUF v{})",
+            format_bytes(self.file_bytes),
+            self.gguf_version
+        )?;
+        writeln!(
+            s,
+            "architecture:    {}{}",
+            hp.architecture.gguf_name(),
+            hp.name
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        )?;
+        writeln!(
+            s,
+            "parameters:      {:.1} M in {} tensors",
+            self.n_parameters as f64 / 1e6,
+            self.n_tensors
+        )?;
         writeln!(s, "layers:          {}", hp.n_layers)?;
         writeln!(s, "embedding:       {}", hp.n_embd)?;
         writeln!(s, "feed-forward:    {}", hp.n_ff)?;
-        writeln!(s, "heads:           {} query, {} kv", hp.n_heads, hp.n_kv_heads)?;
-        writeln!(s, "head dim:        {} (k), {} (v), {} rotated", hp.head_dim_k, hp.head_dim_v, hp.rope_dim)?;
+        writeln!(
+            s,
+            "heads:           {} query, {} kv",
+            hp.n_heads, hp.n_kv_heads
+        )?;
+        writeln!(
+            s,
+            "head dim:        {} (k), {} (v), {} rotated",
+            hp.head_dim_k, hp.head_dim_v, hp.rope_dim
+        )?;
         writeln!(s, "context length:  {}", hp.context_length)?;
         writeln!(s, "vocabulary:      {}", hp.vocab_size)?;
-        writeln!(s, "rope base:       {}{}", hp.rope_freq_base, if hp.sliding_window().is_some() { format!(" (local layers {})", hp.rope_freq_base_local) } else { String::new() })?;
+        writeln!(
+            s,
+            "rope base:       {}{}",
+            hp.rope_freq_base,
+            if hp.sliding_window().is_some() {
+                format!(" (local layers {})", hp.rope_freq_base_local)
+            } else {
+                String::new()
+            }
+        )?;
         writeln!(s, "rms epsilon:     {:e}", hp.rms_eps)?;
         match hp.sliding_window() {
-            Some(w) => writeln!(s, "sliding window:  {w} on {} of {} layers", hp.layers.iter().filter(|l| **l != AttentionKind::Full).count(), hp.n_layers)?,
+            Some(w) => writeln!(
+                s,
+                "sliding window:  {w} on {} of {} layers",
+                hp.layers
+                    .iter()
+                    .filter(|l| **l != AttentionKind::Full)
+                    .count(),
+                hp.n_layers
+            )?,
             None => writeln!(s, "sliding window:  none")?,
         }
         writeln!(
@@ -159,22 +212,60 @@ impl fmt::Display for ModelReport {
         )?;
         writeln!(s, "tensor types:")?;
         for (t, c) in &self.tensor_types {
-            writeln!(s, "  {t:<6} {:>4} tensors  {:>12}", c.tensors, format_bytes(c.bytes))?;
+            writeln!(
+                s,
+                "  {t:<6} {:>4} tensors  {:>12}",
+                c.tensors,
+                format_bytes(c.bytes)
+            )?;
         }
         let kv = &self.kv;
         writeln!(s, "KV cache ({}-byte elements):", kv.element_bytes)?;
         for k in &kv.by_layer_kind {
-            let cap = k.max_positions_per_request.map(|p| format!(", at most {p} positions per request")).unwrap_or_default();
-            writeln!(s, "  {:<20} {:>3} layers  {} per token position{cap}", k.kind, k.layers, format_bytes(k.bytes_per_position))?;
+            let cap = k
+                .max_positions_per_request
+                .map(|p| format!(", at most {p} positions per request"))
+                .unwrap_or_default();
+            writeln!(
+                s,
+                "  {:<20} {:>3} layers  {} per token position{cap}",
+                k.kind,
+                k.layers,
+                format_bytes(k.bytes_per_position)
+            )?;
         }
         let p = &kv.plan;
-        writeln!(s, "KV plan for --ctx {} and --kv-memory {}:", kv.ctx, format_bytes(kv.memory_bytes))?;
-        writeln!(s, "  one full-context request   {}", format_bytes(kv.bytes_per_full_context_request))?;
-        writeln!(s, "  blocks                     {} of {} positions, {} each", p.n_blocks, p.block_size, format_bytes(p.block_bytes))?;
+        writeln!(
+            s,
+            "KV plan for --ctx {} and --kv-memory {}:",
+            kv.ctx,
+            format_bytes(kv.memory_bytes)
+        )?;
+        writeln!(
+            s,
+            "  one full-context request   {}",
+            format_bytes(kv.bytes_per_full_context_request)
+        )?;
+        writeln!(
+            s,
+            "  blocks                     {} of {} positions, {} each",
+            p.n_blocks,
+            p.block_size,
+            format_bytes(p.block_bytes)
+        )?;
         if p.seat_bytes > 0 {
-            writeln!(s, "  window seats               {} of {} each", p.max_seqs, format_bytes(p.seat_bytes))?;
+            writeln!(
+                s,
+                "  window seats               {} of {} each",
+                p.max_seqs,
+                format_bytes(p.seat_bytes)
+            )?;
         }
-        writeln!(s, "  full-context requests fit  {} (max seqs {})", kv.full_context_requests_that_fit, p.max_seqs)?;
+        writeln!(
+            s,
+            "  full-context requests fit  {} (max seqs {})",
+            kv.full_context_requests_that_fit, p.max_seqs
+        )?;
         f.write_str(&s)
     }
 }

@@ -63,7 +63,15 @@ impl KvLayout {
                 }
             })
             .collect();
-        KvLayout { n_kv_heads: hp.n_kv_heads, head_dim_k: hp.head_dim_k, head_dim_v: hp.head_dim_v, layers, n_full, n_window, window }
+        KvLayout {
+            n_kv_heads: hp.n_kv_heads,
+            head_dim_k: hp.head_dim_k,
+            head_dim_v: hp.head_dim_v,
+            layers,
+            n_full,
+            n_window,
+            window,
+        }
     }
 
     fn per_position_layer(&self) -> usize {
@@ -90,7 +98,12 @@ struct Pool {
 
 impl Pool {
     fn new(floats: usize, cap: Option<usize>) -> Pool {
-        Pool { floats, cap, buffers: Vec::new(), free: Vec::new() }
+        Pool {
+            floats,
+            cap,
+            buffers: Vec::new(),
+            free: Vec::new(),
+        }
     }
 
     fn available(&self) -> Option<usize> {
@@ -132,11 +145,23 @@ impl KvCache {
     /// A cache of `n_blocks` blocks of `block_size` positions (`None`: as many as
     /// requested) and `n_seats` window seats that accept spans of up to `max_span`
     /// positions at a time.
-    pub fn new(layout: KvLayout, block_size: usize, n_blocks: impl Into<Option<usize>>, n_seats: usize, max_span: usize) -> Result<KvCache, ModelError> {
+    pub fn new(
+        layout: KvLayout,
+        block_size: usize,
+        n_blocks: impl Into<Option<usize>>,
+        n_seats: usize,
+        max_span: usize,
+    ) -> Result<KvCache, ModelError> {
         if block_size == 0 || max_span == 0 {
-            return Err(ModelError::KvPlan("block size and span must be at least 1".into()));
+            return Err(ModelError::KvPlan(
+                "block size and span must be at least 1".into(),
+            ));
         }
-        let seat_positions = if layout.n_window > 0 { layout.window + max_span } else { 0 };
+        let seat_positions = if layout.n_window > 0 {
+            layout.window + max_span
+        } else {
+            0
+        };
         let block_floats = layout.n_full * layout.per_position_layer() * block_size;
         let seat_floats = layout.n_window * layout.per_position_layer() * seat_positions;
         let n_seats = if layout.n_window > 0 { n_seats } else { 0 };
@@ -201,7 +226,9 @@ impl KvCache {
     /// Grows `seq` to hold `positions` positions; false (and no change) if the pool
     /// cannot supply the blocks.
     pub fn grow(&mut self, seq: &mut SeqKv, positions: usize) -> bool {
-        let need = positions.div_ceil(self.block_size).saturating_sub(seq.blocks.len());
+        let need = positions
+            .div_ceil(self.block_size)
+            .saturating_sub(seq.blocks.len());
         match self.blocks.take(need) {
             Some(ids) => {
                 seq.blocks.extend(ids);
@@ -222,25 +249,53 @@ impl KvCache {
     /// Where position `pos` of `seq` lives in `layer`: (in a seat?, buffer id, key
     /// offset, value offset, key stride between heads, value stride between heads).
     #[inline]
-    fn locate(&self, seq: &SeqKv, layer: usize, pos: usize) -> (bool, usize, usize, usize, usize, usize) {
+    fn locate(
+        &self,
+        seq: &SeqKv,
+        layer: usize,
+        pos: usize,
+    ) -> (bool, usize, usize, usize, usize, usize) {
         let l = &self.layout;
         let (dk, dv, h) = (l.head_dim_k, l.head_dim_v, l.n_kv_heads);
         let (in_seat, id, index, n_kind, positions, slot) = match l.layers[layer] {
-            LayerSlot::Full(fi) => (false, seq.blocks[pos / self.block_size] as usize, fi, l.n_full, self.block_size, pos % self.block_size),
-            LayerSlot::Window(wi, _) => {
-                (true, seq.seat.expect("window models give every sequence a seat") as usize, wi, l.n_window, self.seat_positions, pos % self.seat_positions)
-            }
+            LayerSlot::Full(fi) => (
+                false,
+                seq.blocks[pos / self.block_size] as usize,
+                fi,
+                l.n_full,
+                self.block_size,
+                pos % self.block_size,
+            ),
+            LayerSlot::Window(wi, _) => (
+                true,
+                seq.seat.expect("window models give every sequence a seat") as usize,
+                wi,
+                l.n_window,
+                self.seat_positions,
+                pos % self.seat_positions,
+            ),
         };
         let keys = index * h * positions * dk;
         let values = n_kind * h * positions * dk + index * h * positions * dv;
-        (in_seat, id, keys + slot * dk, values + slot * dv, positions * dk, positions * dv)
+        (
+            in_seat,
+            id,
+            keys + slot * dk,
+            values + slot * dv,
+            positions * dk,
+            positions * dv,
+        )
     }
 
     /// Stores the keys `k` (`[n_kv_heads][head_dim_k]`) and values `v` of position `pos`.
     pub fn write(&mut self, seq: &SeqKv, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
         let (in_seat, id, ko, vo, ks, vs) = self.locate(seq, layer, pos);
-        let store = if in_seat { &mut self.seats.buffers[id] } else { &mut self.blocks.buffers[id] };
+        let store = if in_seat {
+            &mut self.seats.buffers[id]
+        } else {
+            &mut self.blocks.buffers[id]
+        };
         for h in 0..self.layout.n_kv_heads {
             store[ko + h * ks..ko + h * ks + dk].copy_from_slice(&k[h * dk..(h + 1) * dk]);
             store[vo + h * vs..vo + h * vs + dv].copy_from_slice(&v[h * dv..(h + 1) * dv]);
@@ -250,7 +305,15 @@ impl KvCache {
     /// Calls `f(first position, keys, values)` for each contiguous run of the
     /// positions `from..to` of kv head `head` of `seq` in `layer`, in position order;
     /// `keys` holds `run * head_dim_k` values, `values` `run * head_dim_v`.
-    pub fn for_each_run(&self, seq: &SeqKv, layer: usize, head: usize, from: usize, to: usize, mut f: impl FnMut(usize, &[f32], &[f32])) {
+    pub fn for_each_run(
+        &self,
+        seq: &SeqKv,
+        layer: usize,
+        head: usize,
+        from: usize,
+        to: usize,
+        mut f: impl FnMut(usize, &[f32], &[f32]),
+    ) {
         let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
         let run_len = match self.layout.layers[layer] {
             LayerSlot::Full(_) => self.block_size,
@@ -260,7 +323,11 @@ impl KvCache {
         while p < to {
             let (in_seat, id, ko, vo, ks, vs) = self.locate(seq, layer, p);
             let n = (run_len - p % run_len).min(to - p);
-            let store = if in_seat { &self.seats.buffers[id] } else { &self.blocks.buffers[id] };
+            let store = if in_seat {
+                &self.seats.buffers[id]
+            } else {
+                &self.blocks.buffers[id]
+            };
             let (k0, v0) = (ko + head * ks, vo + head * vs);
             f(p, &store[k0..k0 + n * dk], &store[v0..v0 + n * dv]);
             p += n;
@@ -272,8 +339,15 @@ impl KvCache {
     pub fn read(&self, seq: &SeqKv, layer: usize, pos: usize, head: usize) -> (&[f32], &[f32]) {
         let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
         let (in_seat, id, ko, vo, ks, vs) = self.locate(seq, layer, pos);
-        let store = if in_seat { &self.seats.buffers[id] } else { &self.blocks.buffers[id] };
-        (&store[ko + head * ks..ko + head * ks + dk], &store[vo + head * vs..vo + head * vs + dv])
+        let store = if in_seat {
+            &self.seats.buffers[id]
+        } else {
+            &self.blocks.buffers[id]
+        };
+        (
+            &store[ko + head * ks..ko + head * ks + dk],
+            &store[vo + head * vs..vo + head * vs + dv],
+        )
     }
 }
 
@@ -283,7 +357,9 @@ mod tests {
     use crate::testing::TinyModel;
 
     fn layout() -> KvLayout {
-        let file = ferrox_gguf::GgufFile::from_bytes(TinyModel::new(crate::Architecture::Gemma3).gguf()).unwrap();
+        let file =
+            ferrox_gguf::GgufFile::from_bytes(TinyModel::new(crate::Architecture::Gemma3).gguf())
+                .unwrap();
         KvLayout::new(&HyperParams::from_metadata(&file.header().metadata).unwrap())
     }
 
@@ -293,7 +369,10 @@ mod tests {
         assert!(c.alloc(13).is_none(), "4 blocks wanted, 3 exist");
         assert_eq!(c.free_blocks(), Some(3));
         let s = c.alloc(12).unwrap();
-        assert_eq!((s.blocks.len(), c.free_blocks(), c.used_blocks()), (3, Some(0), 3));
+        assert_eq!(
+            (s.blocks.len(), c.free_blocks(), c.used_blocks()),
+            (3, Some(0), 3)
+        );
         assert!(c.alloc(1).is_none(), "the only seat is taken");
         c.free(s);
         assert_eq!((c.free_blocks(), c.used_blocks()), (Some(3), 0));
@@ -303,11 +382,18 @@ mod tests {
     fn an_unbounded_pool_grows_and_reuses_what_comes_back() {
         let mut c = KvCache::new(layout(), 4, None, 2, 8).unwrap();
         let a = c.alloc(40).unwrap();
-        assert_eq!((a.blocks.len(), c.free_blocks(), c.used_blocks()), (10, None, 10));
+        assert_eq!(
+            (a.blocks.len(), c.free_blocks(), c.used_blocks()),
+            (10, None, 10)
+        );
         c.free(a);
         let b = c.alloc(8).unwrap();
         assert_eq!(c.used_blocks(), 2);
-        assert_eq!(c.blocks.buffers.len(), 10, "freed blocks are reused, not reallocated");
+        assert_eq!(
+            c.blocks.buffers.len(),
+            10,
+            "freed blocks are reused, not reallocated"
+        );
         c.free(b);
     }
 
@@ -319,8 +405,12 @@ mod tests {
         let (kd, vd) = (l.n_kv_heads * l.head_dim_k, l.n_kv_heads * l.head_dim_v);
         for layer in 0..l.layers.len() {
             for pos in [0, 5, 19] {
-                let k: Vec<f32> = (0..kd).map(|i| (layer * 1000 + pos * 10 + i) as f32).collect();
-                let v: Vec<f32> = (0..vd).map(|i| -((layer * 1000 + pos * 10 + i) as f32)).collect();
+                let k: Vec<f32> = (0..kd)
+                    .map(|i| (layer * 1000 + pos * 10 + i) as f32)
+                    .collect();
+                let v: Vec<f32> = (0..vd)
+                    .map(|i| -((layer * 1000 + pos * 10 + i) as f32))
+                    .collect();
                 c.write(&s, layer, pos, &k, &v);
             }
             for pos in [0, 5, 19] {
@@ -336,7 +426,13 @@ mod tests {
                 c.for_each_run(&s, layer, h, 3, 20, |p0, k, v| {
                     for j in 0..k.len() / l.head_dim_k {
                         let (rk, rv) = c.read(&s, layer, p0 + j, h);
-                        assert_eq!((&k[j * l.head_dim_k..(j + 1) * l.head_dim_k], &v[j * l.head_dim_v..(j + 1) * l.head_dim_v]), (rk, rv));
+                        assert_eq!(
+                            (
+                                &k[j * l.head_dim_k..(j + 1) * l.head_dim_k],
+                                &v[j * l.head_dim_v..(j + 1) * l.head_dim_v]
+                            ),
+                            (rk, rv)
+                        );
                         seen.push(p0 + j);
                     }
                 });

@@ -66,9 +66,17 @@ impl KvShape {
         let layers = hp
             .layers
             .iter()
-            .map(|&attention| LayerKv { attention, n_kv_heads: hp.n_kv_heads, head_dim_k: hp.head_dim_k, head_dim_v: hp.head_dim_v })
+            .map(|&attention| LayerKv {
+                attention,
+                n_kv_heads: hp.n_kv_heads,
+                head_dim_k: hp.head_dim_k,
+                head_dim_v: hp.head_dim_v,
+            })
             .collect();
-        KvShape { layers, element_bytes }
+        KvShape {
+            layers,
+            element_bytes,
+        }
     }
 
     fn bytes_where(&self, full: bool) -> u64 {
@@ -109,7 +117,9 @@ impl KvShape {
     /// KV bytes of one request of `positions` token positions (SPEC S10 pricing).
     pub fn request_bytes(&self, positions: u64, prefill_chunk: usize) -> u64 {
         let windowed = positions.min(self.window_seat_positions(prefill_chunk));
-        positions.saturating_mul(self.full_bytes_per_position()).saturating_add(windowed * self.window_bytes_per_position())
+        positions
+            .saturating_mul(self.full_bytes_per_position())
+            .saturating_add(windowed * self.window_bytes_per_position())
     }
 }
 
@@ -132,7 +142,11 @@ pub struct KvPlan {
 
 impl KvPlan {
     fn check(block_size: usize, max_seqs: usize, prefill_chunk: usize) -> Result<(), ModelError> {
-        for (name, v) in [("block size", block_size), ("max seqs", max_seqs), ("prefill chunk", prefill_chunk)] {
+        for (name, v) in [
+            ("block size", block_size),
+            ("max seqs", max_seqs),
+            ("prefill chunk", prefill_chunk),
+        ] {
             if v == 0 {
                 return Err(ModelError::KvPlan(format!("{name} must be at least 1")));
             }
@@ -146,14 +160,22 @@ impl KvPlan {
 
     fn block_bytes(shape: &KvShape, block_size: usize) -> Result<u64, ModelError> {
         match shape.full_bytes_per_position() {
-            0 => Err(ModelError::KvPlan("the model has no full-attention layers to page".into())),
+            0 => Err(ModelError::KvPlan(
+                "the model has no full-attention layers to page".into(),
+            )),
             bpp => Ok(bpp * block_size as u64),
         }
     }
 
     /// The plan that fits in `memory` bytes: window seats for `max_seqs` requests
     /// first, then as many whole blocks as the rest holds.
-    pub fn from_memory(shape: &KvShape, memory: u64, block_size: usize, max_seqs: usize, prefill_chunk: usize) -> Result<KvPlan, ModelError> {
+    pub fn from_memory(
+        shape: &KvShape,
+        memory: u64,
+        block_size: usize,
+        max_seqs: usize,
+        prefill_chunk: usize,
+    ) -> Result<KvPlan, ModelError> {
         Self::check(block_size, max_seqs, prefill_chunk)?;
         let seat_bytes = Self::seat_bytes(shape, prefill_chunk);
         let block_bytes = Self::block_bytes(shape, block_size)?;
@@ -165,11 +187,24 @@ impl KvPlan {
                 format_bytes(seat_bytes)
             )));
         };
-        Ok(KvPlan { block_size, n_blocks: rest / block_bytes, block_bytes, max_seqs, prefill_chunk, seat_bytes })
+        Ok(KvPlan {
+            block_size,
+            n_blocks: rest / block_bytes,
+            block_bytes,
+            max_seqs,
+            prefill_chunk,
+            seat_bytes,
+        })
     }
 
     /// The plan with exactly `n_blocks` blocks.
-    pub fn from_blocks(shape: &KvShape, n_blocks: u64, block_size: usize, max_seqs: usize, prefill_chunk: usize) -> Result<KvPlan, ModelError> {
+    pub fn from_blocks(
+        shape: &KvShape,
+        n_blocks: u64,
+        block_size: usize,
+        max_seqs: usize,
+        prefill_chunk: usize,
+    ) -> Result<KvPlan, ModelError> {
         Self::check(block_size, max_seqs, prefill_chunk)?;
         Ok(KvPlan {
             block_size,
@@ -214,7 +249,15 @@ mod tests {
 
     fn shape(kinds: &[AttentionKind]) -> KvShape {
         KvShape {
-            layers: kinds.iter().map(|&attention| LayerKv { attention, n_kv_heads: 2, head_dim_k: 8, head_dim_v: 8 }).collect(),
+            layers: kinds
+                .iter()
+                .map(|&attention| LayerKv {
+                    attention,
+                    n_kv_heads: 2,
+                    head_dim_k: 8,
+                    head_dim_v: 8,
+                })
+                .collect(),
             element_bytes: 2,
         }
     }
@@ -248,10 +291,18 @@ mod tests {
         let s = shape(&[WIN, FULL]);
         // seat = (32 + 16) * 64 = 3072 per request, block = 16 * 64 = 1024.
         let plan = KvPlan::from_memory(&s, 3 * 3072 + 10 * 1024 + 1000, 16, 3, 16).unwrap();
-        assert_eq!((plan.seat_bytes, plan.block_bytes, plan.n_blocks), (3072, 1024, 10));
+        assert_eq!(
+            (plan.seat_bytes, plan.block_bytes, plan.n_blocks),
+            (3072, 1024, 10)
+        );
         assert_eq!(plan.total_bytes(), 3 * 3072 + 10 * 1024);
         assert_eq!(plan.request_limit_bytes(), 10 * 1024 + 3072);
-        assert!(KvPlan::from_memory(&s, 3 * 3072 - 1, 16, 3, 16).unwrap_err().to_string().contains("--kv-memory"));
+        assert!(
+            KvPlan::from_memory(&s, 3 * 3072 - 1, 16, 3, 16)
+                .unwrap_err()
+                .to_string()
+                .contains("--kv-memory")
+        );
     }
 
     #[test]

@@ -27,12 +27,20 @@ impl Model {
     }
 
     /// Loads the GGUF file at `path` for the given activation path.
-    pub fn load_with(path: &Path, threads: usize, activations: ActivationPath) -> Result<Model, ModelError> {
+    pub fn load_with(
+        path: &Path,
+        threads: usize,
+        activations: ActivationPath,
+    ) -> Result<Model, ModelError> {
         Self::from_file(GgufFile::open(path)?, threads, activations)
     }
 
     /// Loads a GGUF file already in memory.
-    pub fn from_file(file: GgufFile, threads: usize, activations: ActivationPath) -> Result<Model, ModelError> {
+    pub fn from_file(
+        file: GgufFile,
+        threads: usize,
+        activations: ActivationPath,
+    ) -> Result<Model, ModelError> {
         let m = &file.header().metadata;
         let tokenizer = Tokenizer::from_metadata(m)?;
         let piece = |id: Option<u32>| id.map(|i| tokenizer.decode(&[i], true)).unwrap_or_default();
@@ -41,7 +49,11 @@ impl Model {
         let arch = crate::hparams::Architecture::from_gguf_name(m.str("general.architecture")?)?;
         let chat = ChatTemplate::for_model(template.as_deref(), arch, &bos, &eos)?;
         let transformer = Transformer::with_path(file, threads, activations)?;
-        Ok(Model { transformer, tokenizer, chat })
+        Ok(Model {
+            transformer,
+            tokenizer,
+            chat,
+        })
     }
 
     /// Token ids of a raw prompt (BOS as the metadata asks, special tokens parsed).
@@ -50,7 +62,16 @@ impl Model {
     }
 
     /// Token ids of a conversation rendered by the chat template.
-    pub fn chat_ids(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<Vec<u32>, ModelError> {
-        crate::chat::encode_chat(self.chat.as_ref(), &self.tokenizer, messages, add_generation_prompt)
+    pub fn chat_ids(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>, ModelError> {
+        crate::chat::encode_chat(
+            self.chat.as_ref(),
+            &self.tokenizer,
+            messages,
+            add_generation_prompt,
+        )
     }
 }

@@ -58,7 +58,13 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Greedy decoding with no penalties.
     pub fn greedy() -> SamplingParams {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, ..Default::default() }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        }
     }
 }
 
@@ -75,7 +81,11 @@ impl Sampler {
     pub fn new(params: SamplingParams, prompt: &[u32]) -> Sampler {
         let rng = ChaCha8Rng::seed_from_u64(params.seed);
         let keep = prompt.len().saturating_sub(params.penalty_last_n);
-        Sampler { params, rng, history: prompt[keep..].to_vec() }
+        Sampler {
+            params,
+            rng,
+            history: prompt[keep..].to_vec(),
+        }
     }
 
     /// The parameters.
@@ -100,7 +110,8 @@ impl Sampler {
                 *v += b;
             }
         }
-        let penalized = p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        let penalized =
+            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
         if penalized && p.penalty_last_n > 0 {
             let recent = &self.history[self.history.len().saturating_sub(p.penalty_last_n)..];
             let mut counts: Vec<(u32, u32)> = Vec::with_capacity(recent.len());
@@ -113,7 +124,11 @@ impl Sampler {
             for (t, c) in counts {
                 if let Some(v) = l.get_mut(t as usize) {
                     if p.repetition_penalty != 1.0 {
-                        *v = if *v > 0.0 { *v / p.repetition_penalty } else { *v * p.repetition_penalty };
+                        *v = if *v > 0.0 {
+                            *v / p.repetition_penalty
+                        } else {
+                            *v * p.repetition_penalty
+                        };
                     }
                     *v -= c as f32 * p.frequency_penalty + p.presence_penalty;
                 }
@@ -129,7 +144,12 @@ impl Sampler {
         if p.temperature <= 0.0 {
             return argmax(&l);
         }
-        let mut cand: Vec<(u32, f32)> = l.iter().enumerate().filter(|(_, v)| !v.is_nan()).map(|(i, &v)| (i as u32, v)).collect();
+        let mut cand: Vec<(u32, f32)> = l
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_nan())
+            .map(|(i, &v)| (i as u32, v))
+            .collect();
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < cand.len() {
             cand.select_nth_unstable_by(p.top_k - 1, by_logit);
@@ -162,7 +182,10 @@ impl Sampler {
         }
         cand.truncate(keep);
         let t = p.temperature as f64;
-        let weights: Vec<f64> = cand.iter().map(|c| ((c.1 as f64 - max) / t).exp()).collect();
+        let weights: Vec<f64> = cand
+            .iter()
+            .map(|c| ((c.1 as f64 - max) / t).exp())
+            .collect();
         let total: f64 = weights.iter().sum();
         let u = (self.rng.next_u32() >> 8) as f64 / (1u32 << 24) as f64 * total;
         let mut acc = 0.0;
@@ -206,20 +229,40 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_tokens_and_another_seed_differs() {
-        let params = SamplingParams { temperature: 1.5, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 42, ..Default::default() };
+        let params = SamplingParams {
+            temperature: 1.5,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 42,
+            ..Default::default()
+        };
         let run = |p: SamplingParams| {
             let mut s = Sampler::new(p, &[]);
             (0..64).map(|_| s.sample(&logits())).collect::<Vec<_>>()
         };
         assert_eq!(run(params.clone()), run(params.clone()));
-        assert_ne!(run(params.clone()), run(SamplingParams { seed: 43, ..params }));
+        assert_ne!(
+            run(params.clone()),
+            run(SamplingParams { seed: 43, ..params })
+        );
     }
 
     #[test]
     fn top_k_one_and_min_p_one_are_greedy() {
         for p in [
-            SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() },
-            SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 1.0, ..Default::default() },
+            SamplingParams {
+                temperature: 1.0,
+                top_k: 1,
+                ..Default::default()
+            },
+            SamplingParams {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 1.0,
+                ..Default::default()
+            },
         ] {
             let mut s = Sampler::new(p, &[]);
             for _ in 0..20 {
@@ -230,7 +273,17 @@ mod tests {
 
     #[test]
     fn top_p_keeps_only_the_nucleus() {
-        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.5, min_p: 0.0, seed: 1, ..Default::default() }, &[]);
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 0.5,
+                min_p: 0.0,
+                seed: 1,
+                ..Default::default()
+            },
+            &[],
+        );
         let l = vec![10.0, 0.0, 0.0, 0.0];
         for _ in 0..50 {
             assert_eq!(s.sample(&l), 0);
@@ -239,12 +292,30 @@ mod tests {
 
     #[test]
     fn penalties_and_bias_move_the_choice() {
-        let mut s = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() }, &[1, 3]);
+        let mut s = Sampler::new(
+            SamplingParams {
+                repetition_penalty: 2.0,
+                ..SamplingParams::greedy()
+            },
+            &[1, 3],
+        );
         assert_eq!(s.sample(&logits()), 2, "both 3.0s halved below 2.5");
-        let mut s = Sampler::new(SamplingParams { presence_penalty: 1.0, ..SamplingParams::greedy() }, &[]);
+        let mut s = Sampler::new(
+            SamplingParams {
+                presence_penalty: 1.0,
+                ..SamplingParams::greedy()
+            },
+            &[],
+        );
         s.accept(1);
         assert_eq!(s.sample(&logits()), 3);
-        let mut s = Sampler::new(SamplingParams { logit_bias: vec![(5, 10.0)], ..SamplingParams::greedy() }, &[]);
+        let mut s = Sampler::new(
+            SamplingParams {
+                logit_bias: vec![(5, 10.0)],
+                ..SamplingParams::greedy()
+            },
+            &[],
+        );
         assert_eq!(s.sample(&logits()), 5);
     }
 }

@@ -13,7 +13,10 @@ fn required() -> bool {
 }
 
 fn absent(what: &str, hint: &str) -> Option<PathBuf> {
-    assert!(!required(), "FERROX_REQUIRE_MODELS=1 but {what} is missing ({hint})");
+    assert!(
+        !required(),
+        "FERROX_REQUIRE_MODELS=1 but {what} is missing ({hint})"
+    );
     eprintln!("SKIPPED: {what} is missing ({hint})");
     None
 }
@@ -23,7 +26,10 @@ pub fn real_model(name: &str) -> Option<PathBuf> {
     let model = catalog::find(name).expect("a catalog name");
     match model.cached() {
         Some(p) => Some(p),
-        None => absent(&format!("model {name}"), &format!("run `ferrox pull {name}`, or set FERROX_MODELS_DIR")),
+        None => absent(
+            &format!("model {name}"),
+            &format!("run `ferrox pull {name}`, or set FERROX_MODELS_DIR"),
+        ),
     }
 }
 
@@ -32,15 +38,29 @@ pub fn real_model(name: &str) -> Option<PathBuf> {
 pub fn golden_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("FERROX_GOLDEN_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden"));
-    if dir.is_dir() { Some(dir) } else { absent(&format!("golden directory {}", dir.display()), "set FERROX_GOLDEN_DIR") }
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+        });
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        absent(
+            &format!("golden directory {}", dir.display()),
+            "set FERROX_GOLDEN_DIR",
+        )
+    }
 }
 
 /// The golden file `name` parsed as JSON lines.
 pub fn golden_rows(name: &str) -> Option<Vec<serde_json::Value>> {
     let path = golden_dir()?.join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Some(text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("golden JSON")).collect())
+    Some(
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("golden JSON"))
+            .collect(),
+    )
 }
 
 /// Options of a tiny random model.
@@ -59,7 +79,14 @@ pub struct TinyModel {
 impl TinyModel {
     /// A two-layer tiny model of `architecture`.
     pub fn new(architecture: crate::Architecture) -> TinyModel {
-        TinyModel { architecture, n_layers: 2, window: 4, pattern: 2, seed: 7, context_length: 4096 }
+        TinyModel {
+            architecture,
+            n_layers: 2,
+            window: 4,
+            pattern: 2,
+            seed: 7,
+            context_length: 4096,
+        }
     }
 
     /// Writes the model as GGUF bytes: 32-wide embeddings, 4 query heads and 2 kv
@@ -95,8 +122,14 @@ impl TinyModel {
             .set(k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
             .set(k("rope.freq_base"), Value::F32(10000.0));
         if self.architecture == crate::Architecture::Gemma3 {
-            w.set(k("attention.sliding_window"), Value::U32(self.window as u32));
-            w.set(k("attention.sliding_window_pattern"), Value::U32(self.pattern as u32));
+            w.set(
+                k("attention.sliding_window"),
+                Value::U32(self.window as u32),
+            );
+            w.set(
+                k("attention.sliding_window_pattern"),
+                Value::U32(self.pattern as u32),
+            );
         }
         let mut tokens = vec!["<|bos|>".to_string(), "<|eos|>".to_string()];
         tokens.extend((0x21u8..=0x7E).map(|b| (b as char).to_string()));
@@ -111,15 +144,31 @@ impl TinyModel {
             .set("tokenizer.ggml.eos_token_id", Value::U32(1));
         let types = [DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::F16];
         let mut pick = 0usize;
-        let mut mat = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, cols: usize, rows: usize| {
+        let mut mat = |w: &mut GgufWriter,
+                       rnd: &mut dyn FnMut() -> f32,
+                       name: String,
+                       cols: usize,
+                       rows: usize| {
             let t = types[pick % types.len()];
             pick += 1;
             let vals: Vec<f32> = (0..cols * rows).map(|_| rnd() * 0.4).collect();
-            w.add_tensor(name, t, &[cols as u64, rows as u64], quantize(t, &vals).expect("tiny shapes are whole blocks")).expect("valid tensor");
+            w.add_tensor(
+                name,
+                t,
+                &[cols as u64, rows as u64],
+                quantize(t, &vals).expect("tiny shapes are whole blocks"),
+            )
+            .expect("valid tensor");
         };
         let vec_t = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, len: usize| {
             let vals: Vec<f32> = (0..len).map(|_| 1.0 + 0.2 * rnd()).collect();
-            w.add_tensor(name, DType::F32, &[len as u64], quantize(DType::F32, &vals).expect("f32")).expect("valid tensor");
+            w.add_tensor(
+                name,
+                DType::F32,
+                &[len as u64],
+                quantize(DType::F32, &vals).expect("f32"),
+            )
+            .expect("valid tensor");
         };
         mat(&mut w, &mut rnd, "token_embd.weight".into(), d, vocab);
         for i in 0..self.n_layers {
@@ -141,10 +190,19 @@ impl TinyModel {
                     vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
                 }
                 crate::Architecture::Qwen2 => {
-                    for (s, len) in [("attn_q", nh * hd), ("attn_k", nkv * hd), ("attn_v", nkv * hd)] {
+                    for (s, len) in [
+                        ("attn_q", nh * hd),
+                        ("attn_k", nkv * hd),
+                        ("attn_v", nkv * hd),
+                    ] {
                         let vals: Vec<f32> = (0..len).map(|_| 0.1 * rnd()).collect();
-                        w.add_tensor(format!("blk.{i}.{s}.bias"), DType::F32, &[len as u64], quantize(DType::F32, &vals).expect("f32"))
-                            .expect("valid tensor");
+                        w.add_tensor(
+                            format!("blk.{i}.{s}.bias"),
+                            DType::F32,
+                            &[len as u64],
+                            quantize(DType::F32, &vals).expect("f32"),
+                        )
+                        .expect("valid tensor");
                     }
                 }
                 crate::Architecture::Llama => {}

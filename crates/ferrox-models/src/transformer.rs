@@ -21,12 +21,12 @@
 //! the same reason.
 
 use ferrox_core::ops::activation::{Gate, gated};
+use ferrox_core::ops::exp::exp_shifted;
 use ferrox_core::ops::matmul::matmul;
-use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul};
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
 use ferrox_core::ops::rope::{self, RopeStyle};
-use ferrox_core::ops::exp::exp_shifted;
 use ferrox_core::ops::vector::{scaled_dots, weighted_sum};
+use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul};
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
 
@@ -70,7 +70,9 @@ struct Input<'a> {
 
 impl std::fmt::Debug for Transformer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Transformer").field("hp", &self.hp).finish_non_exhaustive()
+        f.debug_struct("Transformer")
+            .field("hp", &self.hp)
+            .finish_non_exhaustive()
     }
 }
 
@@ -90,7 +92,11 @@ impl Transformer {
     }
 
     /// Loads the model in `file` for the given activation path.
-    pub fn with_path(file: GgufFile, threads: usize, path: ActivationPath) -> Result<Transformer, ModelError> {
+    pub fn with_path(
+        file: GgufFile,
+        threads: usize,
+        path: ActivationPath,
+    ) -> Result<Transformer, ModelError> {
         let hp = HyperParams::from_metadata(&file.header().metadata)?;
         let weights = Weights::load(&file, &hp)?;
         let pool = rayon::ThreadPoolBuilder::new()
@@ -101,19 +107,39 @@ impl Transformer {
         let (rope_style, embd_scale, act) = match hp.architecture {
             Architecture::Llama => (RopeStyle::Normal, None, Gate::Silu),
             Architecture::Qwen2 => (RopeStyle::Neox, None, Gate::Silu),
-            Architecture::Gemma3 => (RopeStyle::Neox, Some((hp.n_embd as f32).sqrt()), Gate::GeluTanh),
+            Architecture::Gemma3 => (
+                RopeStyle::Neox,
+                Some((hp.n_embd as f32).sqrt()),
+                Gate::GeluTanh,
+            ),
         };
         let packed = match path {
             ActivationPath::F32 => PackedWeights::default(),
             ActivationPath::Int16 => {
                 let pack = |t: &TensorRef| PackedMatrix::pack(&t.matrix(&file), &pool);
                 PackedWeights {
-                    layers: weights.layers.iter().map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].map(pack)).collect(),
+                    layers: weights
+                        .layers
+                        .iter()
+                        .map(|l| {
+                            [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].map(pack)
+                        })
+                        .collect(),
                     output: pack(&weights.output),
                 }
             }
         };
-        Ok(Transformer { file, hp, weights, pool, rope_style, embd_scale, act, path, packed })
+        Ok(Transformer {
+            file,
+            hp,
+            weights,
+            pool,
+            rope_style,
+            embd_scale,
+            act,
+            path,
+            packed,
+        })
     }
 
     /// The activation path this model runs.
@@ -122,16 +148,29 @@ impl Transformer {
     }
 
     /// Quantizes `x` into `buf` when the integer path runs, and returns the input.
-    fn input<'a>(&self, x: &'a [f32], n: usize, cols: usize, buf: &'a mut QuantizedRows) -> Input<'a> {
-        let q = (self.path == ActivationPath::Int16 && cols % ferrox_core::packed::BLOCK == 0).then(|| {
-            buf.quantize(x, n, cols);
-            &*buf
-        });
+    fn input<'a>(
+        &self,
+        x: &'a [f32],
+        n: usize,
+        cols: usize,
+        buf: &'a mut QuantizedRows,
+    ) -> Input<'a> {
+        let q = (self.path == ActivationPath::Int16 && cols % ferrox_core::packed::BLOCK == 0)
+            .then(|| {
+                buf.quantize(x, n, cols);
+                &*buf
+            });
         Input { x, n, q }
     }
 
     /// `out = input * W`, on the packed matrix when there is one.
-    fn project(&self, w: &TensorRef, packed: Option<&PackedMatrix>, input: &Input<'_>, out: &mut [f32]) {
+    fn project(
+        &self,
+        w: &TensorRef,
+        packed: Option<&PackedMatrix>,
+        input: &Input<'_>,
+        out: &mut [f32],
+    ) {
         match (packed, input.q) {
             (Some(p), Some(q)) => packed_matmul(p, q, out, &self.pool),
             _ => matmul(&w.matrix(&self.file), input.x, input.n, out, &self.pool),
@@ -146,30 +185,55 @@ impl Transformer {
     fn check(&self, cache: &KvCache, spans: &[Span<'_>]) -> Result<(), ModelError> {
         for (i, s) in spans.iter().enumerate() {
             if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= self.hp.vocab_size) {
-                return Err(ModelError::Forward(format!("span {i}: token {bad} is outside the vocabulary of {}", self.hp.vocab_size)));
+                return Err(ModelError::Forward(format!(
+                    "span {i}: token {bad} is outside the vocabulary of {}",
+                    self.hp.vocab_size
+                )));
             }
             let end = s.start + s.tokens.len();
             if end > cache.capacity(s.seq) {
-                return Err(ModelError::Forward(format!("span {i}: position {end} is past the {} its KV holds", cache.capacity(s.seq))));
+                return Err(ModelError::Forward(format!(
+                    "span {i}: position {end} is past the {} its KV holds",
+                    cache.capacity(s.seq)
+                )));
             }
             if cache.layout().n_window > 0 && s.seq.seat.is_none() {
-                return Err(ModelError::Forward(format!("span {i}: a window model needs a seat")));
+                return Err(ModelError::Forward(format!(
+                    "span {i}: a window model needs a seat"
+                )));
             }
         }
         Ok(())
     }
 
     /// One round: every span no longer than the cache's maximum span.
-    fn round(&self, cache: &mut KvCache, spans: &[Span<'_>], out: &mut Vec<(usize, usize, Vec<f32>)>) {
+    fn round(
+        &self,
+        cache: &mut KvCache,
+        spans: &[Span<'_>],
+        out: &mut Vec<(usize, usize, Vec<f32>)>,
+    ) {
         let hp = &self.hp;
         let d = hp.n_embd;
-        let slots: Vec<Slot> =
-            spans.iter().enumerate().flat_map(|(si, s)| (0..s.tokens.len()).map(move |i| Slot { span: si, index: i, pos: s.start + i })).collect();
+        let slots: Vec<Slot> = spans
+            .iter()
+            .enumerate()
+            .flat_map(|(si, s)| {
+                (0..s.tokens.len()).map(move |i| Slot {
+                    span: si,
+                    index: i,
+                    pos: s.start + i,
+                })
+            })
+            .collect();
         let n = slots.len();
         if n == 0 {
             return;
         }
-        let tokens: Vec<u32> = spans.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let tokens: Vec<u32> = spans
+            .iter()
+            .flat_map(|s| s.tokens.iter().copied())
+            .collect();
         let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
         let (qd, kd, vd) = (nh * dk, nkv * dk, nkv * dv);
         let embd = self.weights.token_embd.matrix(&self.file);
@@ -181,7 +245,11 @@ impl Transformer {
             }
         }
         let mut h = vec![0.0f32; n * d];
-        let (mut q, mut k, mut v) = (vec![0.0f32; n * qd], vec![0.0f32; n * kd], vec![0.0f32; n * vd]);
+        let (mut q, mut k, mut v) = (
+            vec![0.0f32; n * qd],
+            vec![0.0f32; n * kd],
+            vec![0.0f32; n * vd],
+        );
         let mut att = vec![0.0f32; n * nh * dv];
         let mut o = vec![0.0f32; n * d];
         let (mut g, mut u) = (vec![0.0f32; n * hp.n_ff], vec![0.0f32; n * hp.n_ff]);
@@ -190,12 +258,19 @@ impl Transformer {
         let table = |base: f32| {
             let (mut cos, mut sin) = (vec![0.0f32; n * half], vec![0.0f32; n * half]);
             for (t, s) in slots.iter().enumerate() {
-                rope::angles(s.pos, hp.rope_dim, base, &mut cos[t * half..(t + 1) * half], &mut sin[t * half..(t + 1) * half]);
+                rope::angles(
+                    s.pos,
+                    hp.rope_dim,
+                    base,
+                    &mut cos[t * half..(t + 1) * half],
+                    &mut sin[t * half..(t + 1) * half],
+                );
             }
             (cos, sin)
         };
         let global_angles = table(hp.rope_freq_base);
-        let local_angles = (hp.rope_freq_base_local != hp.rope_freq_base).then(|| table(hp.rope_freq_base_local));
+        let local_angles =
+            (hp.rope_freq_base_local != hp.rope_freq_base).then(|| table(hp.rope_freq_base_local));
         let scale = 1.0 / (dk as f32).sqrt();
         let group = nh / nkv;
         let mut qbuf = QuantizedRows::default();
@@ -203,14 +278,20 @@ impl Transformer {
         for (li, lw) in self.weights.layers.iter().enumerate() {
             let p = self.packed.layers.get(li).unwrap_or(&none);
             h.copy_from_slice(&x);
-            h.chunks_exact_mut(d).for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
+            h.chunks_exact_mut(d)
+                .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
             let input = self.input(&h, n, d, &mut qbuf);
             self.project(&lw.wq, p[0].as_ref(), &input, &mut q);
             self.project(&lw.wk, p[1].as_ref(), &input, &mut k);
             self.project(&lw.wv, p[2].as_ref(), &input, &mut v);
-            for (buf, bias, w) in [(&mut q, &lw.bq, qd), (&mut k, &lw.bk, kd), (&mut v, &lw.bv, vd)] {
+            for (buf, bias, w) in [
+                (&mut q, &lw.bq, qd),
+                (&mut k, &lw.bk, kd),
+                (&mut v, &lw.bv, vd),
+            ] {
                 if let Some(b) = bias {
-                    buf.chunks_exact_mut(w).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+                    buf.chunks_exact_mut(w)
+                        .for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
                 }
             }
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
@@ -227,55 +308,87 @@ impl Transformer {
                 _ => &global_angles,
             };
             for (t, s) in slots.iter().enumerate() {
-                let (c, sn) = (&cos[t * half..(t + 1) * half], &sin[t * half..(t + 1) * half]);
-                rope::apply(&mut q[t * qd..(t + 1) * qd], dk, hp.rope_dim, self.rope_style, c, sn);
-                rope::apply(&mut k[t * kd..(t + 1) * kd], dk, hp.rope_dim, self.rope_style, c, sn);
-                cache.write(spans[s.span].seq, li, s.pos, &k[t * kd..(t + 1) * kd], &v[t * vd..(t + 1) * vd]);
+                let (c, sn) = (
+                    &cos[t * half..(t + 1) * half],
+                    &sin[t * half..(t + 1) * half],
+                );
+                rope::apply(
+                    &mut q[t * qd..(t + 1) * qd],
+                    dk,
+                    hp.rope_dim,
+                    self.rope_style,
+                    c,
+                    sn,
+                );
+                rope::apply(
+                    &mut k[t * kd..(t + 1) * kd],
+                    dk,
+                    hp.rope_dim,
+                    self.rope_style,
+                    c,
+                    sn,
+                );
+                cache.write(
+                    spans[s.span].seq,
+                    li,
+                    s.pos,
+                    &k[t * kd..(t + 1) * kd],
+                    &v[t * vd..(t + 1) * vd],
+                );
             }
             let cache_ref: &KvCache = cache;
             let q_ref = &q;
             self.pool.install(|| {
-                att.par_chunks_mut(dv).enumerate().for_each_init(Vec::new, |scores, (i, out)| {
-                    let (t, head) = (i / nh, i % nh);
-                    let s = slots[t];
-                    let seq = spans[s.span].seq;
-                    let kvh = head / group;
-                    let lo = window.map_or(0, |w| (s.pos + 1).saturating_sub(w));
-                    let qv = &q_ref[t * qd + head * dk..t * qd + (head + 1) * dk];
-                    scores.clear();
-                    cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| scaled_dots(qv, keys, scale, scores));
-                    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                    exp_shifted(scores, max);
-                    let sum = scores.iter().fold(0.0f32, |a, &e| a + e);
-                    out.fill(0.0);
-                    let mut j = 0;
-                    cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, _, values| {
-                        let n = values.len() / dv;
-                        weighted_sum(out, &scores[j..j + n], values);
-                        j += n;
+                att.par_chunks_mut(dv)
+                    .enumerate()
+                    .for_each_init(Vec::new, |scores, (i, out)| {
+                        let (t, head) = (i / nh, i % nh);
+                        let s = slots[t];
+                        let seq = spans[s.span].seq;
+                        let kvh = head / group;
+                        let lo = window.map_or(0, |w| (s.pos + 1).saturating_sub(w));
+                        let qv = &q_ref[t * qd + head * dk..t * qd + (head + 1) * dk];
+                        scores.clear();
+                        cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| {
+                            scaled_dots(qv, keys, scale, scores)
+                        });
+                        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                        exp_shifted(scores, max);
+                        let sum = scores.iter().fold(0.0f32, |a, &e| a + e);
+                        out.fill(0.0);
+                        let mut j = 0;
+                        cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, _, values| {
+                            let n = values.len() / dv;
+                            weighted_sum(out, &scores[j..j + n], values);
+                            j += n;
+                        });
+                        let inv = 1.0 / sum;
+                        out.iter_mut().for_each(|x| *x *= inv);
                     });
-                    let inv = 1.0 / sum;
-                    out.iter_mut().for_each(|x| *x *= inv);
-                });
             });
             let input = self.input(&att, n, nh * dv, &mut qbuf);
             self.project(&lw.wo, p[3].as_ref(), &input, &mut o);
             if let Some(w) = &lw.attn_post_norm {
-                o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, hp.rms_eps));
+                o.chunks_exact_mut(d)
+                    .for_each(|r| rms_norm(r, w, hp.rms_eps));
             }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             h.copy_from_slice(&x);
-            h.chunks_exact_mut(d).for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
+            h.chunks_exact_mut(d)
+                .for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
             let input = self.input(&h, n, d, &mut qbuf);
             self.project(&lw.w_gate, p[4].as_ref(), &input, &mut g);
             self.project(&lw.w_up, p[5].as_ref(), &input, &mut u);
             // Element-wise, so splitting it across threads changes no value.
             let act = self.act;
-            g.par_chunks_mut(4096).zip(u.par_chunks(4096)).for_each(|(gc, uc)| gated(gc, uc, act));
+            g.par_chunks_mut(4096)
+                .zip(u.par_chunks(4096))
+                .for_each(|(gc, uc)| gated(gc, uc, act));
             let input = self.input(&g, n, hp.n_ff, &mut qbuf);
             self.project(&lw.w_down, p[6].as_ref(), &input, &mut o);
             if let Some(w) = &lw.ffn_post_norm {
-                o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, hp.rms_eps));
+                o.chunks_exact_mut(d)
+                    .for_each(|r| rms_norm(r, w, hp.rms_eps));
             }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
         }
@@ -301,7 +414,12 @@ impl Transformer {
         let vocab = hp.vocab_size;
         let mut logits = vec![0.0f32; wanted.len() * vocab];
         let input = self.input(&rows, wanted.len(), d, &mut qbuf);
-        self.project(&self.weights.output, self.packed.output.as_ref(), &input, &mut logits);
+        self.project(
+            &self.weights.output,
+            self.packed.output.as_ref(),
+            &input,
+            &mut logits,
+        );
         for (row, &t) in logits.chunks_exact(vocab).zip(&wanted) {
             out.push((slots[t].span, slots[t].index, row.to_vec()));
         }
@@ -321,7 +439,11 @@ impl Decoder for Transformer {
 }
 
 impl Transformer {
-    fn forward_on_pool(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+    fn forward_on_pool(
+        &self,
+        cache: &mut KvCache,
+        spans: &[Span<'_>],
+    ) -> Result<Logits, ModelError> {
         self.check(cache, spans)?;
         let mut rows = Vec::new();
         let max = cache.max_span().unwrap_or(usize::MAX);
@@ -338,18 +460,34 @@ impl Transformer {
                         Want::Last if end < s.tokens.len() => Want::Nothing,
                         w => w,
                     };
-                    (i, Span { seq: s.seq, start: s.start + offset, tokens: &s.tokens[offset..end], want })
+                    (
+                        i,
+                        Span {
+                            seq: s.seq,
+                            start: s.start + offset,
+                            tokens: &s.tokens[offset..end],
+                            want,
+                        },
+                    )
                 })
                 .collect();
             let round_spans: Vec<Span<'_>> = pieces.iter().map(|p| p.1).collect();
             let mut round_rows = Vec::new();
             self.round(cache, &round_spans, &mut round_rows);
-            rows.extend(round_rows.into_iter().map(|(si, ti, r)| (pieces[si].0, offset + ti, r)));
+            rows.extend(
+                round_rows
+                    .into_iter()
+                    .map(|(si, ti, r)| (pieces[si].0, offset + ti, r)),
+            );
             offset = offset.saturating_add(max);
         }
         rows.sort_by_key(|r| (r.0, r.1));
         let vocab = self.hp.vocab_size;
-        let mut logits = Logits { vocab, data: Vec::with_capacity(rows.len() * vocab), index: Vec::with_capacity(rows.len()) };
+        let mut logits = Logits {
+            vocab,
+            data: Vec::with_capacity(rows.len() * vocab),
+            index: Vec::with_capacity(rows.len()),
+        };
         for (s, t, r) in rows {
             logits.index.push((s, t));
             logits.data.extend_from_slice(&r);

@@ -14,11 +14,26 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// Every token's logits of `prompt`, fed in spans of `chunk` tokens.
-fn prompt_logits(m: &Transformer, cache: &mut KvCache, prompt: &[u32], chunk: usize) -> Vec<Vec<u32>> {
+fn prompt_logits(
+    m: &Transformer,
+    cache: &mut KvCache,
+    prompt: &[u32],
+    chunk: usize,
+) -> Vec<Vec<u32>> {
     let seq = cache.alloc(prompt.len()).unwrap();
     let mut rows = Vec::new();
     for (i, piece) in prompt.chunks(chunk).enumerate() {
-        let l = m.forward(cache, &[Span { seq: &seq, start: i * chunk, tokens: piece, want: Want::All }]).unwrap();
+        let l = m
+            .forward(
+                cache,
+                &[Span {
+                    seq: &seq,
+                    start: i * chunk,
+                    tokens: piece,
+                    want: Want::All,
+                }],
+            )
+            .unwrap();
         rows.extend((0..piece.len()).map(|t| bits(l.of(0, t).unwrap())));
     }
     cache.free(seq);
@@ -30,7 +45,11 @@ fn check_prompt_chunking(m: &Transformer, prompt: &[u32], max_span: usize) {
     let whole = prompt_logits(m, &mut cache, prompt, prompt.len());
     assert_eq!(whole.len(), prompt.len());
     for chunk in [1, 2, 5, 64] {
-        assert_eq!(prompt_logits(m, &mut cache, prompt, chunk), whole, "spans of {chunk}");
+        assert_eq!(
+            prompt_logits(m, &mut cache, prompt, chunk),
+            whole,
+            "spans of {chunk}"
+        );
     }
     assert_eq!(cache.free_blocks(), Some(64), "every block came back");
 }
@@ -38,23 +57,61 @@ fn check_prompt_chunking(m: &Transformer, prompt: &[u32], max_span: usize) {
 /// Decode logits of sequence 0 alone, then beside 8 other sequences.
 fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
     let mut cache = KvCache::new(m.kv_layout(), 4, 128, 9, 16).unwrap();
-    let seqs: Vec<_> = prompts.iter().map(|p| cache.alloc(p.len() + 1).unwrap()).collect();
+    let seqs: Vec<_> = prompts
+        .iter()
+        .map(|p| cache.alloc(p.len() + 1).unwrap())
+        .collect();
     for (s, p) in seqs.iter().zip(prompts) {
-        m.forward(&mut cache, &[Span { seq: s, start: 0, tokens: p, want: Want::Nothing }]).unwrap();
+        m.forward(
+            &mut cache,
+            &[Span {
+                seq: s,
+                start: 0,
+                tokens: p,
+                want: Want::Nothing,
+            }],
+        )
+        .unwrap();
     }
     let tok = [next];
-    let alone = m.forward(&mut cache, &[Span { seq: &seqs[0], start: prompts[0].len(), tokens: &tok, want: Want::Last }]).unwrap();
+    let alone = m
+        .forward(
+            &mut cache,
+            &[Span {
+                seq: &seqs[0],
+                start: prompts[0].len(),
+                tokens: &tok,
+                want: Want::Last,
+            }],
+        )
+        .unwrap();
     let toks: Vec<[u32; 1]> = (0..9).map(|i| [(next + i as u32) % 90 + 2]).collect();
-    let mut spans: Vec<Span<'_>> =
-        seqs.iter().zip(prompts).zip(&toks).map(|((s, p), t)| Span { seq: s, start: p.len(), tokens: t, want: Want::Last }).collect();
+    let mut spans: Vec<Span<'_>> = seqs
+        .iter()
+        .zip(prompts)
+        .zip(&toks)
+        .map(|((s, p), t)| Span {
+            seq: s,
+            start: p.len(),
+            tokens: t,
+            want: Want::Last,
+        })
+        .collect();
     spans[0].tokens = &tok;
     spans.rotate_left(4); // sequence 0 is not first in the batch
     let together = m.forward(&mut cache, &spans).unwrap();
-    assert_eq!(bits(alone.last_of(0).unwrap()), bits(together.last_of(5).unwrap()));
+    assert_eq!(
+        bits(alone.last_of(0).unwrap()),
+        bits(together.last_of(5).unwrap())
+    );
 }
 
 fn tiny_prompts() -> [Vec<u32>; 9] {
-    std::array::from_fn(|i| (0..(7 + 3 * i)).map(|j| ((j * 31 + i * 17) % 94 + 2) as u32).collect())
+    std::array::from_fn(|i| {
+        (0..(7 + 3 * i))
+            .map(|j| ((j * 31 + i * 17) % 94 + 2) as u32)
+            .collect()
+    })
 }
 
 #[test]
@@ -84,14 +141,31 @@ fn tiny_models_give_identical_decode_logits_alone_and_beside_eight_others() {
 /// across several spans.
 #[test]
 fn window_layers_see_only_their_window() {
-    let tiny = TinyModel { architecture: Architecture::Gemma3, n_layers: 2, window: 4, pattern: 100, seed: 11, context_length: 256 };
+    let tiny = TinyModel {
+        architecture: Architecture::Gemma3,
+        n_layers: 2,
+        window: 4,
+        pattern: 100,
+        seed: 11,
+        context_length: 256,
+    };
     let m = tiny.load(2);
     let reach = 2 * (4 - 1);
     let base: Vec<u32> = (0..30).map(|j| (j * 13 % 94 + 2) as u32).collect();
     let last = |prompt: &[u32]| {
         let mut cache = KvCache::new(m.kv_layout(), 4, 16, 1, 5).unwrap();
         let seq = cache.alloc(prompt.len()).unwrap();
-        let l = m.forward(&mut cache, &[Span { seq: &seq, start: 0, tokens: prompt, want: Want::Last }]).unwrap();
+        let l = m
+            .forward(
+                &mut cache,
+                &[Span {
+                    seq: &seq,
+                    start: 0,
+                    tokens: prompt,
+                    want: Want::Last,
+                }],
+            )
+            .unwrap();
         bits(l.last_of(0).unwrap())
     };
     let want = last(&base);
@@ -99,7 +173,11 @@ fn window_layers_see_only_their_window() {
     for t in far.iter_mut().take(29 - reach) {
         *t = 2 + (*t + 5) % 94;
     }
-    assert_eq!(last(&far), want, "tokens outside the window changed the logits");
+    assert_eq!(
+        last(&far),
+        want,
+        "tokens outside the window changed the logits"
+    );
     let mut near = base.clone();
     near[29 - reach] = 2 + (near[29 - reach] + 5) % 94;
     assert_ne!(last(&near), want, "a token inside the window had no effect");
@@ -110,17 +188,41 @@ fn forward_refuses_tokens_outside_the_vocabulary_and_spans_past_their_kv() {
     let m = TinyModel::new(Architecture::Llama).load(1);
     let mut cache = KvCache::new(m.kv_layout(), 4, 4, 1, 8).unwrap();
     let seq = cache.alloc(4).unwrap();
-    let e = m.forward(&mut cache, &[Span { seq: &seq, start: 0, tokens: &[500], want: Want::Last }]).unwrap_err();
+    let e = m
+        .forward(
+            &mut cache,
+            &[Span {
+                seq: &seq,
+                start: 0,
+                tokens: &[500],
+                want: Want::Last,
+            }],
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
-    let e = m.forward(&mut cache, &[Span { seq: &seq, start: 2, tokens: &[3, 4, 5], want: Want::Last }]).unwrap_err();
+    let e = m
+        .forward(
+            &mut cache,
+            &[Span {
+                seq: &seq,
+                start: 2,
+                tokens: &[3, 4, 5],
+                want: Want::Last,
+            }],
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("past the 4"), "{e}");
 }
 
 #[test]
 fn real_model_smollm2_logits_are_batch_invariant() {
-    let Some(path) = real_model("smollm2-135m") else { return };
+    let Some(path) = real_model("smollm2-135m") else {
+        return;
+    };
     let m = Transformer::new(GgufFile::open(path).unwrap(), 2).unwrap();
-    let prompt: Vec<u32> = vec![504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 2988, 314];
+    let prompt: Vec<u32> = vec![
+        504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 2988, 314,
+    ];
     check_prompt_chunking(&m, &prompt, 64);
     let prompts: [Vec<u32>; 9] = std::array::from_fn(|i| prompt[..3 + i].to_vec());
     check_decode_batching(&m, &prompts, 260);
@@ -137,8 +239,11 @@ fn rope_scaling_that_is_not_implemented_is_refused_by_name() {
     }
     w.set("llama.rope.scaling.type", Value::String("yarn".into()));
     for t in file.tensors() {
-        w.add_tensor(t.info.name.clone(), t.dtype(), t.shape(), t.data.to_vec()).unwrap();
+        w.add_tensor(t.info.name.clone(), t.dtype(), t.shape(), t.data.to_vec())
+            .unwrap();
     }
-    let e = Transformer::new(GgufFile::from_bytes(w.to_bytes()).unwrap(), 1).unwrap_err().to_string();
+    let e = Transformer::new(GgufFile::from_bytes(w.to_bytes()).unwrap(), 1)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("rope.scaling.type") && e.contains("yarn"), "{e}");
 }

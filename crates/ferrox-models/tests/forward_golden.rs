@@ -43,13 +43,42 @@ fn score(model: &str, golden: &str, path: ActivationPath) -> Option<Score> {
     let rows = golden_rows(golden)?;
     let m = Transformer::with_path(GgufFile::open(file).unwrap(), 2, path).unwrap();
     let mut cache = KvCache::new(m.kv_layout(), 16, 64, 1, 64).unwrap();
-    let mut s = Score { first_equal: 0, identical: 0, err_sum: 0.0, err_n: 0, prompts: rows.len() };
+    let mut s = Score {
+        first_equal: 0,
+        identical: 0,
+        err_sum: 0.0,
+        err_n: 0,
+        prompts: rows.len(),
+    };
     for row in &rows {
-        let prompt: Vec<u32> = row["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        let want: Vec<u32> = row["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let prompt: Vec<u32> = row["prompt_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let want: Vec<u32> = row["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         let top5 = row["top5"].as_array().unwrap();
         let seq = cache.alloc(prompt.len() + want.len() + 1).unwrap();
-        let mut logits = m.forward(&mut cache, &[Span { seq: &seq, start: 0, tokens: &prompt, want: Want::Last }]).unwrap().last_of(0).unwrap().to_vec();
+        let mut logits = m
+            .forward(
+                &mut cache,
+                &[Span {
+                    seq: &seq,
+                    start: 0,
+                    tokens: &prompt,
+                    want: Want::Last,
+                }],
+            )
+            .unwrap()
+            .last_of(0)
+            .unwrap()
+            .to_vec();
         let mut got = Vec::new();
         let mut agree = true;
         for step in 0..want.len() {
@@ -74,12 +103,28 @@ fn score(model: &str, golden: &str, path: ActivationPath) -> Option<Score> {
             // agreement on our own greedy choices.
             let fed = want[step];
             let pos = prompt.len() + step;
-            logits = m.forward(&mut cache, &[Span { seq: &seq, start: pos, tokens: &[fed], want: Want::Last }]).unwrap().last_of(0).unwrap().to_vec();
+            logits = m
+                .forward(
+                    &mut cache,
+                    &[Span {
+                        seq: &seq,
+                        start: pos,
+                        tokens: &[fed],
+                        want: Want::Last,
+                    }],
+                )
+                .unwrap()
+                .last_of(0)
+                .unwrap()
+                .to_vec();
         }
         if got == want {
             s.identical += 1;
         } else {
-            eprintln!("{model}: {:?} differs: got {got:?}\n want {want:?}", row["prompt"]);
+            eprintln!(
+                "{model}: {:?} differs: got {got:?}\n want {want:?}",
+                row["prompt"]
+            );
         }
         cache.free(seq);
     }
@@ -104,30 +149,53 @@ fn bar(path: ActivationPath) -> (usize, f64) {
 }
 
 fn check(model: &str, golden: &str, path: ActivationPath) {
-    let Some(s) = score(model, golden, path) else { return };
+    let Some(s) = score(model, golden, path) else {
+        return;
+    };
     let (identical, err) = bar(path);
     let mean = s.err_sum / s.err_n as f64;
     assert_eq!(s.first_equal, s.prompts, "step-1 top token");
-    assert!(s.identical >= identical, "identical continuations {}/{}", s.identical, s.prompts);
+    assert!(
+        s.identical >= identical,
+        "identical continuations {}/{}",
+        s.identical,
+        s.prompts
+    );
     assert!(mean <= err, "mean error {mean}");
 }
 
 #[test]
 fn real_model_smollm2_default_path_stays_within_the_default_bar() {
-    check("smollm2-135m", "exact-smollm2-135m.jsonl", ActivationPath::Int16);
+    check(
+        "smollm2-135m",
+        "exact-smollm2-135m.jsonl",
+        ActivationPath::Int16,
+    );
 }
 
 #[test]
 fn real_model_gemma3_default_path_stays_within_the_default_bar() {
-    check("gemma3-270m", "exact-gemma3-270m.jsonl", ActivationPath::Int16);
+    check(
+        "gemma3-270m",
+        "exact-gemma3-270m.jsonl",
+        ActivationPath::Int16,
+    );
 }
 
 #[test]
 fn real_model_smollm2_f32_path_matches_the_exact_reference() {
-    check("smollm2-135m", "exact-smollm2-135m.jsonl", ActivationPath::F32);
+    check(
+        "smollm2-135m",
+        "exact-smollm2-135m.jsonl",
+        ActivationPath::F32,
+    );
 }
 
 #[test]
 fn real_model_gemma3_f32_path_matches_the_exact_reference() {
-    check("gemma3-270m", "exact-gemma3-270m.jsonl", ActivationPath::F32);
+    check(
+        "gemma3-270m",
+        "exact-gemma3-270m.jsonl",
+        ActivationPath::F32,
+    );
 }

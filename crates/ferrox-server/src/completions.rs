@@ -32,7 +32,9 @@ enum Kind {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The body as JSON, or the error naming what is wrong with it.
@@ -40,7 +42,12 @@ pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError>
     let bytes = body.map_err(|e| {
         let status = e.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(status, "invalid_request_error", "request_too_large", format!("request body too large: {e}"))
+            ApiError::new(
+                status,
+                "invalid_request_error",
+                "request_too_large",
+                format!("request body too large: {e}"),
+            )
         } else {
             ApiError::invalid(None, format!("cannot read the request body: {e}"))
         }
@@ -50,24 +57,39 @@ pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError>
             StatusCode::PAYLOAD_TOO_LARGE,
             "invalid_request_error",
             "request_too_large",
-            format!("request body too large: {} bytes, the limit is {} bytes", bytes.len(), crate::routes::BODY_LIMIT),
+            format!(
+                "request body too large: {} bytes, the limit is {} bytes",
+                bytes.len(),
+                crate::routes::BODY_LIMIT
+            ),
         ));
     }
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
 }
 
 /// Tokenizes each prompt of a request.
 fn prompts(st: &AppState, req: &ValidRequest) -> Result<Vec<Vec<u32>>, ApiError> {
     Ok(match &req.prompt {
-        PromptInput::Chat(msgs) => vec![st.model_chat_ids(msgs).map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?],
-        PromptInput::Text(texts) => texts.iter().map(|t| st.tokenizer.encode(t, true, true)).collect(),
+        PromptInput::Chat(msgs) => vec![
+            st.model_chat_ids(msgs)
+                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?,
+        ],
+        PromptInput::Text(texts) => texts
+            .iter()
+            .map(|t| st.tokenizer.encode(t, true, true))
+            .collect(),
         PromptInput::Tokens(ids) => ids.clone(),
     })
 }
 
 /// Submits every prompt; on a refusal, the ones already submitted are dropped
 /// (cancelled) and the refusal is answered.
-fn submit_all(st: &AppState, req: &ValidRequest, prompts: Vec<Vec<u32>>) -> Result<(Vec<RequestStream>, Vec<usize>), ApiError> {
+fn submit_all(
+    st: &AppState,
+    req: &ValidRequest,
+    prompts: Vec<Vec<u32>>,
+) -> Result<(Vec<RequestStream>, Vec<usize>), ApiError> {
     let mut streams = Vec::with_capacity(prompts.len());
     let mut lens = Vec::with_capacity(prompts.len());
     for p in prompts {
@@ -75,7 +97,11 @@ fn submit_all(st: &AppState, req: &ValidRequest, prompts: Vec<Vec<u32>>) -> Resu
         let limit = st.engine.ceiling().max_context as usize;
         // Without max_tokens: up to what the context leaves, capped so that a request
         // does not reserve a whole context of KV blocks (SPEC S7) by default.
-        params.max_tokens = req.max_tokens.unwrap_or_else(|| limit.saturating_sub(p.len().max(1)).clamp(1, st.default_max_tokens.max(1)));
+        params.max_tokens = req.max_tokens.unwrap_or_else(|| {
+            limit
+                .saturating_sub(p.len().max(1))
+                .clamp(1, st.default_max_tokens.max(1))
+        });
         let n = p.len();
         match st.engine.submit(p, params) {
             Ok(s) => {
@@ -88,7 +114,11 @@ fn submit_all(st: &AppState, req: &ValidRequest, prompts: Vec<Vec<u32>>) -> Resu
     Ok((streams, lens))
 }
 
-async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+async fn handle(
+    st: Arc<AppState>,
+    kind: Kind,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let v = json_body(body)?;
     let req = match kind {
         Kind::Chat => parse_chat(&v)?,
@@ -97,16 +127,34 @@ async fn handle(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
     if let Some(m) = &req.model
         && !st.serves(m)
     {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "model_not_found", format!("model {m:?} is not served here; this server serves {:?}", st.model_id)));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!(
+                "model {m:?} is not served here; this server serves {:?}",
+                st.model_id
+            ),
+        ));
     }
     let prompts = prompts(&st, &req)?;
     let started = Instant::now();
     let (streams, _) = submit_all(&st, &req, prompts)?;
-    let id = format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, streams[0].id());
+    let id = format!(
+        "{}-{}",
+        if kind == Kind::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        },
+        streams[0].id()
+    );
     if req.stream {
         Ok(sse(st, kind, id, streams, req.include_usage, started).into_response())
     } else {
-        Ok(collect(st, kind, id, streams, started).await.into_response())
+        Ok(collect(st, kind, id, streams, started)
+            .await
+            .into_response())
     }
 }
 
@@ -121,12 +169,18 @@ async fn answer(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejectio
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn chat(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     answer(st, Kind::Chat, body).await
 }
 
 /// `POST /v1/completions`.
-pub async fn text(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn text(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     answer(st, Kind::Text, body).await
 }
 
@@ -140,16 +194,27 @@ impl Clock {
     fn on_event(&mut self, st: &AppState, e: &Event) {
         let t = Instant::now();
         match e {
-            Event::Admitted => st.metrics.queue_time.observe((t - self.started).as_secs_f64()),
+            Event::Admitted => st
+                .metrics
+                .queue_time
+                .observe((t - self.started).as_secs_f64()),
             Event::Token { .. } => {
                 match self.last {
-                    None => st.metrics.time_to_first_token.observe((t - self.started).as_secs_f64()),
-                    Some(l) => st.metrics.inter_token_latency.observe((t - l).as_secs_f64()),
+                    None => st
+                        .metrics
+                        .time_to_first_token
+                        .observe((t - self.started).as_secs_f64()),
+                    Some(l) => st
+                        .metrics
+                        .inter_token_latency
+                        .observe((t - l).as_secs_f64()),
                 }
                 self.last = Some(t);
             }
             Event::Finished { reason, .. } => {
-                st.metrics.end_to_end.observe((t - self.started).as_secs_f64());
+                st.metrics
+                    .end_to_end
+                    .observe((t - self.started).as_secs_f64());
                 st.metrics.finished(reason.as_str());
             }
             Event::Failed { .. } => st.metrics.finished("error"),
@@ -196,16 +261,27 @@ fn text_logprobs(st: &AppState, entries: &[(u32, TokenLogprob, usize)]) -> Value
 
 fn logprobs_value(st: &AppState, kind: Kind, entries: &[(u32, TokenLogprob, usize)]) -> Value {
     match kind {
-        Kind::Chat => json!({"content": entries.iter().map(|e| chat_logprob(st, e.0, &e.1)).collect::<Vec<_>>()}),
+        Kind::Chat => {
+            json!({"content": entries.iter().map(|e| chat_logprob(st, e.0, &e.1)).collect::<Vec<_>>()})
+        }
         Kind::Text => text_logprobs(st, entries),
     }
 }
 
-async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, started: Instant) -> Response {
+async fn collect(
+    st: Arc<AppState>,
+    kind: Kind,
+    id: String,
+    streams: Vec<RequestStream>,
+    started: Instant,
+) -> Response {
     let mut choices = Vec::new();
     let (mut prompt_tokens, mut completion_tokens) = (0, 0);
     for (index, mut s) in streams.into_iter().enumerate() {
-        let mut clock = Clock { started, last: None };
+        let mut clock = Clock {
+            started,
+            last: None,
+        };
         let mut text = String::new();
         let mut finish = None;
         let mut lps: Vec<(u32, TokenLogprob, usize)> = Vec::new();
@@ -214,38 +290,70 @@ async fn collect(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<Request
             clock.on_event(&st, &e);
             match e {
                 Event::Admitted => {}
-                Event::Token { id, text: t, logprob } => {
+                Event::Token {
+                    id,
+                    text: t,
+                    logprob,
+                } => {
                     if let Some(lp) = logprob {
                         wants_logprobs = true;
                         lps.push((id, lp, text.len()));
                     }
                     text.push_str(&t);
                 }
-                Event::Finished { reason, usage, text: t } => {
+                Event::Finished {
+                    reason,
+                    usage,
+                    text: t,
+                } => {
                     text.push_str(&t);
                     prompt_tokens += usage.prompt_tokens;
                     completion_tokens += usage.completion_tokens;
                     finish = Some(reason);
                 }
                 Event::Failed { message } => {
-                    return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "generation_failed", message).into_response();
+                    return ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        "generation_failed",
+                        message,
+                    )
+                    .into_response();
                 }
             }
         }
         let reason = finish.map(FinishReason::as_str);
-        let logprobs = if wants_logprobs { logprobs_value(&st, kind, &lps) } else { Value::Null };
+        let logprobs = if wants_logprobs {
+            logprobs_value(&st, kind, &lps)
+        } else {
+            Value::Null
+        };
         choices.push(match kind {
             Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": logprobs}),
             Kind::Text => json!({"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}),
         });
     }
     let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
-    let object = if kind == Kind::Chat { "chat.completion" } else { "text_completion" };
+    let object = if kind == Kind::Chat {
+        "chat.completion"
+    } else {
+        "text_completion"
+    };
     axum::Json(json!({"id": id, "object": object, "created": now(), "model": st.model_id, "choices": choices, "usage": usage})).into_response()
 }
 
 #[allow(clippy::too_many_arguments)]
-fn chunk(kind: Kind, id: &str, model: &str, created: u64, index: usize, delta: Option<&str>, role: bool, finish: Option<&str>, logprobs: Value) -> Value {
+fn chunk(
+    kind: Kind,
+    id: &str,
+    model: &str,
+    created: u64,
+    index: usize,
+    delta: Option<&str>,
+    role: bool,
+    finish: Option<&str>,
+    logprobs: Value,
+) -> Value {
     match kind {
         Kind::Chat => {
             let mut d = json!({});
@@ -258,12 +366,21 @@ fn chunk(kind: Kind, id: &str, model: &str, created: u64, index: usize, delta: O
             json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
                    "choices": [{"index": index, "delta": d, "finish_reason": finish, "logprobs": logprobs}]})
         }
-        Kind::Text => json!({"id": id, "object": "text_completion", "created": created, "model": model,
-                             "choices": [{"index": index, "text": delta.unwrap_or(""), "finish_reason": finish, "logprobs": logprobs}]}),
+        Kind::Text => {
+            json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                             "choices": [{"index": index, "text": delta.unwrap_or(""), "finish_reason": finish, "logprobs": logprobs}]})
+        }
     }
 }
 
-fn sse(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, include_usage: bool, started: Instant) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+fn sse(
+    st: Arc<AppState>,
+    kind: Kind,
+    id: String,
+    streams: Vec<RequestStream>,
+    include_usage: bool,
+    started: Instant,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let created = now();
     let n = streams.len();
     let indexed = streams.into_iter().enumerate().map(|(i, s)| {
@@ -276,7 +393,12 @@ fn sse(st: Arc<AppState>, kind: Kind, id: String, streams: Vec<RequestStream>, i
     });
     let merged = stream::select_all(indexed);
     let model = st.model_id.clone();
-    let mut clocks: Vec<Clock> = (0..n).map(|_| Clock { started, last: None }).collect();
+    let mut clocks: Vec<Clock> = (0..n)
+        .map(|_| Clock {
+            started,
+            last: None,
+        })
+        .collect();
     let mut announced = vec![false; n];
     let (mut done, mut prompt_tokens, mut completion_tokens) = (0usize, 0usize, 0usize);
     let events = merged

@@ -38,8 +38,21 @@ impl ApiError {
     }
 
     /// Any other status and code.
-    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), kind, param: None, code, extra: Vec::new(), retry_after: None }
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code,
+            extra: Vec::new(),
+            retry_after: None,
+        }
     }
 
     /// The error of a refused submission, for a prompt of `prompt_tokens`.
@@ -60,11 +73,21 @@ impl ApiError {
                 err
             }
             SubmitError::QueueFull { retry_after_s, .. } => {
-                let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "queue_full", e.to_string());
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "queue_full",
+                    e.to_string(),
+                );
                 err.retry_after = Some(retry_after_s);
                 err
             }
-            SubmitError::Stopped => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "engine_stopped", e.to_string()),
+            SubmitError::Stopped => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "engine_stopped",
+                e.to_string(),
+            ),
         }
     }
 
@@ -82,7 +105,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after {
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         r
     }

@@ -38,31 +38,95 @@ impl prometheus_client::collector::Collector for EngineCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.stats();
         let counters: [(&str, &str, u64); 12] = [
-            ("ferrox_prefill_chunks", "Prompt chunks run", s.prefill_chunks),
-            ("ferrox_prefill_tokens", "Prompt tokens run", s.prefill_tokens),
-            ("ferrox_decode_steps", "Steps with at least one decode row", s.decode_steps),
-            ("ferrox_queue_rejections", "Requests refused because the queue was full", s.queue_rejections),
-            ("ferrox_refusals_too_large", "Requests larger than the whole KV budget", s.refusals_too_large),
-            ("ferrox_refusals_context_length", "Requests longer than the context", s.refusals_context_length),
-            ("ferrox_refusals_invalid", "Requests refused at validation", s.refusals_invalid),
+            (
+                "ferrox_prefill_chunks",
+                "Prompt chunks run",
+                s.prefill_chunks,
+            ),
+            (
+                "ferrox_prefill_tokens",
+                "Prompt tokens run",
+                s.prefill_tokens,
+            ),
+            (
+                "ferrox_decode_steps",
+                "Steps with at least one decode row",
+                s.decode_steps,
+            ),
+            (
+                "ferrox_queue_rejections",
+                "Requests refused because the queue was full",
+                s.queue_rejections,
+            ),
+            (
+                "ferrox_refusals_too_large",
+                "Requests larger than the whole KV budget",
+                s.refusals_too_large,
+            ),
+            (
+                "ferrox_refusals_context_length",
+                "Requests longer than the context",
+                s.refusals_context_length,
+            ),
+            (
+                "ferrox_refusals_invalid",
+                "Requests refused at validation",
+                s.refusals_invalid,
+            ),
             ("ferrox_aborted_requests", "Requests cancelled", s.aborted),
-            ("ferrox_prompt_tokens", "Prompt tokens of admitted requests", s.prompt_tokens),
-            ("ferrox_generation_tokens", "Generated tokens", s.generated_tokens),
-            ("ferrox_finished_stop", "Requests finished by a stop", s.finished_stop),
-            ("ferrox_finished_length", "Requests finished by max_tokens", s.finished_length),
+            (
+                "ferrox_prompt_tokens",
+                "Prompt tokens of admitted requests",
+                s.prompt_tokens,
+            ),
+            (
+                "ferrox_generation_tokens",
+                "Generated tokens",
+                s.generated_tokens,
+            ),
+            (
+                "ferrox_finished_stop",
+                "Requests finished by a stop",
+                s.finished_stop,
+            ),
+            (
+                "ferrox_finished_length",
+                "Requests finished by max_tokens",
+                s.finished_length,
+            ),
         ];
         for (name, help, v) in counters {
             let c = ConstCounter::new(v);
             c.encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)?;
         }
         let gauges: [(&str, &str, u64); 7] = [
-            ("ferrox_queue_depth", "Requests waiting for admission", s.queue_depth),
+            (
+                "ferrox_queue_depth",
+                "Requests waiting for admission",
+                s.queue_depth,
+            ),
             ("ferrox_requests_running", "Requests in flight", s.running),
-            ("ferrox_kv_blocks_total", "KV blocks in the pool (0: no budget)", s.kv_blocks_total),
+            (
+                "ferrox_kv_blocks_total",
+                "KV blocks in the pool (0: no budget)",
+                s.kv_blocks_total,
+            ),
             ("ferrox_kv_blocks_free", "KV blocks free", s.kv_blocks_free),
-            ("ferrox_kv_blocks_in_use", "KV blocks held by in-flight requests", s.blocks_held),
-            ("ferrox_kv_blocks_peak", "Most KV blocks held at once", s.peak_blocks_held),
-            ("ferrox_kv_block_size", "Token positions per KV block", s.kv_block_size),
+            (
+                "ferrox_kv_blocks_in_use",
+                "KV blocks held by in-flight requests",
+                s.blocks_held,
+            ),
+            (
+                "ferrox_kv_blocks_peak",
+                "Most KV blocks held at once",
+                s.peak_blocks_held,
+            ),
+            (
+                "ferrox_kv_block_size",
+                "Token positions per KV block",
+                s.kv_block_size,
+            ),
         ];
         for (name, help, v) in gauges {
             let g = ConstGauge::new(v as i64);
@@ -73,7 +137,9 @@ impl prometheus_client::collector::Collector for EngineCollector {
 }
 
 fn latency() -> Histogram {
-    Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    ])
 }
 
 impl Metrics {
@@ -89,12 +155,36 @@ impl Metrics {
             requests: Family::default(),
             refusals: Family::default(),
         };
-        r.register("ferrox_time_to_first_token_seconds", "Time from request to first token", m.time_to_first_token.clone());
-        r.register("ferrox_inter_token_latency_seconds", "Time between tokens of a stream", m.inter_token_latency.clone());
-        r.register("ferrox_request_duration_seconds", "Time from request to its last event", m.end_to_end.clone());
-        r.register("ferrox_queue_time_seconds", "Time from request to admission", m.queue_time.clone());
-        r.register("ferrox_requests", "Finished requests by finish reason", m.requests.clone());
-        r.register("ferrox_refused_requests", "Refused requests by error code", m.refusals.clone());
+        r.register(
+            "ferrox_time_to_first_token_seconds",
+            "Time from request to first token",
+            m.time_to_first_token.clone(),
+        );
+        r.register(
+            "ferrox_inter_token_latency_seconds",
+            "Time between tokens of a stream",
+            m.inter_token_latency.clone(),
+        );
+        r.register(
+            "ferrox_request_duration_seconds",
+            "Time from request to its last event",
+            m.end_to_end.clone(),
+        );
+        r.register(
+            "ferrox_queue_time_seconds",
+            "Time from request to admission",
+            m.queue_time.clone(),
+        );
+        r.register(
+            "ferrox_requests",
+            "Finished requests by finish reason",
+            m.requests.clone(),
+        );
+        r.register(
+            "ferrox_refused_requests",
+            "Refused requests by error code",
+            m.refusals.clone(),
+        );
         r.register_collector(Box::new(EngineCollector(engine)));
         *m.registry.lock().expect("fresh mutex") = r;
         m
@@ -102,19 +192,24 @@ impl Metrics {
 
     /// Counts a finished request.
     pub fn finished(&self, reason: &str) {
-        self.requests.get_or_create(&vec![("finish_reason".to_string(), reason.to_string())]).inc();
+        self.requests
+            .get_or_create(&vec![("finish_reason".to_string(), reason.to_string())])
+            .inc();
     }
 
     /// Counts a refusal.
     pub fn refused(&self, code: &str) {
-        self.refusals.get_or_create(&vec![("code".to_string(), code.to_string())]).inc();
+        self.refusals
+            .get_or_create(&vec![("code".to_string(), code.to_string())])
+            .inc();
     }
 
     /// The OpenMetrics text.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        prometheus_client::encoding::text::encode(&mut out, &r).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &r)
+            .expect("writing to a String cannot fail");
         out
     }
 }

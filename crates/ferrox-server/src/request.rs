@@ -38,7 +38,16 @@ pub struct ValidRequest {
 }
 
 /// Parameters refused because ferrox would answer differently from what they ask.
-const UNSUPPORTED: [&str; 8] = ["tools", "tool_choice", "functions", "function_call", "suffix", "echo", "best_of", "audio"];
+const UNSUPPORTED: [&str; 8] = [
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "suffix",
+    "echo",
+    "best_of",
+    "audio",
+];
 
 fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
     let kind = match got {
@@ -55,14 +64,21 @@ fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
 fn number(o: &Map<String, Value>, field: &str) -> Result<Option<f64>, ApiError> {
     match o.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_f64().filter(|x| x.is_finite()).map(Some).ok_or_else(|| type_error(field, "a finite number", v)),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .map(Some)
+            .ok_or_else(|| type_error(field, "a finite number", v)),
     }
 }
 
 fn integer(o: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
     match o.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| type_error(field, "an integer", v)),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| type_error(field, "an integer", v)),
     }
 }
 
@@ -76,60 +92,117 @@ fn boolean(o: &Map<String, Value>, field: &str) -> Result<bool, ApiError> {
 
 fn range(field: &str, v: f64, lo: f64, hi: f64) -> Result<f64, ApiError> {
     if v < lo || v > hi {
-        return Err(ApiError::invalid(Some(field), format!("{field} must be between {lo} and {hi}, got {v}")));
+        return Err(ApiError::invalid(
+            Some(field),
+            format!("{field} must be between {lo} and {hi}, got {v}"),
+        ));
     }
     Ok(v)
 }
 
 fn token_id(field: &str, v: &Value) -> Result<u32, ApiError> {
-    v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| type_error(field, "non-negative integer token ids", v))
+    v.as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| type_error(field, "non-negative integer token ids", v))
 }
 
-fn common(o: &Map<String, Value>) -> Result<(GenerationParams, Option<usize>, bool, bool, Option<String>), ApiError> {
+fn common(
+    o: &Map<String, Value>,
+) -> Result<(GenerationParams, Option<usize>, bool, bool, Option<String>), ApiError> {
     for f in UNSUPPORTED {
-        if o.get(f).is_some_and(|v| !v.is_null() && *v != Value::Bool(false)) {
-            return Err(ApiError::invalid(Some(f), format!("{f} is not supported by this server")));
+        if o.get(f)
+            .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
+        {
+            return Err(ApiError::invalid(
+                Some(f),
+                format!("{f} is not supported by this server"),
+            ));
         }
     }
     if let Some(n) = integer(o, "n")?
         && n != 1
     {
-        return Err(ApiError::invalid(Some("n"), format!("n must be 1 (one choice per prompt), got {n}")));
+        return Err(ApiError::invalid(
+            Some("n"),
+            format!("n must be 1 (one choice per prompt), got {n}"),
+        ));
     }
     if let Some(rf) = o.get("response_format")
         && !rf.is_null()
         && rf.get("type").and_then(Value::as_str) != Some("text")
     {
-        return Err(ApiError::invalid(Some("response_format"), "only response_format {\"type\": \"text\"} is supported"));
+        return Err(ApiError::invalid(
+            Some("response_format"),
+            "only response_format {\"type\": \"text\"} is supported",
+        ));
     }
     let model = match o.get("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(v) => return Err(type_error("model", "a string", v)),
     };
-    let max_tokens = match (integer(o, "max_completion_tokens")?, integer(o, "max_tokens")?) {
+    let max_tokens = match (
+        integer(o, "max_completion_tokens")?,
+        integer(o, "max_tokens")?,
+    ) {
         (Some(n), _) | (None, Some(n)) if n < 1 => {
-            let field = if o.contains_key("max_completion_tokens") { "max_completion_tokens" } else { "max_tokens" };
-            return Err(ApiError::invalid(Some(field), format!("{field} must be at least 1, got {n}")));
+            let field = if o.contains_key("max_completion_tokens") {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            return Err(ApiError::invalid(
+                Some(field),
+                format!("{field} must be at least 1, got {n}"),
+            ));
         }
         (Some(n), _) | (None, Some(n)) => Some(n as usize),
         (None, None) => None,
     };
     let d = SamplingParams::default();
     let mut s = SamplingParams {
-        temperature: range("temperature", number(o, "temperature")?.unwrap_or(d.temperature as f64), 0.0, 2.0)? as f32,
+        temperature: range(
+            "temperature",
+            number(o, "temperature")?.unwrap_or(d.temperature as f64),
+            0.0,
+            2.0,
+        )? as f32,
         top_p: number(o, "top_p")?.unwrap_or(d.top_p as f64) as f32,
-        min_p: range("min_p", number(o, "min_p")?.unwrap_or(d.min_p as f64), 0.0, 1.0)? as f32,
-        presence_penalty: range("presence_penalty", number(o, "presence_penalty")?.unwrap_or(0.0), -2.0, 2.0)? as f32,
-        frequency_penalty: range("frequency_penalty", number(o, "frequency_penalty")?.unwrap_or(0.0), -2.0, 2.0)? as f32,
+        min_p: range(
+            "min_p",
+            number(o, "min_p")?.unwrap_or(d.min_p as f64),
+            0.0,
+            1.0,
+        )? as f32,
+        presence_penalty: range(
+            "presence_penalty",
+            number(o, "presence_penalty")?.unwrap_or(0.0),
+            -2.0,
+            2.0,
+        )? as f32,
+        frequency_penalty: range(
+            "frequency_penalty",
+            number(o, "frequency_penalty")?.unwrap_or(0.0),
+            -2.0,
+            2.0,
+        )? as f32,
         repetition_penalty: number(o, "repetition_penalty")?.unwrap_or(1.0) as f32,
         ..d
     };
     if !(s.top_p > 0.0 && s.top_p <= 1.0) {
-        return Err(ApiError::invalid(Some("top_p"), format!("top_p must be in (0, 1], got {}", s.top_p)));
+        return Err(ApiError::invalid(
+            Some("top_p"),
+            format!("top_p must be in (0, 1], got {}", s.top_p),
+        ));
     }
     if !(s.repetition_penalty > 0.0) {
-        return Err(ApiError::invalid(Some("repetition_penalty"), format!("repetition_penalty must be > 0, got {}", s.repetition_penalty)));
+        return Err(ApiError::invalid(
+            Some("repetition_penalty"),
+            format!(
+                "repetition_penalty must be > 0, got {}",
+                s.repetition_penalty
+            ),
+        ));
     }
     if let Some(k) = integer(o, "top_k")? {
         s.top_k = if k <= 0 { 0 } else { k as usize };
@@ -137,25 +210,48 @@ fn common(o: &Map<String, Value>) -> Result<(GenerationParams, Option<usize>, bo
     if let Some(seed) = integer(o, "seed")? {
         s.seed = seed as u64;
     } else {
-        s.seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        s.seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
     }
     if let Some(bias) = o.get("logit_bias").filter(|v| !v.is_null()) {
-        let map = bias.as_object().ok_or_else(|| type_error("logit_bias", "an object of token id to bias", bias))?;
+        let map = bias
+            .as_object()
+            .ok_or_else(|| type_error("logit_bias", "an object of token id to bias", bias))?;
         for (k, v) in map {
-            let id: u32 = k.parse().map_err(|_| ApiError::invalid(Some("logit_bias"), format!("logit_bias: key {k:?} is not a token id")))?;
-            let b = v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| type_error("logit_bias", "numbers", v))?;
-            s.logit_bias.push((id, range("logit_bias", b, -100.0, 100.0)? as f32));
+            let id: u32 = k.parse().map_err(|_| {
+                ApiError::invalid(
+                    Some("logit_bias"),
+                    format!("logit_bias: key {k:?} is not a token id"),
+                )
+            })?;
+            let b = v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| type_error("logit_bias", "numbers", v))?;
+            s.logit_bias
+                .push((id, range("logit_bias", b, -100.0, 100.0)? as f32));
         }
     }
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(x)) => vec![x.clone()],
-        Some(Value::Array(a)) => a.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(|| type_error("stop", "strings", v))).collect::<Result<_, _>>()?,
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| type_error("stop", "strings", v))
+            })
+            .collect::<Result<_, _>>()?,
         Some(v) => return Err(type_error("stop", "a string or an array of strings", v)),
     };
     let stop_token_ids = match o.get("stop_token_ids") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a.iter().map(|v| token_id("stop_token_ids", v)).collect::<Result<_, _>>()?,
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| token_id("stop_token_ids", v))
+            .collect::<Result<_, _>>()?,
         Some(v) => return Err(type_error("stop_token_ids", "an array of token ids", v)),
     };
     let stream = boolean(o, "stream")?;
@@ -168,7 +264,20 @@ fn common(o: &Map<String, Value>) -> Result<(GenerationParams, Option<usize>, bo
         return Err(type_error("user", "a string", u));
     }
     let ignore_eos = boolean(o, "ignore_eos")?;
-    Ok((GenerationParams { max_tokens: 0, sampling: s, stop, stop_token_ids, logprobs: None, ignore_eos }, max_tokens, stream, include_usage, model))
+    Ok((
+        GenerationParams {
+            max_tokens: 0,
+            sampling: s,
+            stop,
+            stop_token_ids,
+            logprobs: None,
+            ignore_eos,
+        },
+        max_tokens,
+        stream,
+        include_usage,
+        model,
+    ))
 }
 
 /// Chat's `logprobs: bool` with `top_logprobs: 0..=20`.
@@ -176,8 +285,14 @@ fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
     let on = boolean(o, "logprobs")?;
     let top = integer(o, "top_logprobs")?;
     match (on, top) {
-        (false, Some(_)) => Err(ApiError::invalid(Some("top_logprobs"), "top_logprobs needs logprobs: true")),
-        (true, Some(n)) if !(0..=20).contains(&n) => Err(ApiError::invalid(Some("top_logprobs"), format!("top_logprobs must be between 0 and 20, got {n}"))),
+        (false, Some(_)) => Err(ApiError::invalid(
+            Some("top_logprobs"),
+            "top_logprobs needs logprobs: true",
+        )),
+        (true, Some(n)) if !(0..=20).contains(&n) => Err(ApiError::invalid(
+            Some("top_logprobs"),
+            format!("top_logprobs must be between 0 and 20, got {n}"),
+        )),
         (true, n) => Ok(Some(n.unwrap_or(0) as usize)),
         (false, None) => Ok(None),
     }
@@ -189,13 +304,17 @@ fn text_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_i64() {
             Some(n) if (0..=5).contains(&n) => Ok(Some(n as usize)),
-            _ => Err(ApiError::invalid(Some("logprobs"), "logprobs must be an integer between 0 and 5")),
+            _ => Err(ApiError::invalid(
+                Some("logprobs"),
+                "logprobs must be an integer between 0 and 5",
+            )),
         },
     }
 }
 
 fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
-    body.as_object().ok_or_else(|| ApiError::invalid(None, "the request body must be a JSON object"))
+    body.as_object()
+        .ok_or_else(|| ApiError::invalid(None, "the request body must be a JSON object"))
 }
 
 /// Validates a `/v1/chat/completions` body.
@@ -205,18 +324,41 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     params.logprobs = chat_logprobs(o)?;
     let msgs = match o.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(Value::Array(_)) => return Err(ApiError::invalid(Some("messages"), "messages must not be empty")),
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                "messages must not be empty",
+            ));
+        }
         Some(v) => return Err(type_error("messages", "an array of messages", v)),
         None => return Err(ApiError::invalid(Some("messages"), "messages is required")),
     };
     let mut out = Vec::with_capacity(msgs.len());
     for (i, m) in msgs.iter().enumerate() {
         let field = format!("messages[{i}]");
-        let mo = m.as_object().ok_or_else(|| ApiError::invalid(Some(&field), format!("{field} must be an object")))?;
+        let mo = m
+            .as_object()
+            .ok_or_else(|| ApiError::invalid(Some(&field), format!("{field} must be an object")))?;
         let role = match mo.get("role").and_then(Value::as_str) {
-            Some(r @ ("system" | "user" | "assistant" | "developer")) => if r == "developer" { "system" } else { r },
-            Some(r) => return Err(ApiError::invalid(Some(&field), format!("{field}.role {r:?} is not supported (system, user, assistant)"))),
-            None => return Err(ApiError::invalid(Some(&field), format!("{field}.role must be a string"))),
+            Some(r @ ("system" | "user" | "assistant" | "developer")) => {
+                if r == "developer" {
+                    "system"
+                } else {
+                    r
+                }
+            }
+            Some(r) => {
+                return Err(ApiError::invalid(
+                    Some(&field),
+                    format!("{field}.role {r:?} is not supported (system, user, assistant)"),
+                ));
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    Some(&field),
+                    format!("{field}.role must be a string"),
+                ));
+            }
         };
         let content = match mo.get("content") {
             Some(Value::String(s)) => s.clone(),
@@ -224,18 +366,41 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
             Some(Value::Array(parts)) => {
                 let mut text = String::new();
                 for p in parts {
-                    match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    match (
+                        p.get("type").and_then(Value::as_str),
+                        p.get("text").and_then(Value::as_str),
+                    ) {
                         (Some("text"), Some(t)) => text.push_str(t),
-                        _ => return Err(ApiError::invalid(Some(&field), format!("{field}.content: only text parts are supported"))),
+                        _ => {
+                            return Err(ApiError::invalid(
+                                Some(&field),
+                                format!("{field}.content: only text parts are supported"),
+                            ));
+                        }
                     }
                 }
                 text
             }
-            _ => return Err(ApiError::invalid(Some(&field), format!("{field}.content must be a string or an array of text parts"))),
+            _ => {
+                return Err(ApiError::invalid(
+                    Some(&field),
+                    format!("{field}.content must be a string or an array of text parts"),
+                ));
+            }
         };
-        out.push(ChatMessage { role: role.to_string(), content });
+        out.push(ChatMessage {
+            role: role.to_string(),
+            content,
+        });
     }
-    Ok(ValidRequest { model, prompt: PromptInput::Chat(out), max_tokens, params, stream, include_usage })
+    Ok(ValidRequest {
+        model,
+        prompt: PromptInput::Chat(out),
+        max_tokens,
+        params,
+        stream,
+        include_usage,
+    })
 }
 
 /// Validates a `/v1/completions` body.
@@ -243,21 +408,45 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = object(body)?;
     let (mut params, max_tokens, stream, include_usage, model) = common(o)?;
     params.logprobs = text_logprobs(o)?;
-    let bad = || ApiError::invalid(Some("prompt"), "prompt must be a string, an array of strings, an array of token ids or an array of arrays of token ids");
+    let bad = || {
+        ApiError::invalid(
+            Some("prompt"),
+            "prompt must be a string, an array of strings, an array of token ids or an array of arrays of token ids",
+        )
+    };
     let prompt = match o.get("prompt") {
         None => return Err(ApiError::invalid(Some("prompt"), "prompt is required")),
         Some(Value::String(s)) => PromptInput::Text(vec![s.clone()]),
         Some(Value::Array(a)) if a.is_empty() => return Err(bad()),
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => PromptInput::Text(a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect()),
-        Some(Value::Array(a)) if a.iter().all(Value::is_number) => PromptInput::Tokens(vec![a.iter().map(|v| token_id("prompt", v)).collect::<Result<_, _>>()?]),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => PromptInput::Text(
+            a.iter()
+                .map(|v| v.as_str().unwrap_or_default().to_string())
+                .collect(),
+        ),
+        Some(Value::Array(a)) if a.iter().all(Value::is_number) => PromptInput::Tokens(vec![
+            a.iter()
+                .map(|v| token_id("prompt", v))
+                .collect::<Result<_, _>>()?,
+        ]),
         Some(Value::Array(a)) if a.iter().all(Value::is_array) => PromptInput::Tokens(
             a.iter()
-                .map(|inner| inner.as_array().map_or(Ok(Vec::new()), |ids| ids.iter().map(|v| token_id("prompt", v)).collect()))
+                .map(|inner| {
+                    inner.as_array().map_or(Ok(Vec::new()), |ids| {
+                        ids.iter().map(|v| token_id("prompt", v)).collect()
+                    })
+                })
                 .collect::<Result<_, _>>()?,
         ),
         Some(_) => return Err(bad()),
     };
-    Ok(ValidRequest { model, prompt, max_tokens, params, stream, include_usage })
+    Ok(ValidRequest {
+        model,
+        prompt,
+        max_tokens,
+        params,
+        stream,
+        include_usage,
+    })
 }
 
 #[cfg(test)]
@@ -279,30 +468,63 @@ mod tests {
             b[k] = v;
             param_of(parse_chat(&b))
         };
-        assert_eq!(with("temperature", json!("hot")).as_deref(), Some("temperature"));
-        assert_eq!(with("temperature", json!(-1)).as_deref(), Some("temperature"));
+        assert_eq!(
+            with("temperature", json!("hot")).as_deref(),
+            Some("temperature")
+        );
+        assert_eq!(
+            with("temperature", json!(-1)).as_deref(),
+            Some("temperature")
+        );
         assert_eq!(with("max_tokens", json!(0)).as_deref(), Some("max_tokens"));
         assert_eq!(with("max_tokens", json!(-5)).as_deref(), Some("max_tokens"));
         assert_eq!(with("n", json!(2)).as_deref(), Some("n"));
-        assert_eq!(with("tools", json!([{"type": "function"}])).as_deref(), Some("tools"));
-        assert_eq!(with("top_logprobs", json!(3)).as_deref(), Some("top_logprobs"), "top_logprobs needs logprobs");
+        assert_eq!(
+            with("tools", json!([{"type": "function"}])).as_deref(),
+            Some("tools")
+        );
+        assert_eq!(
+            with("top_logprobs", json!(3)).as_deref(),
+            Some("top_logprobs"),
+            "top_logprobs needs logprobs"
+        );
         assert_eq!(with("logprobs", json!("yes")).as_deref(), Some("logprobs"));
         assert_eq!(with("stop", json!(5)).as_deref(), Some("stop"));
-        assert_eq!(with("logit_bias", json!({"x": 1})).as_deref(), Some("logit_bias"));
+        assert_eq!(
+            with("logit_bias", json!({"x": 1})).as_deref(),
+            Some("logit_bias")
+        );
         assert_eq!(with("top_p", json!(0)).as_deref(), Some("top_p"));
         assert_eq!(with("messages", json!([])).as_deref(), Some("messages"));
-        assert_eq!(with("messages", json!([{"role": "tool", "content": "x"}])).as_deref(), Some("messages[0]"));
-        assert!(with("user", json!("alice")).is_none(), "user changes nothing and is accepted");
-        assert!(param_of(parse_chat(&json!([1, 2]))).is_none() && parse_chat(&json!([1, 2])).is_err());
+        assert_eq!(
+            with("messages", json!([{"role": "tool", "content": "x"}])).as_deref(),
+            Some("messages[0]")
+        );
+        assert!(
+            with("user", json!("alice")).is_none(),
+            "user changes nothing and is accepted"
+        );
+        assert!(
+            param_of(parse_chat(&json!([1, 2]))).is_none() && parse_chat(&json!([1, 2])).is_err()
+        );
     }
 
     #[test]
     fn prompts_come_as_text_lists_or_token_ids() {
         let p = |v: Value| parse_completion(&json!({"prompt": v})).map(|r| r.prompt);
         assert_eq!(p(json!("a")).unwrap(), PromptInput::Text(vec!["a".into()]));
-        assert_eq!(p(json!(["a", "b"])).unwrap(), PromptInput::Text(vec!["a".into(), "b".into()]));
-        assert_eq!(p(json!([1, 2])).unwrap(), PromptInput::Tokens(vec![vec![1, 2]]));
-        assert_eq!(p(json!([[1], [2, 3]])).unwrap(), PromptInput::Tokens(vec![vec![1], vec![2, 3]]));
+        assert_eq!(
+            p(json!(["a", "b"])).unwrap(),
+            PromptInput::Text(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            p(json!([1, 2])).unwrap(),
+            PromptInput::Tokens(vec![vec![1, 2]])
+        );
+        assert_eq!(
+            p(json!([[1], [2, 3]])).unwrap(),
+            PromptInput::Tokens(vec![vec![1], vec![2, 3]])
+        );
         assert!(p(json!([1, "a"])).is_err());
         assert!(p(json!([-1])).is_err());
     }
@@ -315,9 +537,25 @@ mod tests {
             "stream": true, "stream_options": {"include_usage": true}, "logit_bias": {"12": -3.5}, "stop_token_ids": [4]
         }))
         .unwrap();
-        assert_eq!((r.params.sampling.temperature, r.params.sampling.top_k, r.params.sampling.seed), (0.0, 5, 9));
-        assert_eq!((r.max_tokens, r.stream, r.include_usage), (Some(7), true, true));
+        assert_eq!(
+            (
+                r.params.sampling.temperature,
+                r.params.sampling.top_k,
+                r.params.sampling.seed
+            ),
+            (0.0, 5, 9)
+        );
+        assert_eq!(
+            (r.max_tokens, r.stream, r.include_usage),
+            (Some(7), true, true)
+        );
         assert_eq!(r.params.stop, vec!["x".to_string(), "y".to_string()]);
-        assert_eq!((r.params.sampling.logit_bias.clone(), r.params.stop_token_ids.clone()), (vec![(12, -3.5)], vec![4]));
+        assert_eq!(
+            (
+                r.params.sampling.logit_bias.clone(),
+                r.params.stop_token_ids.clone()
+            ),
+            (vec![(12, -3.5)], vec![4])
+        );
     }
 }

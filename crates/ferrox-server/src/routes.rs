@@ -25,52 +25,112 @@ pub const BODY_LIMIT: usize = 4 << 20;
 pub const BODY_READ_LIMIT: usize = 32 << 20;
 
 async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
-    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    Json(json!({"object": "list", "data": [{"id": st.model_id, "object": "model", "created": created, "owned_by": "ferrox"}]}))
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Json(
+        json!({"object": "list", "data": [{"id": st.model_id, "object": "model", "created": created, "owned_by": "ferrox"}]}),
+    )
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {
     if st.ready.load(Ordering::Acquire) {
         (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
     } else {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "loading", "the model is loading").into_response()
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "loading",
+            "the model is loading",
+        )
+        .into_response()
     }
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], st.metrics.render()).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        st.metrics.render(),
+    )
+        .into_response()
 }
 
-async fn tokenize(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+async fn tokenize(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
     let v = json_body(body)?;
-    let content = v.get("content").and_then(Value::as_str).ok_or_else(|| ApiError::invalid(Some("content"), "content must be a string"))?;
-    let add_special = v.get("add_special").and_then(Value::as_bool).unwrap_or(false);
-    let parse_special = v.get("parse_special").and_then(Value::as_bool).unwrap_or(true);
-    Ok(Json(json!({"tokens": st.tokenizer.encode(content, add_special, parse_special)})))
+    let content = v
+        .get("content")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid(Some("content"), "content must be a string"))?;
+    let add_special = v
+        .get("add_special")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let parse_special = v
+        .get("parse_special")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    Ok(Json(
+        json!({"tokens": st.tokenizer.encode(content, add_special, parse_special)}),
+    ))
 }
 
-async fn detokenize(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+async fn detokenize(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
     let v = json_body(body)?;
-    let ids = v.get("tokens").and_then(Value::as_array).ok_or_else(|| ApiError::invalid(Some("tokens"), "tokens must be an array of token ids"))?;
+    let ids = v
+        .get("tokens")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::invalid(Some("tokens"), "tokens must be an array of token ids"))?;
     let vocab = st.tokenizer.vocab_size();
     let ids: Vec<u32> = ids
         .iter()
-        .map(|t| t.as_u64().filter(|&n| (n as usize) < vocab).map(|n| n as u32))
+        .map(|t| {
+            t.as_u64()
+                .filter(|&n| (n as usize) < vocab)
+                .map(|n| n as u32)
+        })
         .collect::<Option<_>>()
-        .ok_or_else(|| ApiError::invalid(Some("tokens"), format!("tokens must be ids below the vocabulary size {vocab}")))?;
+        .ok_or_else(|| {
+            ApiError::invalid(
+                Some("tokens"),
+                format!("tokens must be ids below the vocabulary size {vocab}"),
+            )
+        })?;
     Ok(Json(json!({"content": st.tokenizer.decode(&ids, true)})))
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("no route for {} {}", req.method(), req.uri().path()))
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "not_found",
+        format!("no route for {} {}", req.method(), req.uri().path()),
+    )
 }
 
 async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.api_key {
-        let given = req.headers().get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "));
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "));
         if given != Some(key.as_str()) {
-            return ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)")
-                .into_response();
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "invalid_api_key",
+                "missing or wrong API key (Authorization: Bearer KEY)",
+            )
+            .into_response();
         }
     }
     next.run(req).await
@@ -96,5 +156,12 @@ pub fn router(st: Arc<AppState>) -> Router {
 
 /// The router while the model loads: 503 `loading` everywhere.
 pub fn loading_router() -> Router {
-    Router::new().fallback(|| async { ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "loading", "the model is loading; retry shortly") })
+    Router::new().fallback(|| async {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "loading",
+            "the model is loading; retry shortly",
+        )
+    })
 }

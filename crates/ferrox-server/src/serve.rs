@@ -44,13 +44,24 @@ async fn signal(stop: CancellationToken) {
 
 /// Answers 503 `loading` on `listener` until `loaded` is cancelled (`/health`
 /// and every other route), so clients can connect while the model loads.
-pub async fn serve_loading(listener: tokio::net::TcpListener, loaded: CancellationToken) -> std::io::Result<()> {
-    axum::serve(listener, crate::routes::loading_router()).with_graceful_shutdown(async move { loaded.cancelled().await }).await
+pub async fn serve_loading(
+    listener: tokio::net::TcpListener,
+    loaded: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, crate::routes::loading_router())
+        .with_graceful_shutdown(async move { loaded.cancelled().await })
+        .await
 }
 
 /// Serves `state` on `listener` until a shutdown signal (or `stop`); `on_ready` gets
 /// the address once requests are answered.
-pub async fn serve(state: Arc<AppState>, listener: tokio::net::TcpListener, opts: ServeOptions, stop: CancellationToken, on_ready: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+    opts: ServeOptions,
+    stop: CancellationToken,
+    on_ready: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     state.ready.store(true, Ordering::Release);
     on_ready(addr);
@@ -65,7 +76,9 @@ pub async fn serve(state: Arc<AppState>, listener: tokio::net::TcpListener, opts
     };
     let app = router(Arc::clone(&state));
     let shutdown = signal(stop.clone());
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
     state.ready.store(false, Ordering::Release);
     state.engine.shutdown();
     watchdog.abort();

@@ -39,8 +39,20 @@ impl Decoder for Failing {
 fn app(fail_at: usize) -> axum::Router {
     let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap();
     let tokenizer = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
-    let decoder = Failing { inner: Transformer::new(file(), 1).unwrap(), calls: AtomicUsize::new(0), fail_at };
-    let engine = start(Box::new(decoder), Arc::clone(&tokenizer), EngineConfig { kv_blocks: Some(64), ..Default::default() }).unwrap();
+    let decoder = Failing {
+        inner: Transformer::new(file(), 1).unwrap(),
+        calls: AtomicUsize::new(0),
+        fail_at,
+    };
+    let engine = start(
+        Box::new(decoder),
+        Arc::clone(&tokenizer),
+        EngineConfig {
+            kv_blocks: Some(64),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let state = AppState {
         metrics: Metrics::new(engine.clone()),
         engine,
@@ -56,7 +68,10 @@ fn app(fail_at: usize) -> axum::Router {
 }
 
 async fn post(app: axum::Router, path: &str, body: &str) -> (StatusCode, String) {
-    let req = Request::post(path).header("content-type", "application/json").body(Body::from(body.to_string())).unwrap();
+    let req = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
     let resp = app.oneshot(req).await.unwrap();
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
@@ -67,9 +82,24 @@ async fn post(app: axum::Router, path: &str, body: &str) -> (StatusCode, String)
 #[tokio::test]
 async fn errors_have_the_openai_shape() {
     for (path, body, status, code) in [
-        ("/v1/completions", "{oops", StatusCode::BAD_REQUEST, "invalid_request_error"),
-        ("/v1/completions", r#"{"prompt": "a", "model": "other"}"#, StatusCode::NOT_FOUND, "model_not_found"),
-        ("/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "hi"}]}"#, StatusCode::BAD_REQUEST, "invalid_request_error"),
+        (
+            "/v1/completions",
+            "{oops",
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt": "a", "model": "other"}"#,
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+        ),
         ("/v1/nothing", "{}", StatusCode::NOT_FOUND, "not_found"),
     ] {
         let (s, text) = post(app(usize::MAX), path, body).await;
@@ -77,7 +107,10 @@ async fn errors_have_the_openai_shape() {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let e = &v["error"];
         assert_eq!(e["code"], code, "{text}");
-        assert!(e["message"].is_string() && e["type"].is_string() && e.get("param").is_some(), "{text}");
+        assert!(
+            e["message"].is_string() && e["type"].is_string() && e.get("param").is_some(),
+            "{text}"
+        );
     }
 }
 
@@ -85,14 +118,32 @@ async fn errors_have_the_openai_shape() {
 /// error event, never a silent cut.
 #[tokio::test]
 async fn a_failure_mid_stream_ends_with_an_error_event() {
-    let (s, text) = post(app(3), "/v1/completions", r#"{"prompt": "abc", "max_tokens": 20, "stream": true, "ignore_eos": true}"#).await;
+    let (s, text) = post(
+        app(3),
+        "/v1/completions",
+        r#"{"prompt": "abc", "max_tokens": 20, "stream": true, "ignore_eos": true}"#,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
-    let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
     assert!(events.len() >= 3, "{text}");
     let (last, before) = (events[events.len() - 1], events[events.len() - 2]);
     assert_eq!(last, "[DONE]");
     let err: serde_json::Value = serde_json::from_str(before).unwrap();
     assert_eq!(err["error"]["code"], "generation_failed", "{before}");
-    assert!(err["error"]["message"].as_str().unwrap().contains("simulated device fault"));
-    assert!(events[..events.len() - 2].iter().any(|e| e.contains("\"text\"")), "tokens were streamed before the failure: {text}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("simulated device fault")
+    );
+    assert!(
+        events[..events.len() - 2]
+            .iter()
+            .any(|e| e.contains("\"text\"")),
+        "tokens were streamed before the failure: {text}"
+    );
 }

@@ -11,7 +11,10 @@
 //!   lanes are folded the same way. So a row can be dotted fused (decode) or
 //!   dequantized once and swept over many tokens (prefill) with identical results.
 
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le};
+use crate::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of,
+    f16_le,
+};
 use crate::dtype::DType;
 use crate::kernels::reference::{self, kquants::scale_min_k4};
 use crate::ops::vector::{LANES, fold};
@@ -106,7 +109,10 @@ fn q6_k(b: &BlockQ6K, y: &mut [f32]) {
         for k in 0..4 {
             let yk = &mut y[128 * h + 32 * k..128 * h + 32 * k + 32];
             let qlk = &ql[32 * (k % 2)..32 * (k % 2) + 32];
-            let (d0, d1) = (d * b.scales[8 * h + 2 * k] as f32, d * b.scales[8 * h + 2 * k + 1] as f32);
+            let (d0, d1) = (
+                d * b.scales[8 * h + 2 * k] as f32,
+                d * b.scales[8 * h + 2 * k + 1] as f32,
+            );
             for l in 0..32 {
                 let low = (qlk[l] >> (4 * (k / 2))) & 0x0F;
                 let high = (qh[l] >> (2 * k)) & 3;
@@ -222,7 +228,9 @@ dispatched!(
 /// the CPU has it, else the compiler-vectorized build; the same bits either way.
 pub fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
         // SAFETY: features detected; lengths are the caller's contract, as for the twin.
         if let Some(v) = unsafe { super::x86::dot_row(dtype, w, x) } {
             return v;
@@ -244,7 +252,18 @@ mod tests {
 
     #[test]
     fn fast_dequantization_and_fused_dots_equal_the_reference_bit_for_bit() {
-        let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+        let types = [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::Q2_K,
+            DType::Q3_K,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+        ];
         for t in types {
             for nb in [1usize, 3, 15, 17, 33] {
                 let w = random_row(t, nb, 7 + nb as u64);
@@ -253,12 +272,32 @@ mod tests {
                 reference::dequantize(t, &w, &mut want).unwrap();
                 let mut got = vec![0.0; n];
                 dequantize_row(t, &w, &mut got);
-                assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{t} x{nb} dequantize");
-                let x: Vec<f32> = random(n, 99).iter().map(|&b| b as f32 / 128.0 - 1.0).collect();
+                assert!(
+                    want.iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{t} x{nb} dequantize"
+                );
+                let x: Vec<f32> = random(n, 99)
+                    .iter()
+                    .map(|&b| b as f32 / 128.0 - 1.0)
+                    .collect();
                 let fused = dot_row(t, &w, &x);
-                assert_eq!(fused.to_bits(), crate::ops::vector::dot(&want, &x).to_bits(), "{t} x{nb} dot");
-                assert_eq!(fused.to_bits(), dot_row_portable(t, &w, &x).to_bits(), "{t} x{nb} portable dot");
-                assert_eq!(fused.to_bits(), dot_row_autovec(t, &w, &x).to_bits(), "{t} x{nb} vectorized dot");
+                assert_eq!(
+                    fused.to_bits(),
+                    crate::ops::vector::dot(&want, &x).to_bits(),
+                    "{t} x{nb} dot"
+                );
+                assert_eq!(
+                    fused.to_bits(),
+                    dot_row_portable(t, &w, &x).to_bits(),
+                    "{t} x{nb} portable dot"
+                );
+                assert_eq!(
+                    fused.to_bits(),
+                    dot_row_autovec(t, &w, &x).to_bits(),
+                    "{t} x{nb} vectorized dot"
+                );
             }
         }
         for t in [DType::F32, DType::F16, DType::BF16] {
@@ -266,7 +305,11 @@ mod tests {
             let w = quantize(t, &vals).unwrap();
             let mut want = vec![0.0; 67];
             reference::dequantize(t, &w, &mut want).unwrap();
-            assert_eq!(dot_row(t, &w, &vals).to_bits(), crate::ops::vector::dot(&want, &vals).to_bits(), "{t}");
+            assert_eq!(
+                dot_row(t, &w, &vals).to_bits(),
+                crate::ops::vector::dot(&want, &vals).to_bits(),
+                "{t}"
+            );
         }
     }
 }

@@ -27,7 +27,9 @@ pub(crate) mod test_rows {
     pub(crate) fn random_row(t: DType, nb: usize, seed: u64) -> Vec<u8> {
         let mut b = random(nb * t.block_bytes(), seed);
         let put = |b: &mut Vec<u8>, at: usize| {
-            let v = half::f16::from_f32(0.01 + (b[at] as f32) / 4000.0).to_bits().to_le_bytes();
+            let v = half::f16::from_f32(0.01 + (b[at] as f32) / 4000.0)
+                .to_bits()
+                .to_le_bytes();
             b[at..at + 2].copy_from_slice(&v);
         };
         for k in 0..nb {

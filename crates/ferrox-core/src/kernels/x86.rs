@@ -14,7 +14,10 @@
 
 use std::arch::x86_64::*;
 
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le};
+use crate::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of,
+    f16_le,
+};
 use crate::dtype::DType;
 use crate::kernels::reference::kquants::scale_min_k4;
 use crate::ops::vector::{LANES, fold};
@@ -42,7 +45,12 @@ unsafe fn u8x16(p: *const u8) -> __m512i {
 /// `(v >> s) & mask` per lane.
 #[inline(always)]
 unsafe fn bits(v: __m512i, s: u32, mask: i32) -> __m512i {
-    unsafe { _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(s as i32)), _mm512_set1_epi32(mask)) }
+    unsafe {
+        _mm512_and_si512(
+            _mm512_srlv_epi32(v, _mm512_set1_epi32(s as i32)),
+            _mm512_set1_epi32(mask),
+        )
+    }
 }
 
 #[inline(always)]
@@ -86,18 +94,33 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
                 }
             }
             DType::Q5_0 | DType::Q5_1 => {
-                let shifts_lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+                let shifts_lo =
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
                 let shifts_hi = _mm512_add_epi32(shifts_lo, _mm512_set1_epi32(16));
                 let one = _mm512_set1_epi32(1);
-                let fifth = |h: u32, shifts: __m512i| _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(h as i32), shifts), one), 4);
+                let fifth = |h: u32, shifts: __m512i| {
+                    _mm512_slli_epi32(
+                        _mm512_and_si512(
+                            _mm512_srlv_epi32(_mm512_set1_epi32(h as i32), shifts),
+                            one,
+                        ),
+                        4,
+                    )
+                };
                 if dtype == DType::Q5_0 {
                     for (i, b) in blocks_of::<BlockQ5_0>(w).ok()?.iter().enumerate() {
                         let d = _mm512_set1_ps(f16_le(b.d));
                         let h = u32::from_le_bytes(b.qh);
                         let q = u8x16(b.qs.as_ptr());
                         let sixteen = _mm512_set1_epi32(16);
-                        let lo = _mm512_sub_epi32(_mm512_or_si512(bits(q, 0, 0x0F), fifth(h, shifts_lo)), sixteen);
-                        let hi = _mm512_sub_epi32(_mm512_or_si512(bits(q, 4, 0x0F), fifth(h, shifts_hi)), sixteen);
+                        let lo = _mm512_sub_epi32(
+                            _mm512_or_si512(bits(q, 0, 0x0F), fifth(h, shifts_lo)),
+                            sixteen,
+                        );
+                        let hi = _mm512_sub_epi32(
+                            _mm512_or_si512(bits(q, 4, 0x0F), fifth(h, shifts_hi)),
+                            sixteen,
+                        );
                         acc = step(acc, _mm512_mul_ps(d, float(lo)), xp.add(32 * i));
                         acc = step(acc, _mm512_mul_ps(d, float(hi)), xp.add(32 * i + 16));
                     }
@@ -108,8 +131,16 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
                         let q = u8x16(b.qs.as_ptr());
                         let lo = _mm512_or_si512(bits(q, 0, 0x0F), fifth(h, shifts_lo));
                         let hi = _mm512_or_si512(bits(q, 4, 0x0F), fifth(h, shifts_hi));
-                        acc = step(acc, _mm512_add_ps(_mm512_mul_ps(d, float(lo)), m), xp.add(32 * i));
-                        acc = step(acc, _mm512_add_ps(_mm512_mul_ps(d, float(hi)), m), xp.add(32 * i + 16));
+                        acc = step(
+                            acc,
+                            _mm512_add_ps(_mm512_mul_ps(d, float(lo)), m),
+                            xp.add(32 * i),
+                        );
+                        acc = step(
+                            acc,
+                            _mm512_add_ps(_mm512_mul_ps(d, float(hi)), m),
+                            xp.add(32 * i + 16),
+                        );
                     }
                 }
             }
@@ -125,8 +156,16 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
             }
             DType::Q4_K | DType::Q5_K => {
                 let five = dtype == DType::Q5_K;
-                let q4 = if five { &[][..] } else { blocks_of::<BlockQ4K>(w).ok()? };
-                let q5 = if five { blocks_of::<BlockQ5K>(w).ok()? } else { &[][..] };
+                let q4 = if five {
+                    &[][..]
+                } else {
+                    blocks_of::<BlockQ4K>(w).ok()?
+                };
+                let q5 = if five {
+                    blocks_of::<BlockQ5K>(w).ok()?
+                } else {
+                    &[][..]
+                };
                 let n = if five { q5.len() } else { q4.len() };
                 for i in 0..n {
                     let (d, dmin, scales, qs, qh) = if five {
@@ -138,13 +177,19 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
                     };
                     for g in 0..8 {
                         let (sc, m) = scale_min_k4(g, scales);
-                        let (dl, ml) = (_mm512_set1_ps(d * sc as f32), _mm512_set1_ps(dmin * m as f32));
+                        let (dl, ml) = (
+                            _mm512_set1_ps(d * sc as f32),
+                            _mm512_set1_ps(dmin * m as f32),
+                        );
                         let shift = 4 * (g as u32 % 2);
                         let base = 32 * (g / 2);
                         for half in 0..2 {
                             let mut q = bits(u8x16(qs.as_ptr().add(base + 16 * half)), shift, 0x0F);
                             if let Some(qh) = qh {
-                                let hb = _mm512_slli_epi32(bits(u8x16(qh.as_ptr().add(16 * half)), g as u32, 1), 4);
+                                let hb = _mm512_slli_epi32(
+                                    bits(u8x16(qh.as_ptr().add(16 * half)), g as u32, 1),
+                                    4,
+                                );
                                 q = _mm512_or_si512(q, hb);
                             }
                             let v = _mm512_sub_ps(_mm512_mul_ps(dl, float(q)), ml);
@@ -160,13 +205,18 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
                     for h in 0..2 {
                         for k in 0..4 {
                             for half in 0..2 {
-                                let ql = u8x16(b.ql.as_ptr().add(64 * h + 32 * (k % 2) + 16 * half));
+                                let ql =
+                                    u8x16(b.ql.as_ptr().add(64 * h + 32 * (k % 2) + 16 * half));
                                 let qh = u8x16(b.qh.as_ptr().add(32 * h + 16 * half));
                                 let low = bits(ql, 4 * (k as u32 / 2), 0x0F);
                                 let high = _mm512_slli_epi32(bits(qh, 2 * k as u32, 3), 4);
                                 let q = _mm512_sub_epi32(_mm512_or_si512(low, high), thirty_two);
                                 let dl = _mm512_set1_ps(d * b.scales[8 * h + 2 * k + half] as f32);
-                                acc = step(acc, _mm512_mul_ps(dl, float(q)), xp.add(256 * i + 128 * h + 32 * k + 16 * half));
+                                acc = step(
+                                    acc,
+                                    _mm512_mul_ps(dl, float(q)),
+                                    xp.add(256 * i + 128 * h + 32 * k + 16 * half),
+                                );
                             }
                         }
                     }
@@ -192,7 +242,13 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     unsafe {
         let mut i = 0;
         while i < whole {
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a.as_ptr().add(i)), _mm512_loadu_ps(b.as_ptr().add(i))));
+            acc = _mm512_add_ps(
+                acc,
+                _mm512_mul_ps(
+                    _mm512_loadu_ps(a.as_ptr().add(i)),
+                    _mm512_loadu_ps(b.as_ptr().add(i)),
+                ),
+            );
             i += LANES;
         }
         let tail = n - whole;
@@ -242,7 +298,8 @@ pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
                 let wv = _mm512_maskz_loadu_ps(mask, w[r].as_ptr().add(whole));
                 for t in 0..4 {
                     let xv = _mm512_maskz_loadu_ps(mask, x[t].as_ptr().add(whole));
-                    acc[r][t] = _mm512_mask_add_ps(acc[r][t], mask, acc[r][t], _mm512_mul_ps(wv, xv));
+                    acc[r][t] =
+                        _mm512_mask_add_ps(acc[r][t], mask, acc[r][t], _mm512_mul_ps(wv, xv));
                 }
             }
         }
@@ -273,7 +330,10 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
         while i < whole {
             let qv = _mm512_loadu_ps(q.as_ptr().add(i));
             for (k, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(qv, _mm512_loadu_ps(rows.as_ptr().add(k * n + i))));
+                *a = _mm512_add_ps(
+                    *a,
+                    _mm512_mul_ps(qv, _mm512_loadu_ps(rows.as_ptr().add(k * n + i))),
+                );
             }
             i += LANES;
         }
@@ -289,12 +349,18 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
         // Level 8: [a lanes 0..8 + 8..16 | b lanes 0..8 + 8..16] for row pairs.
         let l8: [__m512; 8] = std::array::from_fn(|j| {
             let (a, b) = (acc[2 * j], acc[2 * j + 1]);
-            _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE))
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4(a, b, 0x44),
+                _mm512_shuffle_f32x4(a, b, 0xEE),
+            )
         });
         // Level 4: 128-bit lane L of l4[j] holds row 4 j + L.
         let l4: [__m512; 4] = std::array::from_fn(|j| {
             let (a, b) = (l8[2 * j], l8[2 * j + 1]);
-            _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD))
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4(a, b, 0x88),
+                _mm512_shuffle_f32x4(a, b, 0xDD),
+            )
         });
         // Level 2: lane L of l2[j]: [row 8 j + L: two sums, row 8 j + 4 + L: two sums].
         let l2: [__m512; 2] = std::array::from_fn(|j| {
@@ -302,7 +368,10 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
             _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE))
         });
         // Level 1: lane 4 L + m holds row L + 4 m.
-        let l1 = _mm512_add_ps(_mm512_shuffle_ps(l2[0], l2[1], 0x88), _mm512_shuffle_ps(l2[0], l2[1], 0xDD));
+        let l1 = _mm512_add_ps(
+            _mm512_shuffle_ps(l2[0], l2[1], 0x88),
+            _mm512_shuffle_ps(l2[0], l2[1], 0xDD),
+        );
         let mut lanes = [0.0f32; 16];
         _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_mul_ps(l1, _mm512_set1_ps(scale)));
         for (l, v) in lanes.iter().enumerate() {
@@ -330,13 +399,18 @@ pub unsafe fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
                 let have = width.saturating_sub(k * LANES).min(LANES);
                 ((1u32 << have) - 1) as u16
             });
-            let mut a: [__m512; 4] = std::array::from_fn(|k| _mm512_maskz_loadu_ps(masks[k], acc.as_ptr().add(c + k * LANES)));
+            let mut a: [__m512; 4] = std::array::from_fn(|k| {
+                _mm512_maskz_loadu_ps(masks[k], acc.as_ptr().add(c + k * LANES))
+            });
             for (j, &w) in weights.iter().enumerate() {
                 let wv = _mm512_set1_ps(w);
                 let row = rows.as_ptr().add(j * n + c);
                 for k in 0..4 {
                     if masks[k] != 0 {
-                        a[k] = _mm512_add_ps(a[k], _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES))));
+                        a[k] = _mm512_add_ps(
+                            a[k],
+                            _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES))),
+                        );
                     }
                 }
             }

@@ -30,8 +30,14 @@ pub enum Gate {
 #[inline(always)]
 fn gated_body(gate: &mut [f32], up: &[f32], act: Gate) {
     match act {
-        Gate::Silu => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = silu(*g) * u),
-        Gate::GeluTanh => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = gelu_tanh(*g) * u),
+        Gate::Silu => gate
+            .iter_mut()
+            .zip(up)
+            .for_each(|(g, &u)| *g = silu(*g) * u),
+        Gate::GeluTanh => gate
+            .iter_mut()
+            .zip(up)
+            .for_each(|(g, &u)| *g = gelu_tanh(*g) * u),
     }
 }
 
@@ -47,7 +53,9 @@ pub fn gated(gate: &mut [f32], up: &[f32], act: Gate) {
         unsafe fn avx2(gate: &mut [f32], up: &[f32], act: Gate) {
             gated_body(gate, up, act)
         }
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
             // SAFETY: the features were detected on this CPU.
             return unsafe { avx512(gate, up, act) };
         }
@@ -65,19 +73,33 @@ mod tests {
 
     #[test]
     fn activations_match_their_definitions_and_every_build_gives_the_same_bits() {
-        for x in [-60.0f32, -6.0, -1.0, -0.1, -1e-4, 0.0, 1e-4, 0.3, 2.0, 8.0, 60.0] {
+        for x in [
+            -60.0f32, -6.0, -1.0, -0.1, -1e-4, 0.0, 1e-4, 0.3, 2.0, 8.0, 60.0,
+        ] {
             let xd = x as f64;
             let silu_ref = xd / (1.0 + (-xd).exp());
-            assert!((silu(x) as f64 - silu_ref).abs() < 1e-6 * (1.0 + xd.abs()), "silu({x})");
-            let gelu_ref = 0.5 * xd * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3))).tanh());
-            assert!((gelu_tanh(x) as f64 - gelu_ref).abs() < 1e-6 * (1.0 + xd.abs()), "gelu({x})");
+            assert!(
+                (silu(x) as f64 - silu_ref).abs() < 1e-6 * (1.0 + xd.abs()),
+                "silu({x})"
+            );
+            let gelu_ref = 0.5
+                * xd
+                * (1.0
+                    + ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3))).tanh());
+            assert!(
+                (gelu_tanh(x) as f64 - gelu_ref).abs() < 1e-6 * (1.0 + xd.abs()),
+                "gelu({x})"
+            );
         }
         let xs: Vec<f32> = (0..4099).map(|i| (i as f32 - 2049.0) / 97.0).collect();
         for act in [Gate::Silu, Gate::GeluTanh] {
             let (mut a, mut b) = (xs.clone(), xs.clone());
             gated(&mut a, &xs, act);
             gated_body(&mut b, &xs, act);
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{act:?}");
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{act:?}"
+            );
         }
     }
 }

@@ -20,7 +20,15 @@ pub fn exp(x: f32) -> f32 {
     let k = (x * LOG2E + ROUNDER) - ROUNDER;
     let r = (x - k * LN2_HI) - k * LN2_LO;
     let mut p = 1.0 / 5040.0;
-    for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
         p = p * r + c;
     }
     p * f32::from_bits(((k as i32 + 127) as u32) << 23)
@@ -45,7 +53,9 @@ pub fn exp_shifted(v: &mut [f32], shift: f32) {
         unsafe fn avx2(v: &mut [f32], shift: f32) {
             exp_shifted_body(v, shift)
         }
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl") {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
             // SAFETY: the features were detected on this CPU.
             return unsafe { avx512(v, shift) };
         }
@@ -68,12 +78,17 @@ mod tests {
 
     #[test]
     fn exp_is_within_two_ulp_and_every_build_gives_the_same_bits() {
-        let xs: Vec<f32> = (0..200_001).map(|i| -87.0 + i as f32 * (175.0 / 200_000.0)).collect();
+        let xs: Vec<f32> = (0..200_001)
+            .map(|i| -87.0 + i as f32 * (175.0 / 200_000.0))
+            .collect();
         for &x in &xs {
             let want = (x as f64).exp();
             let got = exp(x) as f64;
             let ulp = (want as f32).abs() * f32::EPSILON;
-            assert!((got - want).abs() <= 2.0 * ulp as f64, "exp({x}) = {got}, want {want}");
+            assert!(
+                (got - want).abs() <= 2.0 * ulp as f64,
+                "exp({x}) = {got}, want {want}"
+            );
         }
         let mut a = xs.clone();
         let mut b = xs.clone();

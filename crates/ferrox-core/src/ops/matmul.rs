@@ -36,13 +36,38 @@ pub struct Matrix<'a> {
 
 impl<'a> Matrix<'a> {
     /// Views `data` as a `rows x cols` matrix of `dtype`, checking every length.
-    pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Matrix<'a>, CoreError> {
-        let row_bytes = dtype.row_bytes(cols).ok_or(CoreError::PartialBlock { dtype, block_len: dtype.block_len(), n: cols })?;
-        let want = row_bytes.checked_mul(rows).ok_or(CoreError::ByteLength { dtype, n: usize::MAX, want: usize::MAX, got: data.len() })?;
+    pub fn new(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Matrix<'a>, CoreError> {
+        let row_bytes = dtype.row_bytes(cols).ok_or(CoreError::PartialBlock {
+            dtype,
+            block_len: dtype.block_len(),
+            n: cols,
+        })?;
+        let want = row_bytes.checked_mul(rows).ok_or(CoreError::ByteLength {
+            dtype,
+            n: usize::MAX,
+            want: usize::MAX,
+            got: data.len(),
+        })?;
         if want != data.len() {
-            return Err(CoreError::ByteLength { dtype, n: rows * cols, want, got: data.len() });
+            return Err(CoreError::ByteLength {
+                dtype,
+                n: rows * cols,
+                want,
+                got: data.len(),
+            });
         }
-        Ok(Matrix { dtype, rows, cols, data, row_bytes })
+        Ok(Matrix {
+            dtype,
+            rows,
+            cols,
+            data,
+            row_bytes,
+        })
     }
 
     /// The stored bytes of row `r`.
@@ -70,7 +95,14 @@ struct Out(*mut f32);
 unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
 
-fn tile(w: &Matrix<'_>, x: &[f32], n_tokens: usize, rows: std::ops::Range<usize>, out: Out, buf: &mut Vec<f32>) {
+fn tile(
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    rows: std::ops::Range<usize>,
+    out: Out,
+    buf: &mut Vec<f32>,
+) {
     let cols = w.cols;
     if n_tokens == 1 {
         for r in rows {
@@ -101,7 +133,11 @@ fn tile(w: &Matrix<'_>, x: &[f32], n_tokens: usize, rows: std::ops::Range<usize>
                     let mut o = [[0.0f32; 4]; 4];
                     // SAFETY: feature detected; every row and token holds `cols` values.
                     unsafe {
-                        crate::kernels::x86::dot_4x4([row(r), row(r + 1), row(r + 2), row(r + 3)], [tok(t0), tok(t0 + 1), tok(t0 + 2), tok(t0 + 3)], &mut o)
+                        crate::kernels::x86::dot_4x4(
+                            [row(r), row(r + 1), row(r + 2), row(r + 3)],
+                            [tok(t0), tok(t0 + 1), tok(t0 + 2), tok(t0 + 3)],
+                            &mut o,
+                        )
                     };
                     for (dr, orow) in o.iter().enumerate() {
                         for (dt, &v) in orow.iter().enumerate() {
@@ -128,22 +164,42 @@ fn tile(w: &Matrix<'_>, x: &[f32], n_tokens: usize, rows: std::ops::Range<usize>
 }
 
 /// `out[t * rows + r] = W[r] . x[t * cols ..]` for `n_tokens` tokens, on `pool`'s threads.
-pub fn matmul(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32], pool: &rayon::ThreadPool) {
-    assert_eq!(x.len(), n_tokens * w.cols, "activations must be n_tokens x cols");
-    assert_eq!(out.len(), n_tokens * w.rows, "output must be n_tokens x rows");
+pub fn matmul(
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    pool: &rayon::ThreadPool,
+) {
+    assert_eq!(
+        x.len(),
+        n_tokens * w.cols,
+        "activations must be n_tokens x cols"
+    );
+    assert_eq!(
+        out.len(),
+        n_tokens * w.rows,
+        "output must be n_tokens x rows"
+    );
     if n_tokens == 0 || w.rows == 0 {
         return;
     }
     let threads = pool.current_num_threads().max(1);
     // Enough tasks to balance, each a whole number of tiles.
-    let per_task = w.rows.div_ceil(threads * 4).next_multiple_of(ROW_TILE).max(ROW_TILE);
+    let per_task = w
+        .rows
+        .div_ceil(threads * 4)
+        .next_multiple_of(ROW_TILE)
+        .max(ROW_TILE);
     let n_tasks = w.rows.div_ceil(per_task);
     let ptr = Out(out.as_mut_ptr());
     pool.install(|| {
-        (0..n_tasks).into_par_iter().for_each_init(Vec::new, |buf, i| {
-            let rows = i * per_task..((i + 1) * per_task).min(w.rows);
-            tile(w, x, n_tokens, rows, ptr, buf);
-        });
+        (0..n_tasks)
+            .into_par_iter()
+            .for_each_init(Vec::new, |buf, i| {
+                let rows = i * per_task..((i + 1) * per_task).min(w.rows);
+                tile(w, x, n_tokens, rows, ptr, buf);
+            });
     });
 }
 
@@ -153,23 +209,39 @@ mod tests {
     use crate::kernels::reference::quantize;
 
     fn pool(n: usize) -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap()
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap()
     }
 
     #[test]
     fn every_token_gets_the_same_bits_alone_or_in_a_batch_on_any_thread_count() {
         let (rows, cols, n) = (37, 64, 9);
-        let wf: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let wf: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
         let bytes = quantize(DType::Q8_0, &wf).unwrap();
         let w = Matrix::new(DType::Q8_0, rows, cols, &bytes).unwrap();
-        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 104729) % 997) as f32 / 400.0 - 1.2).collect();
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 104729) % 997) as f32 / 400.0 - 1.2)
+            .collect();
         let mut batched = vec![0.0; n * rows];
         matmul(&w, &x, n, &mut batched, &pool(2));
         for t in 0..n {
             for threads in [1, 3] {
                 let mut alone = vec![0.0; rows];
-                matmul(&w, &x[t * cols..(t + 1) * cols], 1, &mut alone, &pool(threads));
-                let same = alone.iter().zip(&batched[t * rows..(t + 1) * rows]).all(|(a, b)| a.to_bits() == b.to_bits());
+                matmul(
+                    &w,
+                    &x[t * cols..(t + 1) * cols],
+                    1,
+                    &mut alone,
+                    &pool(threads),
+                );
+                let same = alone
+                    .iter()
+                    .zip(&batched[t * rows..(t + 1) * rows])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "token {t} differs alone on {threads} threads");
             }
         }

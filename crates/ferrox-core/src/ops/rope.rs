@@ -23,7 +23,14 @@ pub fn angles(pos: usize, rope_dim: usize, base: f32, cos: &mut [f32], sin: &mut
 }
 
 /// Rotates the first `rope_dim` dimensions of every `head_dim`-wide head in `x`.
-pub fn apply(x: &mut [f32], head_dim: usize, rope_dim: usize, style: RopeStyle, cos: &[f32], sin: &[f32]) {
+pub fn apply(
+    x: &mut [f32],
+    head_dim: usize,
+    rope_dim: usize,
+    style: RopeStyle,
+    cos: &[f32],
+    sin: &[f32],
+) {
     let half = rope_dim / 2;
     for head in x.chunks_exact_mut(head_dim) {
         for i in 0..half {

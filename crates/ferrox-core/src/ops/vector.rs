@@ -28,7 +28,10 @@ fn dot_body(a: &[f32], b: &[f32]) -> f32 {
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0.0f32; LANES];
     let whole = n / LANES * LANES;
-    for (ca, cb) in a[..whole].chunks_exact(LANES).zip(b[..whole].chunks_exact(LANES)) {
+    for (ca, cb) in a[..whole]
+        .chunks_exact(LANES)
+        .zip(b[..whole].chunks_exact(LANES))
+    {
         for l in 0..LANES {
             acc[l] += ca[l] * cb[l];
         }
@@ -123,7 +126,10 @@ pub fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
-            assert!(rows.len() >= weights.len() * acc.len(), "rows hold a row per weight");
+            assert!(
+                rows.len() >= weights.len() * acc.len(),
+                "rows hold a row per weight"
+            );
             // SAFETY: the feature was detected on this CPU; lengths checked above.
             return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
         }
@@ -159,9 +165,16 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: detected.
-                assert_eq!(got.to_bits(), unsafe { dot_avx2(&a, &b) }.to_bits(), "avx2 n = {n}");
+                assert_eq!(
+                    got.to_bits(),
+                    unsafe { dot_avx2(&a, &b) }.to_bits(),
+                    "avx2 n = {n}"
+                );
             }
-            assert!((got as f64 - want).abs() < 1e-5 * (n as f64).max(1.0), "n = {n}: {got} vs {want}");
+            assert!(
+                (got as f64 - want).abs() < 1e-5 * (n as f64).max(1.0),
+                "n = {n}: {got} vs {want}"
+            );
         }
         // The batched forms equal their one-at-a-time definitions.
         for dk in [1usize, 15, 16, 64, 80, 200, 256] {
@@ -169,15 +182,25 @@ mod tests {
             let rows: Vec<f32> = (0..37 * dk).map(|_| r()).collect();
             let mut got = Vec::new();
             scaled_dots(&q, &rows, 0.125, &mut got);
-            let want: Vec<f32> = rows.chunks_exact(dk).map(|k| dot_portable(&q, k) * 0.125).collect();
-            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "dk {dk}");
+            let want: Vec<f32> = rows
+                .chunks_exact(dk)
+                .map(|k| dot_portable(&q, k) * 0.125)
+                .collect();
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "dk {dk}"
+            );
             let w: Vec<f32> = (0..37).map(|_| r()).collect();
             let (mut a, mut b) = (vec![0.5f32; dk], vec![0.5f32; dk]);
             weighted_sum(&mut a, &w, &rows);
             for (j, row) in rows.chunks_exact(dk).enumerate() {
                 axpy(&mut b, w[j], row);
             }
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "dk {dk}");
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "dk {dk}"
+            );
         }
     }
 }

@@ -29,7 +29,10 @@ impl QuantizedRows {
     /// Quantizes `x` (`n` rows of `cols` values, `cols` a multiple of 32), reusing
     /// this value's buffers.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
-        assert!(cols % BLOCK == 0, "{cols} values per row are not whole blocks of {BLOCK}");
+        assert!(
+            cols % BLOCK == 0,
+            "{cols} values per row are not whole blocks of {BLOCK}"
+        );
         assert_eq!(x.len(), n * cols, "activations must be n x cols");
         let nb = n * cols / BLOCK;
         self.n = n;
@@ -39,8 +42,16 @@ impl QuantizedRows {
         self.sa.resize(nb, 0.0);
         #[cfg(target_arch = "x86_64")]
         let simd = std::arch::is_x86_feature_detected!("avx512f");
-        for (((xb, qb), da), sa) in x.chunks_exact(BLOCK).zip(self.qa.chunks_exact_mut(BLOCK)).zip(&mut self.da).zip(&mut self.sa) {
-            let (xb, qb) = (xb.try_into().expect("32 values"), qb.try_into().expect("32 values"));
+        for (((xb, qb), da), sa) in x
+            .chunks_exact(BLOCK)
+            .zip(self.qa.chunks_exact_mut(BLOCK))
+            .zip(&mut self.da)
+            .zip(&mut self.sa)
+        {
+            let (xb, qb) = (
+                xb.try_into().expect("32 values"),
+                qb.try_into().expect("32 values"),
+            );
             #[cfg(target_arch = "x86_64")]
             if simd {
                 // SAFETY: the feature was detected on this CPU.
@@ -67,7 +78,10 @@ fn quantize_block(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32, f32) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     if amax == 0.0 || !amax.is_finite() {
         q.fill(0);
-        return (if amax == 0.0 { 0.0 } else { f32::NAN }, if amax == 0.0 { 0.0 } else { f32::NAN });
+        return (
+            if amax == 0.0 { 0.0 } else { f32::NAN },
+            if amax == 0.0 { 0.0 } else { f32::NAN },
+        );
     }
     let inv = QMAX / amax;
     let mut sum = 0i32;
@@ -88,14 +102,19 @@ unsafe fn quantize_block_avx512(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32,
     use std::arch::x86_64::*;
     // SAFETY: 32 values in and out, two 16-lane halves each.
     unsafe {
-        let (a, b) = (_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16)));
+        let (a, b) = (
+            _mm512_loadu_ps(x.as_ptr()),
+            _mm512_loadu_ps(x.as_ptr().add(16)),
+        );
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
         if amax == 0.0 || !amax.is_finite() {
             return quantize_block(x, q);
         }
         let inv = _mm512_set1_ps(QMAX / amax);
         let (lo, hi) = (_mm512_set1_ps(-QMAX), _mm512_set1_ps(QMAX));
-        let round = |v: __m512| _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, inv), lo), hi));
+        let round = |v: __m512| {
+            _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, inv), lo), hi))
+        };
         let (qa, qb) = (round(a), round(b));
         _mm256_storeu_si256(q.as_mut_ptr().cast(), _mm512_cvtepi32_epi16(qa));
         _mm256_storeu_si256(q.as_mut_ptr().add(16).cast(), _mm512_cvtepi32_epi16(qb));
@@ -111,7 +130,9 @@ mod tests {
 
     #[test]
     fn the_rounding_error_is_at_most_half_a_step_and_rows_are_independent() {
-        let x: Vec<f32> = (0..3 * 64).map(|i| ((i * 7919) % 1013) as f32 / 300.0 - 1.7).collect();
+        let x: Vec<f32> = (0..3 * 64)
+            .map(|i| ((i * 7919) % 1013) as f32 / 300.0 - 1.7)
+            .collect();
         let mut all = QuantizedRows::default();
         all.quantize(&x, 3, 64);
         for t in 0..3 {
@@ -122,7 +143,10 @@ mod tests {
         }
         for (i, &v) in x.iter().enumerate() {
             let da = all.da[i / BLOCK];
-            assert!((da * all.qa[i] as f32 - v).abs() <= da * 0.5001, "value {i}");
+            assert!(
+                (da * all.qa[i] as f32 - v).abs() <= da * 0.5001,
+                "value {i}"
+            );
         }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {
@@ -136,7 +160,11 @@ mod tests {
                 let a = quantize_block(&x, &mut want);
                 // SAFETY: detected above.
                 let b = unsafe { quantize_block_avx512(&x, &mut got) };
-                assert_eq!((want, a.0.to_bits(), a.1.to_bits()), (got, b.0.to_bits(), b.1.to_bits()), "block {k}");
+                assert_eq!(
+                    (want, a.0.to_bits(), a.1.to_bits()),
+                    (got, b.0.to_bits(), b.1.to_bits()),
+                    "block {k}"
+                );
             }
         }
         let mut zeros = QuantizedRows::default();

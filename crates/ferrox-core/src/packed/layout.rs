@@ -10,16 +10,21 @@
 //! * the integers, in 16 steps of two values per row (step `p` holds values `2p`,
 //!   `2p + 1` of rows 0..16, row-major in the step). [`Quants::Nibble`] stores two
 //!   steps per 32 bytes (step `2c` in the low nibbles, `2c + 1` in the high);
-//!   [`Quants::Byte`] one step per 32 bytes as signed bytes;
-//! * 16 f32 scales (32 when the two halves of the block have their own, Q6_K);
-//! * 16 f32 offsets, for the types that have them.
+//!   [`Quants::Nibble5`] adds a plane of fifth bits; [`Quants::Byte`] stores one
+//!   step per 32 bytes as signed bytes;
+//! * 16 scales (32 when the two halves of the block have their own, Q6_K), as
+//!   halves when every scale and offset of the matrix is one exactly, else f32;
+//! * 16 offsets, for the types that have them.
 //!
-//! Rows past the matrix's last (the padding of the last group) are zeros.
-//! Block bytes are multiples of 64, and the storage is 64-byte aligned.
+//! Rows past the matrix's last (the padding of the last group) are zeros. Each
+//! group starts on a 64-byte boundary.
 
 use rayon::prelude::*;
 
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le};
+use crate::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of,
+    f16_le,
+};
 use crate::dtype::DType;
 use crate::error::CoreError;
 use crate::kernels::reference::kquants::scale_min_k4;
@@ -32,6 +37,9 @@ use super::{BLOCK, GROUP_ROWS};
 pub enum Quants {
     /// Unsigned 4-bit values, two steps per 32 bytes.
     Nibble,
+    /// Unsigned 5-bit values: the low 4 bits as [`Quants::Nibble`], then the fifth
+    /// bits, one little-endian u32 per step (bit `2 r + e` for value `e` of row `r`).
+    Nibble5,
     /// Signed 8-bit values, one step per 32 bytes.
     Byte,
 }
@@ -44,37 +52,84 @@ pub struct Format {
     pub offset: bool,
     /// The two 16-value halves of a block have their own scales.
     pub split: bool,
+    /// Scales and offsets are stored as IEEE halves (chosen only when every one of
+    /// the matrix converts exactly), else as f32.
+    pub half: bool,
 }
 
 impl Format {
-    /// The packed form of `dtype`, or `None` when the type stays on the f32 path.
+    /// The packed form of `dtype` (with half scales where the type's scales are
+    /// halves), or `None` when the type stays on the f32 path.
     pub fn for_dtype(dtype: DType) -> Option<Format> {
-        let f = |quants, offset, split| Some(Format { quants, offset, split });
+        let f = |quants, offset, split, half| {
+            Some(Format {
+                quants,
+                offset,
+                split,
+                half,
+            })
+        };
         match dtype {
-            DType::Q4_0 | DType::Q4_1 | DType::Q4_K => f(Quants::Nibble, true, false),
-            DType::Q5_1 | DType::Q5_K => f(Quants::Byte, true, false),
-            DType::Q5_0 | DType::Q8_0 => f(Quants::Byte, false, false),
-            DType::Q6_K => f(Quants::Byte, false, true),
+            DType::Q4_0 | DType::Q4_1 => f(Quants::Nibble, true, false, true),
+            DType::Q4_K => f(Quants::Nibble, true, false, false),
+            DType::Q5_0 | DType::Q5_1 => f(Quants::Nibble5, true, false, true),
+            DType::Q5_K => f(Quants::Nibble5, true, false, false),
+            DType::Q8_0 => f(Quants::Byte, false, false, true),
+            DType::Q6_K => f(Quants::Byte, false, true, false),
             _ => None,
         }
     }
 
-    /// Bytes of the integers of one group-block.
+    /// Bytes of the integers of one group-block (without the fifth bits).
     pub fn quant_bytes(self) -> usize {
         match self.quants {
-            Quants::Nibble => GROUP_ROWS * BLOCK / 2,
+            Quants::Nibble | Quants::Nibble5 => GROUP_ROWS * BLOCK / 2,
             Quants::Byte => GROUP_ROWS * BLOCK,
         }
     }
 
-    /// Scales per group-block.
-    pub fn scales(self) -> usize {
-        if self.split { 2 * GROUP_ROWS } else { GROUP_ROWS }
+    /// Where the fifth bits of a group-block start ([`Quants::Nibble5`]).
+    pub fn bits_at(self) -> usize {
+        self.quant_bytes()
     }
 
-    /// Bytes of one group-block: integers, scales, offsets.
+    /// Scales per group-block.
+    pub fn scales(self) -> usize {
+        if self.split {
+            2 * GROUP_ROWS
+        } else {
+            GROUP_ROWS
+        }
+    }
+
+    /// Bytes of one stored scale or offset.
+    pub fn scale_size(self) -> usize {
+        if self.half { 2 } else { 4 }
+    }
+
+    /// Where the scales of a group-block start.
+    pub fn scales_at(self) -> usize {
+        self.quant_bytes()
+            + if self.quants == Quants::Nibble5 {
+                4 * (BLOCK / 2)
+            } else {
+                0
+            }
+    }
+
+    /// Where the offsets of a group-block start.
+    pub fn offsets_at(self) -> usize {
+        self.scales_at() + self.scales() * self.scale_size()
+    }
+
+    /// Bytes of one group-block: integers, fifth bits, scales, offsets.
     pub fn block_bytes(self) -> usize {
-        self.quant_bytes() + 4 * self.scales() + if self.offset { 4 * GROUP_ROWS } else { 0 }
+        self.offsets_at()
+            + if self.offset {
+                GROUP_ROWS * self.scale_size()
+            } else {
+                0
+            }
     }
 }
 
@@ -117,11 +172,9 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
             let h = u32::from_le_bytes(qh);
             for (i, v) in w.iter_mut().enumerate() {
                 *v |= (((h >> i) & 1) << 4) as i8;
-                if m.is_none() {
-                    *v -= 16;
-                }
             }
-            ([d, d], m.unwrap_or(0.0))
+            // Q5_0 is d * (q - 16): the -16 d becomes the offset.
+            ([d, d], m.unwrap_or(-16.0 * d))
         }
         DType::Q8_0 => {
             let k = &blocks_of::<BlockQ8_0>(row).expect("whole blocks")[b];
@@ -132,10 +185,22 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
         DType::Q4_K | DType::Q5_K => {
             let (d, dmin, scales, qs, qh) = if dtype == DType::Q4_K {
                 let k = &blocks_of::<BlockQ4K>(row).expect("whole blocks")[sub];
-                (f16_le(k.d), f16_le(k.dmin), k.scales, &k.qs[32 * (g / 2)..32 * (g / 2) + 32], None)
+                (
+                    f16_le(k.d),
+                    f16_le(k.dmin),
+                    k.scales,
+                    &k.qs[32 * (g / 2)..32 * (g / 2) + 32],
+                    None,
+                )
             } else {
                 let k = &blocks_of::<BlockQ5K>(row).expect("whole blocks")[sub];
-                (f16_le(k.d), f16_le(k.dmin), k.scales, &k.qs[32 * (g / 2)..32 * (g / 2) + 32], Some(k.qh))
+                (
+                    f16_le(k.d),
+                    f16_le(k.dmin),
+                    k.scales,
+                    &k.qs[32 * (g / 2)..32 * (g / 2) + 32],
+                    Some(k.qh),
+                )
             };
             let (sc, m) = scale_min_k4(g, &scales);
             for (i, v) in w.iter_mut().enumerate() {
@@ -157,7 +222,13 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 *v = (low | (high << 4)) as i8 - 32;
             }
             let d = f16_le(k.d);
-            ([d * k.scales[8 * h + 2 * q] as f32, d * k.scales[8 * h + 2 * q + 1] as f32], 0.0)
+            (
+                [
+                    d * k.scales[8 * h + 2 * q] as f32,
+                    d * k.scales[8 * h + 2 * q + 1] as f32,
+                ],
+                0.0,
+            )
         }
         other => panic!("{other} has no packed format"),
     };
@@ -184,12 +255,18 @@ pub struct PackedMatrix {
     pub rows: usize,
     /// Input features.
     pub cols: usize,
+    /// 64-byte lines per group.
+    group_lines: usize,
     lines: Vec<Line>,
 }
 
 impl std::fmt::Debug for PackedMatrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PackedMatrix").field("dtype", &self.dtype).field("rows", &self.rows).field("cols", &self.cols).finish_non_exhaustive()
+        f.debug_struct("PackedMatrix")
+            .field("dtype", &self.dtype)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish_non_exhaustive()
     }
 }
 
@@ -200,23 +277,58 @@ impl PackedMatrix {
         if m.cols % BLOCK != 0 {
             return None;
         }
-        let nb = m.cols / BLOCK;
-        let group_lines = nb * format.block_bytes() / 64;
+        Self::pack_as(m, format, pool).or_else(|| {
+            Self::pack_as(
+                m,
+                Format {
+                    half: false,
+                    ..format
+                },
+                pool,
+            )
+        })
+    }
+
+    /// Packs `m` in `format`; `None` when a scale or offset is not exact in it.
+    pub(crate) fn pack_as(
+        m: &Matrix<'_>,
+        format: Format,
+        pool: &rayon::ThreadPool,
+    ) -> Option<PackedMatrix> {
+        let group_lines = (m.cols / BLOCK * format.block_bytes()).div_ceil(64);
         let groups = m.rows.div_ceil(GROUP_ROWS);
         let mut lines = vec![Line([0; 64]); groups * group_lines];
-        pool.install(|| {
-            lines.par_chunks_mut(group_lines.max(1)).enumerate().for_each(|(g, chunk)| {
-                // SAFETY: `Line` is 64 plain bytes with no padding.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<u8>(), chunk.len() * 64) };
-                pack_group(m, format, g, bytes);
-            });
+        let exact = pool.install(|| {
+            lines
+                .par_chunks_mut(group_lines.max(1))
+                .enumerate()
+                .all(|(g, chunk)| {
+                    // SAFETY: `Line` is 64 plain bytes with no padding.
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            chunk.as_mut_ptr().cast::<u8>(),
+                            chunk.len() * 64,
+                        )
+                    };
+                    pack_group(m, format, g, bytes)
+                })
         });
-        Some(PackedMatrix { dtype: m.dtype, format, rows: m.rows, cols: m.cols, lines })
+        exact.then_some(PackedMatrix {
+            dtype: m.dtype,
+            format,
+            rows: m.rows,
+            cols: m.cols,
+            group_lines,
+            lines,
+        })
     }
 
     /// Packs `m` if its type has a packed format, else an error naming the type.
     pub fn try_pack(m: &Matrix<'_>, pool: &rayon::ThreadPool) -> Result<PackedMatrix, CoreError> {
-        Self::pack(m, pool).ok_or(CoreError::Unsupported { dtype: m.dtype, what: "the integer-activation layout" })
+        Self::pack(m, pool).ok_or(CoreError::Unsupported {
+            dtype: m.dtype,
+            what: "the integer-activation layout",
+        })
     }
 
     /// Blocks of 32 values per row.
@@ -231,8 +343,7 @@ impl PackedMatrix {
 
     /// The bytes of group `g`: its blocks, each [`Format::block_bytes`] long.
     pub fn group(&self, g: usize) -> &[u8] {
-        let per = self.blocks() * self.format.block_bytes() / 64;
-        let lines = &self.lines[g * per..(g + 1) * per];
+        let lines = &self.lines[g * self.group_lines..(g + 1) * self.group_lines];
         // SAFETY: `Line` is 64 plain bytes with no padding.
         unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u8>(), lines.len() * 64) }
     }
@@ -243,10 +354,23 @@ impl PackedMatrix {
     }
 }
 
-fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) {
+/// Stores `v` at `at` in the format's scale width; false when a half cannot hold it.
+fn put_scale(format: Format, blk: &mut [u8], at: usize, v: f32) -> bool {
+    if format.half {
+        let h = half::f16::from_f32(v);
+        blk[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
+        h.to_f32() == v
+    } else {
+        blk[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        true
+    }
+}
+
+/// Packs group `g` of `m` into `out`; false when a scale or offset is not exact.
+fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
     let nb = m.cols / BLOCK;
-    let bb = format.block_bytes();
-    let qb = format.quant_bytes();
+    let (bb, size) = (format.block_bytes(), format.scale_size());
+    let mut exact = true;
     for r in 0..GROUP_ROWS {
         let row = g * GROUP_ROWS + r;
         if row >= m.rows {
@@ -259,20 +383,31 @@ fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) {
             for (i, &v) in p.w.iter().enumerate() {
                 let (step, e) = (i / 2, i % 2);
                 match format.quants {
-                    Quants::Nibble => blk[32 * (step / 2) + 2 * r + e] |= (v as u8 & 0x0F) << (4 * (step % 2)),
+                    Quants::Nibble | Quants::Nibble5 => {
+                        blk[32 * (step / 2) + 2 * r + e] |= (v as u8 & 0x0F) << (4 * (step % 2));
+                        if format.quants == Quants::Nibble5 && v & 0x10 != 0 {
+                            blk[format.bits_at() + 4 * step + (2 * r + e) / 8] |=
+                                1 << ((2 * r + e) % 8);
+                        }
+                    }
                     Quants::Byte => blk[32 * step + 2 * r + e] = v as u8,
                 }
             }
-            blk[qb + 4 * r..qb + 4 * r + 4].copy_from_slice(&p.scale[0].to_le_bytes());
+            exact &= put_scale(format, blk, format.scales_at() + size * r, p.scale[0]);
             if format.split {
-                blk[qb + 64 + 4 * r..qb + 64 + 4 * r + 4].copy_from_slice(&p.scale[1].to_le_bytes());
+                exact &= put_scale(
+                    format,
+                    blk,
+                    format.scales_at() + size * (GROUP_ROWS + r),
+                    p.scale[1],
+                );
             }
             if format.offset {
-                let at = qb + 4 * format.scales() + 4 * r;
-                blk[at..at + 4].copy_from_slice(&p.offset.to_le_bytes());
+                exact &= put_scale(format, blk, format.offsets_at() + size * r, p.offset);
             }
         }
     }
+    exact
 }
 
 #[cfg(test)]
@@ -282,8 +417,36 @@ mod tests {
     use crate::kernels::test_rows::random_row;
 
     #[test]
+    fn scales_a_half_cannot_hold_fall_back_to_f32() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut row = random_row(DType::Q4_0, 2, 5);
+        row[0..2].copy_from_slice(&half::f16::from_f32(60000.0).to_bits().to_le_bytes()); // -8 d overflows a half
+        let m = Matrix::new(DType::Q4_0, 1, 64, &row).unwrap();
+        assert!(!PackedMatrix::pack(&m, &pool).unwrap().format.half);
+        let fine = random_row(DType::Q4_0, 2, 5);
+        assert!(
+            PackedMatrix::pack(&Matrix::new(DType::Q4_0, 1, 64, &fine).unwrap(), &pool)
+                .unwrap()
+                .format
+                .half
+        );
+    }
+
+    #[test]
     fn block_parts_rebuild_the_reference_dequantization() {
-        for t in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        for t in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+        ] {
             let n = 512;
             let row = random_row(t, n / t.block_len(), 3);
             let mut want = vec![0.0; n];
@@ -293,7 +456,10 @@ mod tests {
                 for i in 0..BLOCK {
                     let got = p.scale[i / 16] * p.w[i] as f32 + p.offset;
                     let w = want[b * BLOCK + i];
-                    assert!((got - w).abs() <= 1e-6 * (1.0 + w.abs()), "{t} block {b} value {i}: {got} vs {w}");
+                    assert!(
+                        (got - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                        "{t} block {b} value {i}: {got} vs {w}"
+                    );
                 }
             }
         }

@@ -20,7 +20,12 @@ unsafe impl Sync for Out {}
 
 /// `out[t * rows + r]` for the `acts.n` tokens of `acts` (quantized from rows of
 /// `w.cols` values), on `pool`'s threads.
-pub fn packed_matmul(w: &PackedMatrix, acts: &QuantizedRows, out: &mut [f32], pool: &rayon::ThreadPool) {
+pub fn packed_matmul(
+    w: &PackedMatrix,
+    acts: &QuantizedRows,
+    out: &mut [f32],
+    pool: &rayon::ThreadPool,
+) {
     let n = acts.n;
     assert_eq!(acts.cols, w.cols, "activations hold cols values per token");
     assert_eq!(out.len(), n * w.rows, "output must be n_tokens x rows");
@@ -33,7 +38,11 @@ pub fn packed_matmul(w: &PackedMatrix, acts: &QuantizedRows, out: &mut [f32], po
     let per_task = groups.div_ceil(threads * 4).max(1);
     let n_tasks = groups.div_ceil(per_task);
     let ptr = Out(out.as_mut_ptr());
-    let token = |t: usize| TokenActs { qa: acts.row(t), da: &acts.da[t * nb..(t + 1) * nb], sa: &acts.sa[t * nb..(t + 1) * nb] };
+    let token = |t: usize| TokenActs {
+        qa: acts.row(t),
+        da: &acts.da[t * nb..(t + 1) * nb],
+        sa: &acts.sa[t * nb..(t + 1) * nb],
+    };
     pool.install(|| {
         (0..n_tasks).into_par_iter().for_each(|task| {
             let ptr = ptr;
@@ -44,12 +53,19 @@ pub fn packed_matmul(w: &PackedMatrix, acts: &QuantizedRows, out: &mut [f32], po
                 let mut t0 = 0;
                 while t0 < n {
                     let k = (n - t0).min(TOKEN_TILE);
-                    let toks: [TokenActs<'_>; TOKEN_TILE] = std::array::from_fn(|i| token((t0 + i).min(n - 1)));
+                    let toks: [TokenActs<'_>; TOKEN_TILE] =
+                        std::array::from_fn(|i| token((t0 + i).min(n - 1)));
                     group(w.format, w.group(g), nb, &toks[..k], &mut tile[..k]);
                     for (i, row) in tile[..k].iter().enumerate() {
                         // SAFETY: (t0 + i, r0..r0 + valid) is inside `out` and these
                         // rows belong to this task alone.
-                        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), ptr.0.add((t0 + i) * w.rows + r0), valid) };
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                row.as_ptr(),
+                                ptr.0.add((t0 + i) * w.rows + r0),
+                                valid,
+                            )
+                        };
                     }
                     t0 += k;
                 }
@@ -66,17 +82,31 @@ mod tests {
     use crate::ops::matmul::{Matrix, matmul};
 
     fn pool(n: usize) -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap()
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap()
     }
 
     #[test]
     fn every_token_gets_the_same_bits_alone_or_in_a_batch_and_stays_close_to_f32() {
-        for t in [DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::Q8_0] {
+        for t in [
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q4_K,
+            DType::Q6_K,
+            DType::Q8_0,
+        ] {
             let (rows, cols, n) = (37, 512, 9);
-            let bytes: Vec<u8> = (0..rows).flat_map(|r| random_row(t, cols / t.block_len(), 31 + r as u64)).collect();
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|r| random_row(t, cols / t.block_len(), 31 + r as u64))
+                .collect();
             let m = Matrix::new(t, rows, cols, &bytes).unwrap();
             let p = PackedMatrix::pack(&m, &pool(2)).unwrap();
-            let x: Vec<f32> = random(n * cols, 77).iter().map(|&b| (b as f32 - 128.0) / 50.0).collect();
+            let x: Vec<f32> = random(n * cols, 77)
+                .iter()
+                .map(|&b| (b as f32 - 128.0) / 50.0)
+                .collect();
             let mut q = QuantizedRows::default();
             q.quantize(&x, n, cols);
             let mut batched = vec![0.0; n * rows];
@@ -89,7 +119,10 @@ mod tests {
                     one.quantize(&x[k * cols..(k + 1) * cols], 1, cols);
                     let mut alone = vec![0.0; rows];
                     packed_matmul(&p, &one, &mut alone, &pool(threads));
-                    let same = alone.iter().zip(&batched[k * rows..(k + 1) * rows]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    let same = alone
+                        .iter()
+                        .zip(&batched[k * rows..(k + 1) * rows])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{t}: token {k} differs alone on {threads} threads");
                 }
             }

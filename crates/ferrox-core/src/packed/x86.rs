@@ -18,35 +18,66 @@ use super::{BLOCK, GROUP_ROWS};
 
 /// Whether this CPU runs the kernels here.
 pub fn available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni")
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
 /// # Safety
 /// [`available`] must hold; `g` holds `nb` blocks of `format`; every token holds
 /// `nb` blocks; `out` has a row per token; at most 4 tokens.
-pub unsafe fn group(format: Format, g: &[u8], nb: usize, tokens: &[TokenActs<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+pub unsafe fn group(
+    format: Format,
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     macro_rules! by_tokens {
-        ($nib:literal, $off:literal, $split:literal) => {
+        ($q:expr, $off:literal, $split:literal, $half:literal) => {
             // SAFETY: the caller's contract.
             unsafe {
                 match tokens.len() {
-                    1 => kernel::<1, $nib, $off, $split>(g, nb, tokens, out),
-                    2 => kernel::<2, $nib, $off, $split>(g, nb, tokens, out),
-                    3 => kernel::<3, $nib, $off, $split>(g, nb, tokens, out),
-                    4 => kernel::<4, $nib, $off, $split>(g, nb, tokens, out),
+                    1 => kernel::<1, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    2 => kernel::<2, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    3 => kernel::<3, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    4 => kernel::<4, { $q }, $off, $split, $half>(g, nb, tokens, out),
                     n => panic!("{n} tokens in one group call"),
                 }
             }
         };
     }
-    match (format.quants, format.offset, format.split) {
-        (Quants::Nibble, true, false) => by_tokens!(true, true, false),
-        (Quants::Byte, true, false) => by_tokens!(false, true, false),
-        (Quants::Byte, false, false) => by_tokens!(false, false, false),
-        (Quants::Byte, false, true) => by_tokens!(false, false, true),
+    match (format.quants, format.offset, format.split, format.half) {
+        (Quants::Nibble, true, false, true) => by_tokens!(NIBBLE, true, false, true),
+        (Quants::Nibble, true, false, false) => by_tokens!(NIBBLE, true, false, false),
+        (Quants::Nibble5, true, false, true) => by_tokens!(NIBBLE5, true, false, true),
+        (Quants::Nibble5, true, false, false) => by_tokens!(NIBBLE5, true, false, false),
+        (Quants::Byte, false, false, true) => by_tokens!(BYTE, false, false, true),
+        (Quants::Byte, false, false, false) => by_tokens!(BYTE, false, false, false),
+        (Quants::Byte, false, true, false) => by_tokens!(BYTE, false, true, false),
         other => panic!("no packed kernel for {other:?}"),
     }
 }
+
+const NIBBLE: u8 = 0;
+const NIBBLE5: u8 = 1;
+const BYTE: u8 = 2;
+
+/// 16 scales (or offsets) at `p`, halves or f32.
+#[inline(always)]
+unsafe fn scales16<const HALF: bool>(p: *const u8) -> __m512 {
+    // SAFETY: 32 or 64 bytes at `p` (caller).
+    unsafe {
+        if HALF {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
+        } else {
+            _mm512_loadu_ps(p.cast())
+        }
+    }
+}
+
+/// How far ahead of the block being multiplied its successors are prefetched.
+const PREFETCH_BYTES: usize = 16384;
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
@@ -70,15 +101,30 @@ unsafe fn dp(acc: __m512i, w: __m512i, pair: *const i16) -> __m512i {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn kernel<const T: usize, const NIB: bool, const OFF: bool, const SPLIT: bool>(
+unsafe fn kernel<
+    const T: usize,
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const HALF: bool,
+>(
     g: &[u8],
     nb: usize,
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    let qb = if NIB { GROUP_ROWS * BLOCK / 2 } else { GROUP_ROWS * BLOCK };
-    let scales = if SPLIT { 2 * GROUP_ROWS } else { GROUP_ROWS };
-    let bb = qb + 4 * scales + if OFF { 4 * GROUP_ROWS } else { 0 };
+    let format = Format {
+        quants: [Quants::Nibble, Quants::Nibble5, Quants::Byte][Q as usize],
+        offset: OFF,
+        split: SPLIT,
+        half: HALF,
+    };
+    let (bb, size, scales_at, offsets_at) = (
+        format.block_bytes(),
+        format.scale_size(),
+        format.scales_at(),
+        format.offsets_at(),
+    );
     let mut acc = [_mm512_setzero_ps(); T];
     let qa: [*const i16; T] = std::array::from_fn(|t| tokens[t].qa.as_ptr());
     let da: [*const f32; T] = std::array::from_fn(|t| tokens[t].da.as_ptr());
@@ -87,23 +133,48 @@ unsafe fn kernel<const T: usize, const NIB: bool, const OFF: bool, const SPLIT: 
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
     unsafe {
         let low = _mm512_set1_epi16(0x0F);
+        let sixteen = _mm512_set1_epi16(16);
         for b in 0..nb {
             let blk = g.as_ptr().add(b * bb);
+            // Weights stream from DRAM once per step (decode is bound by it): ask
+            // for the lines 16 KiB ahead into L2 (measured: +40 % bytes/s over the
+            // hardware prefetcher alone). A hint; past the end it reads nothing.
+            let ahead = blk.wrapping_add(PREFETCH_BYTES);
+            let mut line = 0;
+            while line < bb {
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line).cast());
+                line += 64;
+            }
             let mut w = [_mm512_setzero_si512(); 16];
-            if NIB {
+            if Q != BYTE {
                 for c in 0..8 {
                     let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
                     w[2 * c] = _mm512_and_si512(raw, low);
                     w[2 * c + 1] = _mm512_srli_epi16(raw, 4);
+                }
+                if Q == NIBBLE5 {
+                    let bits = blk.add(format.bits_at()).cast::<u32>();
+                    for (p, wp) in w.iter_mut().enumerate() {
+                        *wp =
+                            _mm512_mask_add_epi16(*wp, bits.add(p).read_unaligned(), *wp, sixteen);
+                    }
                 }
             } else {
                 for (p, wp) in w.iter_mut().enumerate() {
                     *wp = _mm512_cvtepi8_epi16(_mm256_loadu_si256(blk.add(32 * p).cast()));
                 }
             }
-            let s0 = _mm512_loadu_ps(blk.add(qb).cast());
-            let s1 = if SPLIT { _mm512_loadu_ps(blk.add(qb + 64).cast()) } else { s0 };
-            let off = if OFF { _mm512_loadu_ps(blk.add(qb + 4 * scales).cast()) } else { s0 };
+            let s0 = scales16::<HALF>(blk.add(scales_at));
+            let s1 = if SPLIT {
+                scales16::<HALF>(blk.add(scales_at + size * GROUP_ROWS))
+            } else {
+                s0
+            };
+            let off = if OFF {
+                scales16::<HALF>(blk.add(offsets_at))
+            } else {
+                s0
+            };
             for t in 0..T {
                 let a = qa[t].add(BLOCK * b);
                 let mut i = [_mm512_setzero_si512(); 4];
@@ -117,14 +188,24 @@ unsafe fn kernel<const T: usize, const NIB: bool, const OFF: bool, const SPLIT: 
                 }
                 let dav = _mm512_set1_ps(*da[t].add(b));
                 if SPLIT {
-                    let lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[0], i[1])), s0), dav);
-                    let hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[2], i[3])), s1), dav);
+                    let lo = _mm512_mul_ps(
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[0], i[1])), s0),
+                        dav,
+                    );
+                    let hi = _mm512_mul_ps(
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[2], i[3])), s1),
+                        dav,
+                    );
                     acc[t] = _mm512_add_ps(_mm512_add_ps(acc[t], lo), hi);
                 } else {
-                    let sum = _mm512_add_epi32(_mm512_add_epi32(i[0], i[1]), _mm512_add_epi32(i[2], i[3]));
+                    let sum = _mm512_add_epi32(
+                        _mm512_add_epi32(i[0], i[1]),
+                        _mm512_add_epi32(i[2], i[3]),
+                    );
                     let mut term = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), s0), dav);
                     if OFF {
-                        term = _mm512_add_ps(term, _mm512_mul_ps(off, _mm512_set1_ps(*sa[t].add(b))));
+                        term =
+                            _mm512_add_ps(term, _mm512_mul_ps(off, _mm512_set1_ps(*sa[t].add(b))));
                     }
                     acc[t] = _mm512_add_ps(acc[t], term);
                 }

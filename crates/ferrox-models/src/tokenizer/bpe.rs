@@ -16,7 +16,8 @@ pub fn byte_to_char_table() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut next = 256u32;
     for b in 0..256u32 {
-        let printable = (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let printable =
+            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
         let c = if printable {
             b
         } else {
@@ -40,8 +41,14 @@ impl Merges {
     pub fn new(vocab: &Vocab, lines: &[String]) -> Merges {
         let mut ranks = HashMap::with_capacity(lines.len());
         for (rank, line) in lines.iter().enumerate() {
-            let Some((l, r)) = line.split_once(' ') else { continue };
-            let (Some(li), Some(ri), Some(mi)) = (vocab.id_of(l), vocab.id_of(r), vocab.id_of(&format!("{l}{r}"))) else {
+            let Some((l, r)) = line.split_once(' ') else {
+                continue;
+            };
+            let (Some(li), Some(ri), Some(mi)) = (
+                vocab.id_of(l),
+                vocab.id_of(r),
+                vocab.id_of(&format!("{l}{r}")),
+            ) else {
                 continue;
             };
             ranks.entry((li, ri)).or_insert((rank as u32, mi));
@@ -56,7 +63,13 @@ impl Merges {
 
 /// Appends the tokens of one byte-mapped word to `out`. With `ignore_merges` (the
 /// llama3 tokenizer), a word that is itself a token is taken whole.
-pub fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, ignore_merges: bool, out: &mut Vec<u32>) {
+pub fn tokenize_word(
+    vocab: &Vocab,
+    merges: &Merges,
+    word: &str,
+    ignore_merges: bool,
+    out: &mut Vec<u32>,
+) {
     if let Some(id) = vocab.id_of(word)
         && (ignore_merges || word.chars().nth(1).is_none())
     {
@@ -67,7 +80,9 @@ pub fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, ignore_merges: 
         word,
         |c| vocab.id_of(c),
         |l, r, _| match (l.id, r.id) {
-            (Some(li), Some(ri)) => merges.get(li, ri).map(|(rank, merged)| (-(rank as f64), merged)),
+            (Some(li), Some(ri)) => merges
+                .get(li, ri)
+                .map(|(rank, merged)| (-(rank as f64), merged)),
             _ => None,
         },
         |_, _, _| {},

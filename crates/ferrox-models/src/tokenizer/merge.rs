@@ -44,7 +44,9 @@ impl PartialOrd for Candidate {
 }
 impl Ord for Candidate {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.priority.total_cmp(&other.priority).then_with(|| other.left.cmp(&self.left))
+        self.priority
+            .total_cmp(&other.priority)
+            .then_with(|| other.left.cmp(&self.left))
     }
 }
 
@@ -61,18 +63,31 @@ pub fn merge(
     let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
     for (i, (start, c)) in word.char_indices().enumerate() {
         let len = c.len_utf8();
-        symbols.push(Symbol { start, len, id: id_of(&word[start..start + len]), prev: i.checked_sub(1), next: Some(i + 1) });
+        symbols.push(Symbol {
+            start,
+            len,
+            id: id_of(&word[start..start + len]),
+            prev: i.checked_sub(1),
+            next: Some(i + 1),
+        });
     }
     if let Some(last) = symbols.last_mut() {
         last.next = None;
     }
     let mut queue = BinaryHeap::new();
-    let try_pair = |queue: &mut BinaryHeap<Candidate>, symbols: &[Symbol], left: usize, right: usize| {
-        let (l, r) = (&symbols[left], &symbols[right]);
-        if let Some((priority, merged)) = pair(l, r, &word[l.start..r.start + r.len]) {
-            queue.push(Candidate { priority, left, right, len: l.len + r.len, merged });
-        }
-    };
+    let try_pair =
+        |queue: &mut BinaryHeap<Candidate>, symbols: &[Symbol], left: usize, right: usize| {
+            let (l, r) = (&symbols[left], &symbols[right]);
+            if let Some((priority, merged)) = pair(l, r, &word[l.start..r.start + r.len]) {
+                queue.push(Candidate {
+                    priority,
+                    left,
+                    right,
+                    len: l.len + r.len,
+                    merged,
+                });
+            }
+        };
     for i in 1..symbols.len() {
         try_pair(&mut queue, &symbols, i - 1, i);
     }

@@ -32,8 +32,16 @@ pub use stream::Utf8Stream;
 /// The tokenization algorithm and its tables.
 #[derive(Clone, Debug)]
 enum Algorithm {
-    SentencePiece { add_space_prefix: bool },
-    BytePairs { pre: PreTokenizer, merges: Merges, byte_chars: Box<[char; 256]>, char_bytes: HashMap<char, u8>, ignore_merges: bool },
+    SentencePiece {
+        add_space_prefix: bool,
+    },
+    BytePairs {
+        pre: PreTokenizer,
+        merges: Merges,
+        byte_chars: Box<[char; 256]>,
+        char_bytes: HashMap<char, u8>,
+        ignore_merges: bool,
+    },
 }
 
 /// Which tokenizer family a model uses.
@@ -45,8 +53,16 @@ pub enum TokenizerKind {
 }
 
 /// Texts of end-of-turn tokens that end generation wherever a vocabulary has them (SPEC S14).
-const END_OF_TURN_TEXTS: [&str; 8] =
-    ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "<|eom_id|>"];
+const END_OF_TURN_TEXTS: [&str; 8] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "<|eom_id|>",
+];
 
 /// A tokenizer: text to ids and back.
 #[derive(Clone, Debug)]
@@ -63,7 +79,10 @@ pub struct Tokenizer {
 fn id_key(m: &Metadata, key: &str, n: usize) -> Result<Option<u32>, ModelError> {
     match m.count_opt(key)? {
         Some(id) if id < n => Ok(Some(id as u32)),
-        Some(id) => Err(ModelError::InvalidHyperParameter { key: key.into(), reason: format!("token {id} is outside the vocabulary of {n}") }),
+        Some(id) => Err(ModelError::InvalidHyperParameter {
+            key: key.into(),
+            reason: format!("token {id} is outside the vocabulary of {n}"),
+        }),
         None => Ok(None),
     }
 }
@@ -75,32 +94,57 @@ impl Tokenizer {
         let vocab = Vocab::from_metadata(m)?;
         let n = vocab.len();
         let algorithm = match model {
-            "llama" => Algorithm::SentencePiece { add_space_prefix: m.bool_opt("tokenizer.ggml.add_space_prefix")?.unwrap_or(true) },
+            "llama" => Algorithm::SentencePiece {
+                add_space_prefix: m
+                    .bool_opt("tokenizer.ggml.add_space_prefix")?
+                    .unwrap_or(true),
+            },
             "gpt2" => {
-                let pre_name = m.string_opt("tokenizer.ggml.pre")?.unwrap_or_else(|| "default".into());
+                let pre_name = m
+                    .string_opt("tokenizer.ggml.pre")?
+                    .unwrap_or_else(|| "default".into());
                 let pre = PreTokenizer::from_name(&pre_name)?;
                 let merges = Merges::new(&vocab, m.string_array("tokenizer.ggml.merges")?);
                 let byte_chars = Box::new(bpe::byte_to_char_table());
-                let char_bytes = byte_chars.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-                Algorithm::BytePairs { pre, merges, byte_chars, char_bytes, ignore_merges: pre == PreTokenizer::Llama3 && pre_name != "default" }
+                let char_bytes = byte_chars
+                    .iter()
+                    .enumerate()
+                    .map(|(b, &c)| (c, b as u8))
+                    .collect();
+                Algorithm::BytePairs {
+                    pre,
+                    merges,
+                    byte_chars,
+                    char_bytes,
+                    ignore_merges: pre == PreTokenizer::Llama3 && pre_name != "default",
+                }
             }
             other => {
                 return Err(ModelError::InvalidHyperParameter {
                     key: "tokenizer.ggml.model".into(),
-                    reason: format!("unsupported tokenizer {other:?}; supported: llama (SentencePiece), gpt2 (byte-level BPE)"),
+                    reason: format!(
+                        "unsupported tokenizer {other:?}; supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+                    ),
                 });
             }
         };
         let is_spm = matches!(algorithm, Algorithm::SentencePiece { .. });
         let bos = id_key(m, "tokenizer.ggml.bos_token_id", n)?;
         let eos = id_key(m, "tokenizer.ggml.eos_token_id", n)?;
-        let mut end_of_generation: Vec<u32> = [eos, id_key(m, "tokenizer.ggml.eot_token_id", n)?, id_key(m, "tokenizer.ggml.eom_token_id", n)?]
-            .into_iter()
-            .flatten()
-            .collect();
+        let mut end_of_generation: Vec<u32> = [
+            eos,
+            id_key(m, "tokenizer.ggml.eot_token_id", n)?,
+            id_key(m, "tokenizer.ggml.eom_token_id", n)?,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         for text in END_OF_TURN_TEXTS {
             if let Some(id) = vocab.id_of(text)
-                && matches!(vocab.token_type(id), Some(TokenType::Control | TokenType::UserDefined))
+                && matches!(
+                    vocab.token_type(id),
+                    Some(TokenType::Control | TokenType::UserDefined)
+                )
             {
                 end_of_generation.push(id);
             }
@@ -112,7 +156,9 @@ impl Tokenizer {
             algorithm,
             bos,
             eos,
-            add_bos: m.bool_opt("tokenizer.ggml.add_bos_token")?.unwrap_or(is_spm),
+            add_bos: m
+                .bool_opt("tokenizer.ggml.add_bos_token")?
+                .unwrap_or(is_spm),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
             end_of_generation,
         })
@@ -165,7 +211,8 @@ impl Tokenizer {
     /// `parse_special` lets text spell control tokens.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
-        if add_special && self.add_bos
+        if add_special
+            && self.add_bos
             && let Some(b) = self.bos
         {
             out.push(b);
@@ -190,17 +237,30 @@ impl Tokenizer {
                             }
                             spm::tokenize(&self.vocab, &escaped, &mut out);
                         }
-                        Algorithm::BytePairs { pre, merges, byte_chars, ignore_merges, .. } => pre.split(t, |w| {
+                        Algorithm::BytePairs {
+                            pre,
+                            merges,
+                            byte_chars,
+                            ignore_merges,
+                            ..
+                        } => pre.split(t, |w| {
                             word.clear();
                             word.extend(w.bytes().map(|b| byte_chars[b as usize]));
-                            bpe::tokenize_word(&self.vocab, merges, &word, *ignore_merges, &mut out);
+                            bpe::tokenize_word(
+                                &self.vocab,
+                                merges,
+                                &word,
+                                *ignore_merges,
+                                &mut out,
+                            );
                         }),
                     }
                     prev_special = false;
                 }
             }
         }
-        if add_special && self.add_eos
+        if add_special
+            && self.add_eos
             && let Some(e) = self.eos
         {
             out.push(e);
@@ -216,9 +276,19 @@ impl Tokenizer {
         };
         match ty {
             TokenType::Control | TokenType::Unused if !render_special => Cow::Borrowed(&[]),
-            TokenType::Control | TokenType::Unused | TokenType::UserDefined => Cow::Borrowed(piece.as_bytes()),
-            TokenType::Unknown => Cow::Borrowed(if render_special { piece.as_bytes() } else { "\u{2585}".as_bytes() }),
-            TokenType::Byte => match piece.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            TokenType::Control | TokenType::Unused | TokenType::UserDefined => {
+                Cow::Borrowed(piece.as_bytes())
+            }
+            TokenType::Unknown => Cow::Borrowed(if render_special {
+                piece.as_bytes()
+            } else {
+                "\u{2585}".as_bytes()
+            }),
+            TokenType::Byte => match piece
+                .strip_prefix("<0x")
+                .and_then(|h| h.strip_suffix('>'))
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
                 Some(b) => Cow::Owned(vec![b]),
                 None => Cow::Borrowed(piece.as_bytes()),
             },
@@ -246,7 +316,12 @@ impl Tokenizer {
 
     /// Whether decoding drops one leading space (SentencePiece with a space prefix).
     pub fn strips_leading_space(&self) -> bool {
-        matches!(self.algorithm, Algorithm::SentencePiece { add_space_prefix: true })
+        matches!(
+            self.algorithm,
+            Algorithm::SentencePiece {
+                add_space_prefix: true
+            }
+        )
     }
 
     /// The bytes of a sequence of ids.

@@ -53,7 +53,10 @@ impl PreTokenizer {
             PreTokenizer::Qwen2 => split_llama3(text, 1, &mut word),
             PreTokenizer::SmolLm => {
                 let mut rest = text;
-                while let Some((at, c)) = rest.char_indices().find(|&(_, c)| class(c) == Class::Number) {
+                while let Some((at, c)) = rest
+                    .char_indices()
+                    .find(|&(_, c)| class(c) == Class::Number)
+                {
                     if at > 0 {
                         split_gpt2(&rest[..at], &mut word);
                     }
@@ -107,14 +110,22 @@ struct Chars {
 impl Chars {
     fn new(text: &str) -> Chars {
         let n = text.len();
-        let (mut offsets, mut chars, mut classes) = (Vec::with_capacity(n + 1), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut offsets, mut chars, mut classes) = (
+            Vec::with_capacity(n + 1),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for (i, c) in text.char_indices() {
             offsets.push(i);
             chars.push(c);
             classes.push(class(c));
         }
         offsets.push(n);
-        Chars { offsets, chars, classes }
+        Chars {
+            offsets,
+            chars,
+            classes,
+        }
     }
     fn len(&self) -> usize {
         self.chars.len()
@@ -135,7 +146,13 @@ fn contraction(cs: &Chars, pos: usize, case_insensitive: bool) -> usize {
     if cs.char(pos) != Some('\'') {
         return 0;
     }
-    let get = |i| if case_insensitive { cs.lower(i) } else { cs.char(i) };
+    let get = |i| {
+        if case_insensitive {
+            cs.lower(i)
+        } else {
+            cs.char(i)
+        }
+    };
     match (get(pos + 1), get(pos + 2)) {
         (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => 3,
         (Some('s' | 't' | 'm' | 'd'), _) => 2,
@@ -149,7 +166,11 @@ fn whitespace_run(cs: &Chars, pos: usize) -> usize {
     while cs.class(pos + n) == Class::Space {
         n += 1;
     }
-    if n > 1 && cs.class(pos + n) != Class::End { n - 1 } else { n }
+    if n > 1 && cs.class(pos + n) != Class::End {
+        n - 1
+    } else {
+        n
+    }
 }
 
 fn emit<'a>(text: &'a str, cs: &Chars, from: usize, to: usize, word: &mut impl FnMut(&'a str)) {
@@ -203,7 +224,10 @@ fn split_llama3<'a>(text: &'a str, max_digits: usize, word: &mut impl FnMut(&'a 
             continue;
         }
         // [^\r\n\p{L}\p{N}]?\p{L}+
-        if !is_newline(c) && k != Class::Number && (k == Class::Letter || cs.class(pos + 1) == Class::Letter) {
+        if !is_newline(c)
+            && k != Class::Number
+            && (k == Class::Letter || cs.class(pos + 1) == Class::Letter)
+        {
             pos += 1;
             while cs.class(pos) == Class::Letter {
                 pos += 1;
@@ -246,7 +270,11 @@ fn split_llama3<'a>(text: &'a str, max_digits: usize, word: &mut impl FnMut(&'a 
             }
             run += 1;
         }
-        pos += if after_newline > 0 { after_newline } else { whitespace_run(&cs, pos).max(1) };
+        pos += if after_newline > 0 {
+            after_newline
+        } else {
+            whitespace_run(&cs, pos).max(1)
+        };
         emit(text, &cs, start, pos, word);
     }
 }
@@ -265,22 +293,34 @@ mod tests {
     #[test]
     fn gpt2_splits_like_its_regex() {
         let p = PreTokenizer::Gpt2;
-        assert_eq!(words(p, "Hello, world! I'm 42"), ["Hello", ",", " world", "!", " I", "'m", " 42"]);
-        assert_eq!(words(p, "  leading spaces   "), [" ", " leading", " spaces", "   "]);
+        assert_eq!(
+            words(p, "Hello, world! I'm 42"),
+            ["Hello", ",", " world", "!", " I", "'m", " 42"]
+        );
+        assert_eq!(
+            words(p, "  leading spaces   "),
+            [" ", " leading", " spaces", "   "]
+        );
         assert_eq!(words(p, "a\n\nb"), ["a", "\n", "\n", "b"]);
         assert_eq!(words(p, "x  = 3"), ["x", " ", " =", " 3"]);
     }
 
     #[test]
     fn smollm_isolates_every_digit() {
-        assert_eq!(words(PreTokenizer::SmolLm, "Numbers: 12 x3"), ["Numbers", ":", " ", "1", "2", " x", "3"]);
+        assert_eq!(
+            words(PreTokenizer::SmolLm, "Numbers: 12 x3"),
+            ["Numbers", ":", " ", "1", "2", " x", "3"]
+        );
     }
 
     #[test]
     fn llama3_groups_digits_by_three_and_keeps_newlines_together() {
         let p = PreTokenizer::Llama3;
         assert_eq!(words(p, "12345 abc"), ["123", "45", " abc"]);
-        assert_eq!(words(p, "I'M here.\n\nok"), ["I", "'M", " here", ".\n\n", "ok"]);
+        assert_eq!(
+            words(p, "I'M here.\n\nok"),
+            ["I", "'M", " here", ".\n\n", "ok"]
+        );
         assert_eq!(words(p, "a \n b"), ["a", " \n", " b"]);
         assert_eq!(words(PreTokenizer::Qwen2, "123"), ["1", "2", "3"]);
     }

@@ -32,7 +32,14 @@ pub fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
     }
 }
 
-fn resegment(vocab: &Vocab, text: &str, start: usize, len: usize, merged_from: &HashMap<(usize, usize), (usize, usize)>, out: &mut Vec<u32>) {
+fn resegment(
+    vocab: &Vocab,
+    text: &str,
+    start: usize,
+    len: usize,
+    merged_from: &HashMap<(usize, usize), (usize, usize)>,
+    out: &mut Vec<u32>,
+) {
     let piece = &text[start..start + len];
     if let Some(id) = vocab.id_of(piece) {
         out.push(id);

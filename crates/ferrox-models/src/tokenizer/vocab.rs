@@ -73,7 +73,11 @@ impl Vocab {
         };
         let types: Vec<TokenType> = match m.get("tokenizer.ggml.token_type") {
             None => vec![TokenType::Normal; n],
-            Some(_) => m.i32_array("tokenizer.ggml.token_type")?.iter().map(|&t| TokenType::from_gguf(t)).collect(),
+            Some(_) => m
+                .i32_array("tokenizer.ggml.token_type")?
+                .iter()
+                .map(|&t| TokenType::from_gguf(t))
+                .collect(),
         };
         if types.len() != n {
             return Err(bad("tokenizer.ggml.token_type", types.len()));
@@ -104,9 +108,21 @@ impl Vocab {
                 _ => None,
             })
             .collect();
-        specials.sort_by(|a, b| pieces[b.0 as usize].len().cmp(&pieces[a.0 as usize].len()).then(a.0.cmp(&b.0)));
+        specials.sort_by(|a, b| {
+            pieces[b.0 as usize]
+                .len()
+                .cmp(&pieces[a.0 as usize].len())
+                .then(a.0.cmp(&b.0))
+        });
         let byte_tokens = std::array::from_fn(|b| by_piece.get(&format!("<0x{b:02X}>")).copied());
-        Vocab { pieces, types, scores, by_piece, specials, byte_tokens }
+        Vocab {
+            pieces,
+            types,
+            scores,
+            by_piece,
+            specials,
+            byte_tokens,
+        }
     }
 
     /// Number of tokens.
@@ -131,7 +147,10 @@ impl Vocab {
 
     /// The score of `id` (SentencePiece merge priority).
     pub fn score(&self, id: u32) -> f32 {
-        self.scores.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY)
+        self.scores
+            .get(id as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY)
     }
 
     /// The byte-fallback token (`<0xNN>`) of `b`.
@@ -156,7 +175,10 @@ impl Vocab {
                 continue;
             }
             let piece = self.pieces[id as usize].as_str();
-            if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(piece))) {
+            if !frags
+                .iter()
+                .any(|f| matches!(f, Fragment::Text(t) if t.contains(piece)))
+            {
                 continue;
             }
             let mut next = Vec::with_capacity(frags.len() + 2);
@@ -189,22 +211,42 @@ mod tests {
     use super::*;
 
     fn vocab() -> Vocab {
-        let pieces = ["a", "<ctl>", "<user>", "<ctl>x", "b"].map(String::from).to_vec();
-        let types = vec![TokenType::Normal, TokenType::Control, TokenType::UserDefined, TokenType::Control, TokenType::Normal];
+        let pieces = ["a", "<ctl>", "<user>", "<ctl>x", "b"]
+            .map(String::from)
+            .to_vec();
+        let types = vec![
+            TokenType::Normal,
+            TokenType::Control,
+            TokenType::UserDefined,
+            TokenType::Control,
+            TokenType::Normal,
+        ];
         Vocab::new(pieces, types, vec![0.0; 5])
     }
 
     #[test]
     fn control_tokens_split_text_only_with_parse_special() {
         let v = vocab();
-        assert_eq!(v.partition("a<ctl>b", false), vec![Fragment::Text("a<ctl>b")]);
-        assert_eq!(v.partition("a<ctl>b", true), vec![Fragment::Text("a"), Fragment::Token(1), Fragment::Text("b")]);
+        assert_eq!(
+            v.partition("a<ctl>b", false),
+            vec![Fragment::Text("a<ctl>b")]
+        );
+        assert_eq!(
+            v.partition("a<ctl>b", true),
+            vec![Fragment::Text("a"), Fragment::Token(1), Fragment::Text("b")]
+        );
     }
 
     #[test]
     fn user_defined_tokens_always_split_and_longer_pieces_win() {
         let v = vocab();
-        assert_eq!(v.partition("<user><user>", false), vec![Fragment::Token(2), Fragment::Token(2)]);
-        assert_eq!(v.partition("<ctl>x<ctl>", true), vec![Fragment::Token(3), Fragment::Token(1)]);
+        assert_eq!(
+            v.partition("<user><user>", false),
+            vec![Fragment::Token(2), Fragment::Token(2)]
+        );
+        assert_eq!(
+            v.partition("<ctl>x<ctl>", true),
+            vec![Fragment::Token(3), Fragment::Token(1)]
+        );
     }
 }

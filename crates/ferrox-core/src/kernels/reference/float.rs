@@ -5,7 +5,9 @@
 
 #[inline(always)]
 fn pairs(bytes: &[u8]) -> impl Iterator<Item = u16> + '_ {
-    bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]))
+    bytes
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
 }
 
 /// Copies little-endian f32 bytes into `out`.
@@ -31,15 +33,24 @@ pub fn bf16_to_f32(bytes: &[u8], out: &mut [f32]) {
 
 /// Dot product of little-endian f32 weights with `x`.
 pub fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
-    w.chunks_exact(4).zip(x).map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).fold(0.0, |s, p| s + p)
+    w.chunks_exact(4)
+        .zip(x)
+        .map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
+        .fold(0.0, |s, p| s + p)
 }
 
 /// Dot product of f16 weights with `x`.
 pub fn dot_f16(w: &[u8], x: &[f32]) -> f32 {
-    pairs(w).zip(x).map(|(h, &v)| half::f16::from_bits(h).to_f32() * v).fold(0.0, |s, p| s + p)
+    pairs(w)
+        .zip(x)
+        .map(|(h, &v)| half::f16::from_bits(h).to_f32() * v)
+        .fold(0.0, |s, p| s + p)
 }
 
 /// Dot product of bf16 weights with `x`.
 pub fn dot_bf16(w: &[u8], x: &[f32]) -> f32 {
-    pairs(w).zip(x).map(|(h, &v)| f32::from_bits((h as u32) << 16) * v).fold(0.0, |s, p| s + p)
+    pairs(w)
+        .zip(x)
+        .map(|(h, &v)| f32::from_bits((h as u32) << 16) * v)
+        .fold(0.0, |s, p| s + p)
 }

@@ -103,7 +103,9 @@ pub fn dot_q6_k_q8_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let mut isum = 0i32;
         for g in 0..16 {
-            let gsum: i32 = (0..16).map(|l| q6k_value(x, 16 * g + l) * y.qs[16 * g + l] as i32).sum();
+            let gsum: i32 = (0..16)
+                .map(|l| q6k_value(x, 16 * g + l) * y.qs[16 * g + l] as i32)
+                .sum();
             isum += x.scales[g] as i32 * gsum;
         }
         sum += f16_le(x.d) * y.d * isum as f32;

@@ -11,7 +11,9 @@
 //!   the signed value of largest magnitude to -127 (round half to even), and
 //!   `bsums` are exact sums of 16 quants.
 
-use crate::blocks::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, K_SCALE_SIZE, f16_le};
+use crate::blocks::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, K_SCALE_SIZE, f16_le,
+};
 use crate::dtype::QK_K;
 
 /// The 6-bit scale and min of group `j` (0..8) of a Q4_K / Q5_K block.
@@ -20,7 +22,10 @@ pub fn scale_min_k4(j: usize, q: &[u8; K_SCALE_SIZE]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        ((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        (
+            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
     }
 }
 
@@ -29,7 +34,11 @@ pub fn scale_min_k4(j: usize, q: &[u8; K_SCALE_SIZE]) -> (u8, u8) {
 pub fn q3k_scales(packed: &[u8; K_SCALE_SIZE]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (i, o) in out.iter_mut().enumerate() {
-        let low = if i < 8 { packed[i] & 0x0F } else { packed[i - 8] >> 4 };
+        let low = if i < 8 {
+            packed[i] & 0x0F
+        } else {
+            packed[i - 8] >> 4
+        };
         let high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
         *o = ((low | (high << 4)) as i8) - 32;
     }

@@ -12,7 +12,9 @@
 //!   fold blocks into an `f32` sum in block order (a fixed order: the SIMD twins
 //!   must produce the same value for the same blocks).
 
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, f16_le, f16_le_bytes};
+use crate::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, f16_le, f16_le_bytes,
+};
 use crate::dtype::QK;
 
 const HALF: usize = QK / 2;
@@ -25,7 +27,10 @@ fn nibbles(qs: &[u8; HALF], j: usize) -> (i32, i32) {
 #[inline(always)]
 fn fifth_bits(qh: [u8; 4], j: usize) -> (i32, i32) {
     let h = u32::from_le_bytes(qh);
-    ((((h >> j) & 1) << 4) as i32, (((h >> (j + HALF)) & 1) << 4) as i32)
+    (
+        (((h >> j) & 1) << 4) as i32,
+        (((h >> (j + HALF)) & 1) << 4) as i32,
+    )
 }
 
 /// Dequantizes Q4_0 blocks into `out` (`out.len() == 32 * blocks.len()`).
@@ -111,7 +116,8 @@ fn signed_absmax(x: &[f32]) -> (f32, f32) {
 }
 
 fn min_max(x: &[f32]) -> (f32, f32) {
-    x.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+    x.iter()
+        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
 /// Quantizes `x` (a multiple of 32 values) to Q4_0.
@@ -275,7 +281,11 @@ pub fn dot_q5_1_q8_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
 pub fn dot_q8_0_q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in w.iter().zip(a) {
-        let sumi: i32 = x.qs.iter().zip(&y.qs).map(|(&p, &q)| p as i32 * q as i32).sum();
+        let sumi: i32 =
+            x.qs.iter()
+                .zip(&y.qs)
+                .map(|(&p, &q)| p as i32 * q as i32)
+                .sum();
         sum += sumi as f32 * (f16_le(x.d) * f16_le(y.d));
     }
     sum

@@ -25,9 +25,18 @@ use crate::dtype::{DType, QK, QK_K};
 use crate::error::CoreError;
 
 fn check_len(dtype: DType, n: usize, bytes: usize) -> Result<(), CoreError> {
-    let want = dtype.row_bytes(n).ok_or(CoreError::PartialBlock { dtype, block_len: dtype.block_len(), n })?;
+    let want = dtype.row_bytes(n).ok_or(CoreError::PartialBlock {
+        dtype,
+        block_len: dtype.block_len(),
+        n,
+    })?;
     if want != bytes {
-        return Err(CoreError::ByteLength { dtype, n, want, got: bytes });
+        return Err(CoreError::ByteLength {
+            dtype,
+            n,
+            want,
+            got: bytes,
+        });
     }
     Ok(())
 }
@@ -50,7 +59,12 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Cor
         DType::Q4_K => kquants::dequantize_q4_k(blocks::blocks_of(bytes)?, out),
         DType::Q5_K => kquants::dequantize_q5_k(blocks::blocks_of(bytes)?, out),
         DType::Q6_K => kquants::dequantize_q6_k(blocks::blocks_of(bytes)?, out),
-        DType::Q8_K => return Err(CoreError::Unsupported { what: "file dequantize", dtype }),
+        DType::Q8_K => {
+            return Err(CoreError::Unsupported {
+                what: "file dequantize",
+                dtype,
+            });
+        }
     }
     Ok(())
 }
@@ -58,7 +72,11 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Cor
 /// Quantizes `x` to the storage type `dtype`, returning the bytes GGUF would hold.
 pub fn quantize(dtype: DType, x: &[f32]) -> Result<Vec<u8>, CoreError> {
     if x.len() % dtype.block_len() != 0 {
-        return Err(CoreError::PartialBlock { dtype, block_len: dtype.block_len(), n: x.len() });
+        return Err(CoreError::PartialBlock {
+            dtype,
+            block_len: dtype.block_len(),
+            n: x.len(),
+        });
     }
     let nb = x.len() / dtype.block_len();
     macro_rules! via_blocks {
@@ -70,15 +88,26 @@ pub fn quantize(dtype: DType, x: &[f32]) -> Result<Vec<u8>, CoreError> {
     }
     Ok(match dtype {
         DType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => x.iter().flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes()).collect(),
-        DType::BF16 => x.iter().flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect(),
+        DType::F16 => x
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
+            .collect(),
+        DType::BF16 => x
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes())
+            .collect(),
         DType::Q4_0 => via_blocks!(legacy::quantize_q4_0),
         DType::Q4_1 => via_blocks!(legacy::quantize_q4_1),
         DType::Q5_0 => via_blocks!(legacy::quantize_q5_0),
         DType::Q5_1 => via_blocks!(legacy::quantize_q5_1),
         DType::Q8_0 => via_blocks!(legacy::quantize_q8_0),
         DType::Q8_1 => via_blocks!(legacy::quantize_q8_1),
-        _ => return Err(CoreError::Unsupported { what: "reference quantize", dtype }),
+        _ => {
+            return Err(CoreError::Unsupported {
+                what: "reference quantize",
+                dtype,
+            });
+        }
     })
 }
 
@@ -114,7 +143,9 @@ pub fn activation_type(weight: DType) -> DType {
         DType::F32 | DType::F16 | DType::BF16 => DType::F32,
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => DType::Q8_1,
-        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q8_K => DType::Q8_K,
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q8_K => {
+            DType::Q8_K
+        }
     }
 }
 
@@ -122,7 +153,11 @@ pub fn activation_type(weight: DType) -> DType {
 pub fn quantize_activations(weight: DType, x: &[f32]) -> Result<Activations, CoreError> {
     let act = activation_type(weight);
     if x.len() % act.block_len() != 0 {
-        return Err(CoreError::PartialBlock { dtype: act, block_len: act.block_len(), n: x.len() });
+        return Err(CoreError::PartialBlock {
+            dtype: act,
+            block_len: act.block_len(),
+            n: x.len(),
+        });
     }
     let nb = x.len() / act.block_len();
     Ok(match act {
@@ -148,7 +183,10 @@ pub fn quantize_activations(weight: DType, x: &[f32]) -> Result<Activations, Cor
 /// Dot product of one row of `weight`-typed values in `w` with prepared activations.
 pub fn dot(weight: DType, w: &[u8], a: &Activations) -> Result<f32, CoreError> {
     check_len(weight, a.len(), w.len())?;
-    let mismatch = || CoreError::Unsupported { what: "dot with these activations", dtype: weight };
+    let mismatch = || CoreError::Unsupported {
+        what: "dot with these activations",
+        dtype: weight,
+    };
     Ok(match (weight, a) {
         (DType::F32, Activations::F32(x)) => float::dot_f32(w, x),
         (DType::F16, Activations::F32(x)) => float::dot_f16(w, x),

@@ -7,7 +7,9 @@ use rand_chacha::ChaCha8Rng;
 const ODD_BLOCK_COUNTS: [usize; 6] = [1, 3, 15, 17, 31, 33];
 
 fn random_values(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0f32..1.0) * if rng.random_bool(0.05) { 8.0 } else { 1.0 }).collect()
+    (0..n)
+        .map(|_| rng.random_range(-1.0f32..1.0) * if rng.random_bool(0.05) { 8.0 } else { 1.0 })
+        .collect()
 }
 
 /// Random bytes for a block of `dtype`, with its f16 scales set to small finite values.
@@ -37,7 +39,9 @@ fn random_block(rng: &mut ChaCha8Rng, dtype: DType) -> Vec<u8> {
 fn random_weights(rng: &mut ChaCha8Rng, dtype: DType, n: usize) -> Vec<u8> {
     match quantize(dtype, &random_values(rng, n)) {
         Ok(bytes) => bytes,
-        Err(_) => (0..n / dtype.block_len()).flat_map(|_| random_block(rng, dtype)).collect(),
+        Err(_) => (0..n / dtype.block_len())
+            .flat_map(|_| random_block(rng, dtype))
+            .collect(),
     }
 }
 
@@ -89,7 +93,17 @@ fn quantize_then_dequantize_stays_within_the_type_error_bound() {
         _ => unreachable!(),
     };
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    for t in [DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1] {
+    for t in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q8_1,
+    ] {
         for nb in ODD_BLOCK_COUNTS {
             let n = nb * t.block_len().max(32);
             let x = random_values(&mut rng, n);
@@ -99,7 +113,10 @@ fn quantize_then_dequantize_stays_within_the_type_error_bound() {
             for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
                 let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 for (a, b) in xb.iter().zip(yb) {
-                    assert!((a - b).abs() <= bound(t) * amax.max(1e-6) * 1.01, "{t}: {a} vs {b} (amax {amax})");
+                    assert!(
+                        (a - b).abs() <= bound(t) * amax.max(1e-6) * 1.01,
+                        "{t}: {a} vs {b} (amax {amax})"
+                    );
                 }
             }
         }
@@ -111,10 +128,18 @@ fn q8_k_quantization_keeps_exact_block_sums() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for nb in ODD_BLOCK_COUNTS {
         let x = random_values(&mut rng, nb * QK_K);
-        let Activations::Q8K(blocks) = quantize_activations(DType::Q4_K, &x).unwrap() else { panic!() };
+        let Activations::Q8K(blocks) = quantize_activations(DType::Q4_K, &x).unwrap() else {
+            panic!()
+        };
         for b in &blocks {
             for (g, s) in b.bsums.iter().enumerate() {
-                assert_eq!(*s as i32, b.qs[16 * g..16 * g + 16].iter().map(|&q| q as i32).sum::<i32>());
+                assert_eq!(
+                    *s as i32,
+                    b.qs[16 * g..16 * g + 16]
+                        .iter()
+                        .map(|&q| q as i32)
+                        .sum::<i32>()
+                );
             }
         }
         let y = activation_values(&Activations::Q8K(blocks));
@@ -122,7 +147,9 @@ fn q8_k_quantization_keeps_exact_block_sums() {
             assert!((a - b).abs() <= 8.0 / 127.0, "{a} vs {b}");
         }
     }
-    let Activations::Q8K(zero) = quantize_activations(DType::Q6_K, &[0.0; QK_K]).unwrap() else { panic!() };
+    let Activations::Q8K(zero) = quantize_activations(DType::Q6_K, &[0.0; QK_K]).unwrap() else {
+        panic!()
+    };
     assert_eq!(zero[0], BlockQ8K::default());
 }
 
@@ -141,10 +168,21 @@ fn dot_equals_the_dot_of_dequantized_operands() {
             let wv = dequantized(t, &w, n);
             let av = activation_values(&a);
             let want: f64 = wv.iter().zip(&av).map(|(&p, &q)| p as f64 * q as f64).sum();
-            let scale: f64 = wv.iter().zip(&av).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum();
+            let scale: f64 = wv
+                .iter()
+                .zip(&av)
+                .map(|(&p, &q)| (p as f64 * q as f64).abs())
+                .sum();
             // Q4_1 / Q5_1 fold their minimum through the f16 `s = d * sum(q)` of Q8_1.
-            let tol = if matches!(t, DType::Q4_1 | DType::Q5_1) { 2e-3 } else { 2e-5 };
-            assert!((got - want).abs() <= tol * scale.max(1.0), "{t} x{nb}: {got} vs {want} (scale {scale})");
+            let tol = if matches!(t, DType::Q4_1 | DType::Q5_1) {
+                2e-3
+            } else {
+                2e-5
+            };
+            assert!(
+                (got - want).abs() <= tol * scale.max(1.0),
+                "{t} x{nb}: {got} vs {want} (scale {scale})"
+            );
         }
     }
 }
@@ -162,9 +200,14 @@ fn dot_tracks_the_f32_dot_within_the_activation_tolerance() {
             let got = dot(t, &w, &quantize_activations(t, &x).unwrap()).unwrap() as f64;
             let wv = dequantized(t, &w, n);
             let want: f64 = wv.iter().zip(&x).map(|(&p, &q)| p as f64 * q as f64).sum();
-            let norm = (wv.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() * x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>()).sqrt();
+            let norm = (wv.iter().map(|&v| (v as f64).powi(2)).sum::<f64>()
+                * x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>())
+            .sqrt();
             let tol = if t.is_quantized() { 2e-2 } else { 1e-5 };
-            assert!((got - want).abs() <= tol * norm.max(1e-9), "{t} x{nb}: {got} vs {want} (norm {norm})");
+            assert!(
+                (got - want).abs() <= tol * norm.max(1e-9),
+                "{t} x{nb}: {got} vs {want} (norm {norm})"
+            );
         }
     }
 }
@@ -172,14 +215,29 @@ fn dot_tracks_the_f32_dot_within_the_activation_tolerance() {
 #[test]
 fn lengths_are_checked_before_any_data_is_read() {
     let mut out = vec![0.0; 32];
-    assert!(matches!(dequantize(DType::Q4_0, &[0; 17], &mut out), Err(CoreError::ByteLength { .. })));
+    assert!(matches!(
+        dequantize(DType::Q4_0, &[0; 17], &mut out),
+        Err(CoreError::ByteLength { .. })
+    ));
     let mut odd = vec![0.0; 33];
-    assert!(matches!(dequantize(DType::Q4_0, &[0; 36], &mut odd), Err(CoreError::PartialBlock { .. })));
-    assert!(matches!(quantize(DType::Q8_0, &[0.0; 31]), Err(CoreError::PartialBlock { .. })));
+    assert!(matches!(
+        dequantize(DType::Q4_0, &[0; 36], &mut odd),
+        Err(CoreError::PartialBlock { .. })
+    ));
+    assert!(matches!(
+        quantize(DType::Q8_0, &[0.0; 31]),
+        Err(CoreError::PartialBlock { .. })
+    ));
     let a = quantize_activations(DType::Q8_0, &[0.5; 64]).unwrap();
-    assert!(matches!(dot(DType::Q8_0, &[0; 34], &a), Err(CoreError::ByteLength { .. })));
+    assert!(matches!(
+        dot(DType::Q8_0, &[0; 34], &a),
+        Err(CoreError::ByteLength { .. })
+    ));
     let k = quantize_activations(DType::Q4_K, &[0.5; 256]).unwrap();
-    assert!(matches!(dot(DType::Q4_0, &[0; 8 * 18], &k), Err(CoreError::Unsupported { .. })));
+    assert!(matches!(
+        dot(DType::Q4_0, &[0; 8 * 18], &k),
+        Err(CoreError::Unsupported { .. })
+    ));
 }
 
 #[test]
