@@ -14,7 +14,7 @@ pub struct TokenActs<'a> {
 }
 
 /// Tokens computed together by one kernel call (register tile).
-pub const TOKEN_TILE: usize = 4;
+pub const TOKEN_TILE: usize = 8;
 
 /// The scale or offset stored at `at`, in the format's width.
 #[inline(always)]
@@ -185,12 +185,12 @@ mod tests {
                 )
                 .unwrap();
                 for p in [preferred, wide] {
-                    let x: Vec<f32> = crate::kernels::test_rows::random(4 * cols, 5)
+                    let x: Vec<f32> = crate::kernels::test_rows::random(TOKEN_TILE * cols, 5)
                         .iter()
                         .map(|&b| (b as f32 - 128.0) / 37.0)
                         .collect();
                     let mut q = QuantizedRows::default();
-                    q.quantize(&x, 4, cols);
+                    q.quantize(&x, TOKEN_TILE, cols);
                     let nb = cols / BLOCK;
                     for n in 1..=TOKEN_TILE {
                         let toks: Vec<TokenActs<'_>> = (0..n)

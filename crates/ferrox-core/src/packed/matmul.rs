@@ -1,7 +1,7 @@
 //! `out[t][r] = W[r] . x[t]` on the integer-activation path: activations quantized
-//! once per call, then each task sweeps its groups of 16 rows over every token,
-//! [`TOKEN_TILE`] tokens per kernel call (a group's weights stay in cache while
-//! the tokens stream past).
+//! once per call, then each task sweeps its groups of 16 rows over the tokens,
+//! [`TOKEN_TILE`] tokens per kernel call (a group's weights are unpacked once per
+//! tile), [`TOKEN_CHUNK`] tokens at a time (their activations stay in cache).
 //!
 //! Invariant: an output element is the kernel's function of its own row and its own
 //! token's activations, whatever the tokens in the call, the tiles or the threads.
@@ -10,6 +10,10 @@ use rayon::prelude::*;
 
 use super::kernel::{TOKEN_TILE, TokenActs, group};
 use super::{GROUP_ROWS, PackedMatrix, QuantizedRows};
+
+/// Tokens whose activations are swept over a task's groups before the next ones
+/// (they stay in L2 while the groups' weights come round again).
+const TOKEN_CHUNK: usize = 64;
 
 /// A pointer to disjoint output elements written from several threads.
 #[derive(Clone, Copy)]
@@ -47,27 +51,31 @@ pub fn packed_matmul(
         (0..n_tasks).into_par_iter().for_each(|task| {
             let ptr = ptr;
             let mut tile = [[0.0f32; GROUP_ROWS]; TOKEN_TILE];
-            for g in task * per_task..((task + 1) * per_task).min(groups) {
-                let r0 = g * GROUP_ROWS;
-                let valid = (w.rows - r0).min(GROUP_ROWS);
-                let mut t0 = 0;
-                while t0 < n {
-                    let k = (n - t0).min(TOKEN_TILE);
-                    let toks: [TokenActs<'_>; TOKEN_TILE] =
-                        std::array::from_fn(|i| token((t0 + i).min(n - 1)));
-                    group(w.format, w.group(g), nb, &toks[..k], &mut tile[..k]);
-                    for (i, row) in tile[..k].iter().enumerate() {
-                        // SAFETY: (t0 + i, r0..r0 + valid) is inside `out` and these
-                        // rows belong to this task alone.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                row.as_ptr(),
-                                ptr.0.add((t0 + i) * w.rows + r0),
-                                valid,
-                            )
-                        };
+            let groups = task * per_task..((task + 1) * per_task).min(groups);
+            for chunk in (0..n).step_by(TOKEN_CHUNK) {
+                let end = (chunk + TOKEN_CHUNK).min(n);
+                for g in groups.clone() {
+                    let r0 = g * GROUP_ROWS;
+                    let valid = (w.rows - r0).min(GROUP_ROWS);
+                    let mut t0 = chunk;
+                    while t0 < end {
+                        let k = (end - t0).min(TOKEN_TILE);
+                        let toks: [TokenActs<'_>; TOKEN_TILE] =
+                            std::array::from_fn(|i| token((t0 + i).min(n - 1)));
+                        group(w.format, w.group(g), nb, &toks[..k], &mut tile[..k]);
+                        for (i, row) in tile[..k].iter().enumerate() {
+                            // SAFETY: (t0 + i, r0..r0 + valid) is inside `out` and these
+                            // rows belong to this task alone.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    row.as_ptr(),
+                                    ptr.0.add((t0 + i) * w.rows + r0),
+                                    valid,
+                                )
+                            };
+                        }
+                        t0 += k;
                     }
-                    t0 += k;
                 }
             }
         });

@@ -25,7 +25,7 @@ pub fn available() -> bool {
 
 /// # Safety
 /// [`available`] must hold; `g` holds `nb` blocks of `format`; every token holds
-/// `nb` blocks; `out` has a row per token; at most 4 tokens.
+/// `nb` blocks; `out` has a row per token; at most `TOKEN_TILE` (8) tokens.
 pub unsafe fn group(
     format: Format,
     g: &[u8],
@@ -42,6 +42,10 @@ pub unsafe fn group(
                     2 => kernel::<2, { $q }, $off, $split, $half>(g, nb, tokens, out),
                     3 => kernel::<3, { $q }, $off, $split, $half>(g, nb, tokens, out),
                     4 => kernel::<4, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    5 => kernel::<5, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    6 => kernel::<6, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    7 => kernel::<7, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    8 => kernel::<8, { $q }, $off, $split, $half>(g, nb, tokens, out),
                     n => panic!("{n} tokens in one group call"),
                 }
             }
