@@ -25,9 +25,10 @@ pub fn count_knob(
 /// The activation path of the forward pass.
 #[derive(Args, Debug, Clone)]
 pub struct ActivationArgs {
-    /// Activations of the matrix products: `int16` (fast, within 1e-5 of exact) or
-    /// `f32` (the exact function the GGUF defines; slower).
-    #[arg(long, env = "FERROX_ACTIVATIONS", default_value_t = ActivationPath::Int16, value_name = "PATH")]
+    /// Activations of the matrix products: `int16` (16-bit integers, ~1e-5 from
+    /// exact, fast where the CPU has its kernel), `f32` (the exact function the
+    /// GGUF defines) or `auto` (int16 on CPUs with AVX-512 VNNI, else f32).
+    #[arg(long, env = "FERROX_ACTIVATIONS", default_value = "auto", value_name = "PATH")]
     pub activations: ActivationPath,
 }
 

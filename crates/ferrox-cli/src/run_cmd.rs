@@ -200,9 +200,10 @@ pub fn run(a: RunArgs) -> Result<()> {
     let gen_s = t_gen.elapsed().as_secs_f64();
     eprintln!();
     eprintln!(
-        "load time:   {:>8.1} ms ({} threads, seed {seed})",
+        "load time:   {:>8.1} ms ({} threads, {} activations, seed {seed})",
         load_s * 1e3,
-        threads
+        threads,
+        a.path.activations
     );
     eprintln!(
         "prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s, to the first token)",

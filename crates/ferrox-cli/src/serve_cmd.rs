@@ -93,7 +93,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let stop = CancellationToken::new();
         let blocks = config.kv_blocks.map_or("unbounded".to_string(), |b| format!("{b} blocks of {}", config.block_size));
         ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace) }, stop, |addr| {
-            println!("ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1; KV {blocks}, {} slots)", path.display(), config.max_seqs);
+            println!(
+                "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1; KV {blocks}, {} slots, {activations} activations)",
+                path.display(),
+                config.max_seqs
+            );
         })
         .await?;
         eprintln!("ferrox stopped");

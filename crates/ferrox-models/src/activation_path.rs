@@ -8,17 +8,27 @@
 //! * [`ActivationPath::F32`]: f32 activations over the GGUF bytes as stored: the
 //!   exact function the file defines, up to f32 rounding. Slower; no repacked copy.
 //!
+//! The default is `Int16` on CPUs with a hand-written build of its kernel
+//! (`ferrox_core::packed::has_simd_kernel`), else `F32` (the portable integer
+//! kernel is exact but slower than the f32 path).
+//!
 //! Either path is batch invariant (SPEC S3); they differ from each other.
 
 use std::fmt;
 use std::str::FromStr;
 
 /// How the forward pass multiplies activations by weight matrices.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActivationPath {
-    #[default]
     Int16,
     F32,
+}
+
+impl Default for ActivationPath {
+    /// The fastest path on this CPU.
+    fn default() -> Self {
+        if ferrox_core::packed::has_simd_kernel() { ActivationPath::Int16 } else { ActivationPath::F32 }
+    }
 }
 
 impl FromStr for ActivationPath {
@@ -26,10 +36,11 @@ impl FromStr for ActivationPath {
 
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(ActivationPath::default()),
             "int16" | "i16" => Ok(ActivationPath::Int16),
             "f32" | "exact" => Ok(ActivationPath::F32),
             other => Err(format!(
-                "unknown activation path `{other}`: expected `int16` (fast, default) or `f32` (exact)"
+                "unknown activation path `{other}`: expected `auto` (the fastest on this CPU), `int16` or `f32` (exact)"
             )),
         }
     }

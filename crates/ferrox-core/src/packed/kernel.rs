@@ -26,61 +26,80 @@ fn scale_at(format: Format, b: &[u8], at: usize) -> f32 {
     }
 }
 
-/// Integer `i` of row `r` in a packed block.
-#[inline(always)]
-fn weight(format: Format, blk: &[u8], r: usize, i: usize) -> i32 {
-    let (step, e) = (i / 2, i % 2);
-    let nibble = || ((blk[32 * (step / 2) + 2 * r + e] >> (4 * (step % 2))) & 0x0F) as i32;
-    match format.quants {
-        Quants::Nibble => nibble(),
-        Quants::Nibble5 => {
-            nibble()
-                | ((((blk[format.bits_at() + 4 * step + (2 * r + e) / 8] >> ((2 * r + e) % 8)) & 1)
-                    as i32)
-                    << 4)
-        }
-        Quants::Byte => blk[32 * step + 2 * r + e] as i8 as i32,
-    }
-}
 
-/// `out[t][r]` for the 16 rows of `group` (`nb` blocks of `format`) and each token.
-pub fn group_portable(
-    format: Format,
-    group: &[u8],
-    nb: usize,
-    tokens: &[TokenActs<'_>],
-    out: &mut [[f32; GROUP_ROWS]],
-) {
-    let (bb, size) = (format.block_bytes(), format.scale_size());
-    let (scales, offsets) = (format.scales_at(), format.offsets_at());
-    for (acts, o) in tokens.iter().zip(out.iter_mut()) {
-        for r in 0..GROUP_ROWS {
-            let mut acc = 0.0f32;
-            for b in 0..nb {
-                let blk = &group[b * bb..(b + 1) * bb];
-                let qa = &acts.qa[b * BLOCK..(b + 1) * BLOCK];
-                let half = |h: usize| {
-                    (16 * h..16 * h + 16)
-                        .map(|i| weight(format, blk, r, i) * qa[i] as i32)
-                        .sum::<i32>()
-                };
-                let (lo, hi) = (half(0), half(1));
-                let da = acts.da[b];
-                if format.split {
-                    acc = acc + (lo as f32 * scale_at(format, blk, scales + size * r)) * da;
-                    acc = acc
-                        + (hi as f32 * scale_at(format, blk, scales + size * (GROUP_ROWS + r)))
-                            * da;
-                } else {
-                    let mut term =
-                        ((lo + hi) as f32 * scale_at(format, blk, scales + size * r)) * da;
-                    if format.offset {
-                        term = term + scale_at(format, blk, offsets + size * r) * acts.sa[b];
-                    }
-                    acc = acc + term;
+/// The 32 integers of step `p` of a block: values `2p`, `2p + 1` of rows 0..16.
+#[inline(always)]
+fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
+    let mut w = [0i16; 32];
+    match format.quants {
+        Quants::Nibble | Quants::Nibble5 => {
+            let bytes = &blk[32 * (p / 2)..32 * (p / 2) + 32];
+            let shift = 4 * (p % 2);
+            for (v, &b) in w.iter_mut().zip(bytes) {
+                *v = ((b >> shift) & 0x0F) as i16;
+            }
+            if format.quants == Quants::Nibble5 {
+                let at = format.bits_at() + 4 * p;
+                let bits = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+                for (i, v) in w.iter_mut().enumerate() {
+                    *v |= (((bits >> i) & 1) << 4) as i16;
                 }
             }
-            o[r] = acc;
+        }
+        Quants::Byte => {
+            for (v, &b) in w.iter_mut().zip(&blk[32 * p..32 * p + 32]) {
+                *v = b as i8 as i16;
+            }
+        }
+    }
+    w
+}
+
+/// 16 scales or offsets stored from `at`.
+#[inline(always)]
+fn sixteen(format: Format, blk: &[u8], at: usize) -> [f32; GROUP_ROWS] {
+    std::array::from_fn(|r| scale_at(format, blk, at + format.scale_size() * r))
+}
+
+/// `out[t][r]` for the 16 rows of `group` (`nb` blocks of `format`) and each token:
+/// the specification of the packed product (module header of `packed`), written
+/// as the SIMD builds compute it (step by step, one lane per row) so that
+/// compilers vectorize it where no hand-written build exists.
+pub fn group_portable(format: Format, group: &[u8], nb: usize, tokens: &[TokenActs<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    let bb = format.block_bytes();
+    for o in out.iter_mut().take(tokens.len()) {
+        *o = [0.0; GROUP_ROWS];
+    }
+    for b in 0..nb {
+        let blk = &group[b * bb..(b + 1) * bb];
+        let steps: [[i16; 32]; 16] = std::array::from_fn(|p| step(format, blk, p));
+        let scale0 = sixteen(format, blk, format.scales_at());
+        let scale1 = if format.split { sixteen(format, blk, format.scales_at() + format.scale_size() * GROUP_ROWS) } else { scale0 };
+        let offset = if format.offset { sixteen(format, blk, format.offsets_at()) } else { [0.0; GROUP_ROWS] };
+        for (acts, acc) in tokens.iter().zip(out.iter_mut()) {
+            let qa = &acts.qa[b * BLOCK..(b + 1) * BLOCK];
+            // Values 0..16 (steps 0..8) and 16..32 (steps 8..16), exact in i32.
+            let mut halves = [[0i32; GROUP_ROWS]; 2];
+            for (p, wp) in steps.iter().enumerate() {
+                let (a0, a1) = (qa[2 * p] as i32, qa[2 * p + 1] as i32);
+                for (r, s) in halves[p / 8].iter_mut().enumerate() {
+                    *s += wp[2 * r] as i32 * a0 + wp[2 * r + 1] as i32 * a1;
+                }
+            }
+            let [lo, hi] = halves;
+            let (da, sa) = (acts.da[b], acts.sa[b]);
+            for r in 0..GROUP_ROWS {
+                if format.split {
+                    acc[r] = acc[r] + (lo[r] as f32 * scale0[r]) * da;
+                    acc[r] = acc[r] + (hi[r] as f32 * scale1[r]) * da;
+                } else {
+                    let mut term = ((lo[r] + hi[r]) as f32 * scale0[r]) * da;
+                    if format.offset {
+                        term = term + offset[r] * sa;
+                    }
+                    acc[r] = acc[r] + term;
+                }
+            }
         }
     }
 }

@@ -32,6 +32,20 @@ pub use activations::QuantizedRows;
 pub use layout::{Format, PackedMatrix};
 pub use matmul::packed_matmul;
 
+/// Whether this CPU has a hand-written build of the packed kernel (the portable
+/// one is the specification, correct everywhere but several times slower than
+/// the f32 path; callers choose that path where this is false).
+pub fn has_simd_kernel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Weight rows computed together (the lanes of one kernel call).
 pub const GROUP_ROWS: usize = 16;
 /// Input features per block (one integer dot product).
