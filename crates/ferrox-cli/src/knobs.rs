@@ -28,7 +28,12 @@ pub struct ActivationArgs {
     /// Activations of the matrix products: `int16` (16-bit integers, ~1e-5 from
     /// exact, fast where the CPU has its kernel), `f32` (the exact function the
     /// GGUF defines) or `auto` (int16 on CPUs with AVX-512 VNNI, else f32).
-    #[arg(long, env = "FERROX_ACTIVATIONS", default_value = "auto", value_name = "PATH")]
+    #[arg(
+        long,
+        env = "FERROX_ACTIVATIONS",
+        default_value = "auto",
+        value_name = "PATH"
+    )]
     pub activations: ActivationPath,
 }
 

@@ -27,7 +27,11 @@ pub enum ActivationPath {
 impl Default for ActivationPath {
     /// The fastest path on this CPU.
     fn default() -> Self {
-        if ferrox_core::packed::has_simd_kernel() { ActivationPath::Int16 } else { ActivationPath::F32 }
+        if ferrox_core::packed::has_simd_kernel() {
+            ActivationPath::Int16
+        } else {
+            ActivationPath::F32
+        }
     }
 }
 

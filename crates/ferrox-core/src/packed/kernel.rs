@@ -26,7 +26,6 @@ fn scale_at(format: Format, b: &[u8], at: usize) -> f32 {
     }
 }
 
-
 /// The 32 integers of step `p` of a block: values `2p`, `2p + 1` of rows 0..16.
 #[inline(always)]
 fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
@@ -65,7 +64,13 @@ fn sixteen(format: Format, blk: &[u8], at: usize) -> [f32; GROUP_ROWS] {
 /// the specification of the packed product (module header of `packed`), written
 /// as the SIMD builds compute it (step by step, one lane per row) so that
 /// compilers vectorize it where no hand-written build exists.
-pub fn group_portable(format: Format, group: &[u8], nb: usize, tokens: &[TokenActs<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+pub fn group_portable(
+    format: Format,
+    group: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     let bb = format.block_bytes();
     for o in out.iter_mut().take(tokens.len()) {
         *o = [0.0; GROUP_ROWS];
@@ -74,8 +79,20 @@ pub fn group_portable(format: Format, group: &[u8], nb: usize, tokens: &[TokenAc
         let blk = &group[b * bb..(b + 1) * bb];
         let steps: [[i16; 32]; 16] = std::array::from_fn(|p| step(format, blk, p));
         let scale0 = sixteen(format, blk, format.scales_at());
-        let scale1 = if format.split { sixteen(format, blk, format.scales_at() + format.scale_size() * GROUP_ROWS) } else { scale0 };
-        let offset = if format.offset { sixteen(format, blk, format.offsets_at()) } else { [0.0; GROUP_ROWS] };
+        let scale1 = if format.split {
+            sixteen(
+                format,
+                blk,
+                format.scales_at() + format.scale_size() * GROUP_ROWS,
+            )
+        } else {
+            scale0
+        };
+        let offset = if format.offset {
+            sixteen(format, blk, format.offsets_at())
+        } else {
+            [0.0; GROUP_ROWS]
+        };
         for (acts, acc) in tokens.iter().zip(out.iter_mut()) {
             let qa = &acts.qa[b * BLOCK..(b + 1) * BLOCK];
             // Values 0..16 (steps 0..8) and 16..32 (steps 8..16), exact in i32.
@@ -125,6 +142,12 @@ pub fn group(
         // SAFETY: features detected; lengths checked above in debug builds and
         // guaranteed by `packed_matmul` (the only caller outside tests).
         unsafe { super::x86::group(format, group, nb, tokens, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::available_avx2() {
+        // SAFETY: as above.
+        unsafe { super::x86::group_avx2(format, group, nb, tokens, out) };
         return;
     }
     group_autovec(format, group, nb, tokens, out);

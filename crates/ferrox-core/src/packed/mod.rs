@@ -26,7 +26,7 @@ pub mod kernel;
 pub mod layout;
 pub mod matmul;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 pub use activations::QuantizedRows;
 pub use layout::{Format, PackedMatrix};
@@ -38,7 +38,7 @@ pub use matmul::packed_matmul;
 pub fn has_simd_kernel() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        x86::available()
+        x86::available() || x86::available_avx2()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

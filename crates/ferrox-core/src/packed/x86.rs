@@ -220,3 +220,206 @@ unsafe fn kernel<
         }
     }
 }
+
+/// Whether this CPU runs [`group_avx2`].
+pub fn available_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c")
+}
+
+/// The AVX2 build of the group kernel: 8 rows per register (two halves of the
+/// group), `vpmaddwd` plus `vpaddd` for the exact integer sums, and the scalar
+/// twin's f32 operations in its order per row.
+///
+/// # Safety
+/// [`available_avx2`] must hold; the rest as for [`group`].
+pub unsafe fn group_avx2(
+    format: Format,
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    // SAFETY: the caller's contract, for every arm.
+    unsafe {
+        match (format.quants, format.offset, format.split, format.half) {
+            (Quants::Nibble, true, false, true) => {
+                kernel_avx2::<NIBBLE, true, false, true>(g, nb, tokens, out)
+            }
+            (Quants::Nibble, true, false, false) => {
+                kernel_avx2::<NIBBLE, true, false, false>(g, nb, tokens, out)
+            }
+            (Quants::Nibble5, true, false, true) => {
+                kernel_avx2::<NIBBLE5, true, false, true>(g, nb, tokens, out)
+            }
+            (Quants::Nibble5, true, false, false) => {
+                kernel_avx2::<NIBBLE5, true, false, false>(g, nb, tokens, out)
+            }
+            (Quants::Byte, false, false, true) => {
+                kernel_avx2::<BYTE, false, false, true>(g, nb, tokens, out)
+            }
+            (Quants::Byte, false, false, false) => {
+                kernel_avx2::<BYTE, false, false, false>(g, nb, tokens, out)
+            }
+            (Quants::Byte, false, true, false) => {
+                kernel_avx2::<BYTE, false, true, false>(g, nb, tokens, out)
+            }
+            other => panic!("no packed kernel for {other:?}"),
+        }
+    }
+}
+
+/// 8 scales (or offsets) at `p`, halves or f32.
+#[inline(always)]
+unsafe fn scales8<const HALF: bool>(p: *const u8) -> __m256 {
+    // SAFETY: 16 or 32 bytes at `p` (caller).
+    unsafe {
+        if HALF {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+        } else {
+            _mm256_loadu_ps(p.cast())
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HALF: bool>(
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    const MAX: usize = super::kernel::TOKEN_TILE;
+    let n = tokens.len();
+    assert!(n <= MAX, "{n} tokens in one group call");
+    let format = Format {
+        quants: [Quants::Nibble, Quants::Nibble5, Quants::Byte][Q as usize],
+        offset: OFF,
+        split: SPLIT,
+        half: HALF,
+    };
+    let (bb, size, scales_at, offsets_at) = (
+        format.block_bytes(),
+        format.scale_size(),
+        format.scales_at(),
+        format.offsets_at(),
+    );
+    let mut acc = [[_mm256_setzero_ps(); 2]; MAX];
+    // SAFETY (whole body): block b lies at g[b * bb..] and token values at
+    // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
+    unsafe {
+        let low = _mm256_set1_epi16(0x0F);
+        let sixteen = _mm256_set1_epi16(16);
+        let bit: __m256i = _mm256_setr_epi16(
+            1,
+            2,
+            4,
+            8,
+            16,
+            32,
+            64,
+            128,
+            256,
+            512,
+            1024,
+            2048,
+            4096,
+            8192,
+            16384,
+            i16::MIN,
+        );
+        for b in 0..nb {
+            let blk = g.as_ptr().add(b * bb);
+            let ahead = blk.wrapping_add(PREFETCH_BYTES);
+            let mut line = 0;
+            while line < bb {
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line).cast());
+                line += 64;
+            }
+            for h in 0..2 {
+                // isum[t][q]: rows 8 h.., values 16 q..16 q + 16, exact.
+                let mut isum = [[_mm256_setzero_si256(); 2]; MAX];
+                for q in 0..2 {
+                    let mut w = [_mm256_setzero_si256(); 8];
+                    for k in 0..8 {
+                        let p = 8 * q + k;
+                        w[k] = if Q == BYTE {
+                            _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(32 * p + 16 * h).cast()))
+                        } else {
+                            let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                blk.add(32 * (p / 2) + 16 * h).cast(),
+                            ));
+                            let mut v = if p % 2 == 0 {
+                                _mm256_and_si256(raw, low)
+                            } else {
+                                _mm256_srli_epi16(raw, 4)
+                            };
+                            if Q == NIBBLE5 {
+                                let bits = blk
+                                    .add(format.bits_at() + 4 * p)
+                                    .cast::<u32>()
+                                    .read_unaligned()
+                                    >> (16 * h);
+                                let set = _mm256_cmpeq_epi16(
+                                    _mm256_and_si256(_mm256_set1_epi16(bits as u16 as i16), bit),
+                                    bit,
+                                );
+                                v = _mm256_add_epi16(v, _mm256_and_si256(set, sixteen));
+                            }
+                            v
+                        };
+                    }
+                    for (t, tok) in tokens.iter().enumerate() {
+                        let a = tok.qa.as_ptr().add(BLOCK * b + 16 * q).cast::<i32>();
+                        let mut s = [_mm256_setzero_si256(); 2];
+                        for k in 0..8 {
+                            s[k % 2] = _mm256_add_epi32(
+                                s[k % 2],
+                                _mm256_madd_epi16(
+                                    w[k],
+                                    _mm256_set1_epi32(a.add(k).read_unaligned()),
+                                ),
+                            );
+                        }
+                        isum[t][q] = _mm256_add_epi32(s[0], s[1]);
+                    }
+                }
+                let s0 = scales8::<HALF>(blk.add(scales_at + size * 8 * h));
+                let s1 = if SPLIT {
+                    scales8::<HALF>(blk.add(scales_at + size * (GROUP_ROWS + 8 * h)))
+                } else {
+                    s0
+                };
+                let off = if OFF {
+                    scales8::<HALF>(blk.add(offsets_at + size * 8 * h))
+                } else {
+                    s0
+                };
+                for (t, tok) in tokens.iter().enumerate() {
+                    let dav = _mm256_set1_ps(*tok.da.get_unchecked(b));
+                    let [lo, hi] = isum[t];
+                    if SPLIT {
+                        let l = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), s0), dav);
+                        let u = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), s1), dav);
+                        acc[t][h] = _mm256_add_ps(_mm256_add_ps(acc[t][h], l), u);
+                    } else {
+                        let mut term = _mm256_mul_ps(
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi)), s0),
+                            dav,
+                        );
+                        if OFF {
+                            term = _mm256_add_ps(
+                                term,
+                                _mm256_mul_ps(off, _mm256_set1_ps(*tok.sa.get_unchecked(b))),
+                            );
+                        }
+                        acc[t][h] = _mm256_add_ps(acc[t][h], term);
+                    }
+                }
+            }
+        }
+        for t in 0..n {
+            _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t][0]);
+            _mm256_storeu_ps(out[t].as_mut_ptr().add(8), acc[t][1]);
+        }
+    }
+}
