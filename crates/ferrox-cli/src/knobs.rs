@@ -27,7 +27,7 @@ pub fn count_knob(
 pub struct ActivationArgs {
     /// Activations of the matrix products: `int16` (16-bit integers, ~1e-5 from
     /// exact, fast where the CPU has its kernel), `f32` (the exact function the
-    /// GGUF defines) or `auto` (int16 on CPUs with AVX-512 VNNI, else f32).
+    /// GGUF defines) or `auto` (int16 on CPUs with AVX2 or AVX-512 VNNI, else f32).
     #[arg(
         long,
         env = "FERROX_ACTIVATIONS",

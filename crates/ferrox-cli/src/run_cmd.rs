@@ -100,6 +100,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let t_load = Instant::now();
     let model = Model::load_with(&path, threads, a.path.activations)?;
     let load_s = t_load.elapsed().as_secs_f64();
+    let packed_mib = model.transformer.packed_bytes() as f64 / (1 << 20) as f64;
     let hp = model.transformer.hyper_params();
     let ctx = a.ctx.unwrap_or(hp.context_length.min(4096));
     if ctx == 0 || ctx > hp.context_length {
@@ -200,10 +201,11 @@ pub fn run(a: RunArgs) -> Result<()> {
     let gen_s = t_gen.elapsed().as_secs_f64();
     eprintln!();
     eprintln!(
-        "load time:   {:>8.1} ms ({} threads, {} activations, seed {seed})",
+        "load time:   {:>8.1} ms ({} threads, {} activations, {:.1} MiB repacked, seed {seed})",
         load_s * 1e3,
         threads,
-        a.path.activations
+        a.path.activations,
+        packed_mib
     );
     eprintln!(
         "prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s, to the first token)",

@@ -355,6 +355,44 @@ fn real_model_run_continues_a_raw_prompt_like_the_exact_reference() {
     assert!(o.status.success(), "{}", stderr(&o));
     // exact-smollm2-135m.jsonl: ids [7042, 30, 198, ...] = " Paris.\n"
     assert_eq!(String::from_utf8(o.stdout).unwrap(), " Paris.\n\n");
+    // Both activation paths, chosen by flag or environment, say which ran.
+    let model = smol.to_str().unwrap();
+    for (args, env, path) in [
+        (vec!["--activations", "f32"], vec![], "f32 activations"),
+        (
+            vec![],
+            vec![("FERROX_ACTIVATIONS", "int16")],
+            "int16 activations",
+        ),
+    ] {
+        let mut all = vec![
+            "run",
+            "-m",
+            model,
+            "-p",
+            "The capital of France is",
+            "--no-cnv",
+            "--temp",
+            "0",
+            "-n",
+            "3",
+        ];
+        all.extend(args);
+        let o = ferrox(&all, &env);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(String::from_utf8(o.stdout.clone()).unwrap(), " Paris.\n\n");
+        assert!(stderr(&o).contains(path), "{}", stderr(&o));
+    }
+    let o = ferrox(
+        &["run", "-m", model, "-p", "hi", "--activations", "int8"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("`auto`") && stderr(&o).contains("`f32`"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -142,6 +142,18 @@ impl Transformer {
         })
     }
 
+    /// Bytes of the repacked weight copies (0 on the f32 path).
+    pub fn packed_bytes(&self) -> usize {
+        let p = &self.packed;
+        p.layers
+            .iter()
+            .flatten()
+            .chain([&p.output])
+            .flatten()
+            .map(PackedMatrix::byte_len)
+            .sum()
+    }
+
     /// The activation path this model runs.
     pub fn activation_path(&self) -> ActivationPath {
         self.path

@@ -26,7 +26,6 @@ use crate::blocks::{
     f16_le,
 };
 use crate::dtype::DType;
-use crate::error::CoreError;
 use crate::kernels::reference::kquants::scale_min_k4;
 use crate::ops::matmul::Matrix;
 
@@ -320,14 +319,6 @@ impl PackedMatrix {
             cols: m.cols,
             group_lines,
             lines,
-        })
-    }
-
-    /// Packs `m` if its type has a packed format, else an error naming the type.
-    pub fn try_pack(m: &Matrix<'_>, pool: &rayon::ThreadPool) -> Result<PackedMatrix, CoreError> {
-        Self::pack(m, pool).ok_or(CoreError::Unsupported {
-            dtype: m.dtype,
-            what: "the integer-activation layout",
         })
     }
 
