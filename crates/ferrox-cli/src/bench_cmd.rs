@@ -33,6 +33,10 @@ pub struct BenchArgs {
     /// Activation path.
     #[command(flatten)]
     pub path: crate::knobs::ActivationArgs,
+    /// Sequences decoded together in the tg test (one forward call per step, as the
+    /// server batches its requests); tg then reports their aggregate tokens/s.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = crate::knobs::count_knob("--parallel"))]
+    pub parallel: usize,
     /// Print JSON instead of a markdown table.
     #[arg(long)]
     pub json: bool,
@@ -113,15 +117,20 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-fn one_run(m: &Transformer, n_prompt: usize, n_gen: usize) -> Result<(Option<f64>, Option<f64>)> {
+fn one_run(
+    m: &Transformer,
+    n_prompt: usize,
+    n_gen: usize,
+    parallel: usize,
+) -> Result<(Option<f64>, Option<f64>)> {
     let vocab = m.hyper_params().vocab_size;
     let positions = n_prompt.max(n_gen).max(1);
     let mut cache = KvCache::new(
         m.kv_layout(),
         defaults::KV_BLOCK_SIZE,
-        positions.div_ceil(defaults::KV_BLOCK_SIZE),
-        1,
-        n_prompt.max(1),
+        parallel * positions.div_ceil(defaults::KV_BLOCK_SIZE),
+        parallel,
+        n_prompt.max(parallel),
     )?;
     let mut pp = None;
     if n_prompt > 0 {
@@ -141,22 +150,27 @@ fn one_run(m: &Transformer, n_prompt: usize, n_gen: usize) -> Result<(Option<f64
     }
     let mut tg = None;
     if n_gen > 0 {
-        let seq = cache.alloc(n_gen).context("KV")?;
+        let seqs = (0..parallel)
+            .map(|_| cache.alloc(n_gen).context("KV"))
+            .collect::<Result<Vec<_>>>()?;
         let toks = tokens(n_gen, vocab);
         let t = Instant::now();
         for (pos, tok) in toks.iter().enumerate() {
-            m.forward(
-                &mut cache,
-                &[Span {
-                    seq: &seq,
+            let spans: Vec<Span<'_>> = seqs
+                .iter()
+                .map(|seq| Span {
+                    seq,
                     start: pos,
                     tokens: std::slice::from_ref(tok),
                     want: Want::Last,
-                }],
-            )?;
+                })
+                .collect();
+            m.forward(&mut cache, &spans)?;
         }
-        tg = Some(n_gen as f64 / t.elapsed().as_secs_f64());
-        cache.free(seq);
+        tg = Some((n_gen * parallel) as f64 / t.elapsed().as_secs_f64());
+        for seq in seqs {
+            cache.free(seq);
+        }
     }
     Ok((pp, tg))
 }
@@ -168,8 +182,12 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let file = ferrox_gguf::GgufFile::open(&path)?;
+    anyhow::ensure!(
+        a.parallel == 1 || a.compare.is_none(),
+        "--parallel has no llama-bench counterpart to --compare with"
+    );
     let m = Transformer::with_path(file, threads, a.path.activations)?;
-    one_run(&m, a.n_prompt.min(16), a.n_gen.min(4))?; // warm-up: page in the weights
+    one_run(&m, a.n_prompt.min(16), a.n_gen.min(4), a.parallel)?; // warm-up: page in the weights
     let (mut pps, mut tgs) = (Vec::new(), Vec::new());
     let (mut lpps, mut ltgs) = (Vec::new(), Vec::new());
     for _ in 0..a.repetitions.max(1) {
@@ -178,7 +196,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             lpps.extend(pp);
             ltgs.extend(tg);
         }
-        let (pp, tg) = one_run(&m, a.n_prompt, a.n_gen)?;
+        let (pp, tg) = one_run(&m, a.n_prompt, a.n_gen, a.parallel)?;
         pps.extend(pp);
         tgs.extend(tg);
     }
@@ -228,7 +246,12 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         rows.push((format!("pp{}", a.n_prompt), median_and_spread(pps)));
     }
     if !tgs.is_empty() {
-        rows.push((format!("tg{}", a.n_gen), median_and_spread(tgs)));
+        let tg = if a.parallel > 1 {
+            format!("tg{}x{}", a.n_gen, a.parallel)
+        } else {
+            format!("tg{}", a.n_gen)
+        };
+        rows.push((tg, median_and_spread(tgs)));
     }
     if a.json {
         let v: Vec<_> = rows

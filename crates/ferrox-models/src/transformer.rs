@@ -26,7 +26,7 @@ use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
 use ferrox_core::ops::rope::{self, RopeStyle};
 use ferrox_core::ops::vector::{scaled_dots, weighted_sum};
-use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul};
+use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_matmul_many};
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
 
@@ -183,9 +183,31 @@ impl Transformer {
         input: &Input<'_>,
         out: &mut [f32],
     ) {
-        match (packed, input.q) {
-            (Some(p), Some(q)) => packed_matmul(p, q, out, &self.pool),
-            _ => matmul(&w.matrix(&self.file), input.x, input.n, out, &self.pool),
+        self.project_many(input, &mut [(w, packed, out)]);
+    }
+
+    /// [`Self::project`] for several matrices of the same input, in one parallel
+    /// region when all are packed.
+    fn project_many(
+        &self,
+        input: &Input<'_>,
+        jobs: &mut [(&TensorRef, Option<&PackedMatrix>, &mut [f32])],
+    ) {
+        if let Some(q) = input.q
+            && jobs.iter().all(|j| j.1.is_some())
+        {
+            let mut packed: Vec<(&PackedMatrix, &mut [f32])> = jobs
+                .iter_mut()
+                .filter_map(|(_, p, out)| p.map(|p| (p, &mut **out)))
+                .collect();
+            packed_matmul_many(&mut packed, q, &self.pool);
+            return;
+        }
+        for (w, p, out) in jobs.iter_mut() {
+            match (p, input.q) {
+                (Some(p), Some(q)) => packed_matmul(p, q, out, &self.pool),
+                _ => matmul(&w.matrix(&self.file), input.x, input.n, out, &self.pool),
+            }
         }
     }
 
@@ -218,13 +240,15 @@ impl Transformer {
         Ok(())
     }
 
-    /// One round: every span no longer than the cache's maximum span.
+    /// One round: every span no longer than the cache's maximum span. Returns the
+    /// logits of the wanted tokens, one row per `(span, index)` pushed on `keys`,
+    /// in slot order (span by span, token by token).
     fn round(
         &self,
         cache: &mut KvCache,
         spans: &[Span<'_>],
-        out: &mut Vec<(usize, usize, Vec<f32>)>,
-    ) {
+        keys: &mut Vec<(usize, usize)>,
+    ) -> Vec<f32> {
         let hp = &self.hp;
         let d = hp.n_embd;
         let slots: Vec<Slot> = spans
@@ -240,7 +264,7 @@ impl Transformer {
             .collect();
         let n = slots.len();
         if n == 0 {
-            return;
+            return Vec::new();
         }
         let tokens: Vec<u32> = spans
             .iter()
@@ -293,9 +317,14 @@ impl Transformer {
             h.chunks_exact_mut(d)
                 .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
             let input = self.input(&h, n, d, &mut qbuf);
-            self.project(&lw.wq, p[0].as_ref(), &input, &mut q);
-            self.project(&lw.wk, p[1].as_ref(), &input, &mut k);
-            self.project(&lw.wv, p[2].as_ref(), &input, &mut v);
+            self.project_many(
+                &input,
+                &mut [
+                    (&lw.wq, p[0].as_ref(), &mut q),
+                    (&lw.wk, p[1].as_ref(), &mut k),
+                    (&lw.wv, p[2].as_ref(), &mut v),
+                ],
+            );
             for (buf, bias, w) in [
                 (&mut q, &lw.bq, qd),
                 (&mut k, &lw.bk, kd),
@@ -389,8 +418,13 @@ impl Transformer {
             h.chunks_exact_mut(d)
                 .for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
             let input = self.input(&h, n, d, &mut qbuf);
-            self.project(&lw.w_gate, p[4].as_ref(), &input, &mut g);
-            self.project(&lw.w_up, p[5].as_ref(), &input, &mut u);
+            self.project_many(
+                &input,
+                &mut [
+                    (&lw.w_gate, p[4].as_ref(), &mut g),
+                    (&lw.w_up, p[5].as_ref(), &mut u),
+                ],
+            );
             // Element-wise, so splitting it across threads changes no value.
             let act = self.act;
             g.par_chunks_mut(4096)
@@ -416,7 +450,7 @@ impl Transformer {
             })
             .collect();
         if wanted.is_empty() {
-            return;
+            return Vec::new();
         }
         let mut rows = vec![0.0f32; wanted.len() * d];
         for (r, &t) in rows.chunks_exact_mut(d).zip(&wanted) {
@@ -432,9 +466,8 @@ impl Transformer {
             &input,
             &mut logits,
         );
-        for (row, &t) in logits.chunks_exact(vocab).zip(&wanted) {
-            out.push((slots[t].span, slots[t].index, row.to_vec()));
-        }
+        keys.extend(wanted.iter().map(|&t| (slots[t].span, slots[t].index)));
+        logits
     }
 }
 
@@ -457,11 +490,24 @@ impl Transformer {
         spans: &[Span<'_>],
     ) -> Result<Logits, ModelError> {
         self.check(cache, spans)?;
-        let mut rows = Vec::new();
+        let vocab = self.hp.vocab_size;
         let max = cache.max_span().unwrap_or(usize::MAX);
         let longest = spans.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+        if longest <= max {
+            // One round (every step but a long prompt's): its rows are already in
+            // (span, index) order, so they become the logits without a copy.
+            let mut keys = Vec::new();
+            let data = self.round(cache, spans, &mut keys);
+            return Ok(Logits {
+                vocab,
+                data,
+                index: keys,
+            });
+        }
+        let mut rows: Vec<(usize, usize, &[f32])> = Vec::new();
+        let mut buffers = Vec::new();
         let mut offset = 0;
-        while offset < longest.max(1) {
+        while offset < longest {
             let pieces: Vec<(usize, Span<'_>)> = spans
                 .iter()
                 .enumerate()
@@ -484,17 +530,24 @@ impl Transformer {
                 })
                 .collect();
             let round_spans: Vec<Span<'_>> = pieces.iter().map(|p| p.1).collect();
-            let mut round_rows = Vec::new();
-            self.round(cache, &round_spans, &mut round_rows);
-            rows.extend(
-                round_rows
-                    .into_iter()
-                    .map(|(si, ti, r)| (pieces[si].0, offset + ti, r)),
-            );
+            let mut keys = Vec::new();
+            let data = self.round(cache, &round_spans, &mut keys);
+            buffers.push((
+                offset,
+                pieces.iter().map(|p| p.0).collect::<Vec<_>>(),
+                keys,
+                data,
+            ));
             offset = offset.saturating_add(max);
         }
+        for (offset, span_of, keys, data) in &buffers {
+            rows.extend(
+                keys.iter()
+                    .zip(data.chunks_exact(vocab))
+                    .map(|(&(si, ti), r)| (span_of[si], offset + ti, r)),
+            );
+        }
         rows.sort_by_key(|r| (r.0, r.1));
-        let vocab = self.hp.vocab_size;
         let mut logits = Logits {
             vocab,
             data: Vec::with_capacity(rows.len() * vocab),
@@ -502,7 +555,7 @@ impl Transformer {
         };
         for (s, t, r) in rows {
             logits.index.push((s, t));
-            logits.data.extend_from_slice(&r);
+            logits.data.extend_from_slice(r);
         }
         Ok(logits)
     }

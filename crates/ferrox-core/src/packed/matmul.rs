@@ -30,28 +30,47 @@ pub fn packed_matmul(
     out: &mut [f32],
     pool: &rayon::ThreadPool,
 ) {
+    packed_matmul_many(&mut [(w, out)], acts, pool);
+}
+
+/// [`packed_matmul`] of several matrices by the same activations (q, k and v; gate
+/// and up), as one parallel region: one fork and join instead of one per matrix.
+pub fn packed_matmul_many(
+    jobs: &mut [(&PackedMatrix, &mut [f32])],
+    acts: &QuantizedRows,
+    pool: &rayon::ThreadPool,
+) {
     let n = acts.n;
-    assert_eq!(acts.cols, w.cols, "activations hold cols values per token");
-    assert_eq!(out.len(), n * w.rows, "output must be n_tokens x rows");
-    if n == 0 || w.rows == 0 {
+    if n == 0 {
         return;
     }
-    let nb = w.blocks();
-    let groups = w.groups();
     let threads = pool.current_num_threads().max(1);
-    let per_task = groups.div_ceil(threads * 4).max(1);
-    let n_tasks = groups.div_ceil(per_task);
-    let ptr = Out(out.as_mut_ptr());
+    // (job, groups) pairs, a few per thread and matrix.
+    let mut tasks = Vec::new();
+    let mut outs = Vec::with_capacity(jobs.len());
+    for (j, (w, out)) in jobs.iter_mut().enumerate() {
+        assert_eq!(acts.cols, w.cols, "activations hold cols values per token");
+        assert_eq!(out.len(), n * w.rows, "output must be n_tokens x rows");
+        let groups = w.groups();
+        let per_task = groups.div_ceil(threads * 4).max(1);
+        tasks.extend(
+            (0..groups)
+                .step_by(per_task)
+                .map(|g0| (j, g0..(g0 + per_task).min(groups))),
+        );
+        outs.push(Out(out.as_mut_ptr()));
+    }
+    let matrices: Vec<&PackedMatrix> = jobs.iter().map(|(w, _)| *w).collect();
+    let nb = acts.blocks();
     let token = |t: usize| TokenActs {
         qa: acts.row(t),
         da: &acts.da[t * nb..(t + 1) * nb],
         sa: &acts.sa[t * nb..(t + 1) * nb],
     };
     pool.install(|| {
-        (0..n_tasks).into_par_iter().for_each(|task| {
-            let ptr = ptr;
+        tasks.par_iter().for_each(|(j, groups)| {
+            let (w, ptr) = (matrices[*j], outs[*j]);
             let mut tile = [[0.0f32; GROUP_ROWS]; TOKEN_TILE];
-            let groups = task * per_task..((task + 1) * per_task).min(groups);
             for chunk in (0..n).step_by(TOKEN_CHUNK) {
                 let end = (chunk + TOKEN_CHUNK).min(n);
                 for g in groups.clone() {
@@ -64,8 +83,8 @@ pub fn packed_matmul(
                             std::array::from_fn(|i| token((t0 + i).min(n - 1)));
                         group(w.format, w.group(g), nb, &toks[..k], &mut tile[..k]);
                         for (i, row) in tile[..k].iter().enumerate() {
-                            // SAFETY: (t0 + i, r0..r0 + valid) is inside `out` and these
-                            // rows belong to this task alone.
+                            // SAFETY: (t0 + i, r0..r0 + valid) is inside this job's
+                            // output and these rows belong to this task alone.
                             unsafe {
                                 std::ptr::copy_nonoverlapping(
                                     row.as_ptr(),
@@ -94,6 +113,47 @@ mod tests {
             .num_threads(n)
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn several_matrices_in_one_region_give_the_bits_of_one_call_each() {
+        let cols = 256;
+        let x: Vec<f32> = random(5 * cols, 3)
+            .iter()
+            .map(|&b| (b as f32 - 128.0) / 50.0)
+            .collect();
+        let mut q = QuantizedRows::default();
+        q.quantize(&x, 5, cols);
+        let mats: Vec<PackedMatrix> = [(DType::Q4_1, 40), (DType::Q8_0, 16), (DType::Q5_0, 70)]
+            .iter()
+            .map(|&(t, rows)| {
+                let bytes: Vec<u8> = (0..rows)
+                    .flat_map(|r| random_row(t, cols / t.block_len(), 9 + r as u64))
+                    .collect();
+                PackedMatrix::pack(&Matrix::new(t, rows, cols, &bytes).unwrap(), &pool(1)).unwrap()
+            })
+            .collect();
+        let mut together: Vec<Vec<f32>> = mats.iter().map(|m| vec![0.0; 5 * m.rows]).collect();
+        {
+            let mut jobs: Vec<(&PackedMatrix, &mut [f32])> = mats
+                .iter()
+                .zip(together.iter_mut())
+                .map(|(m, o)| (m, o.as_mut_slice()))
+                .collect();
+            packed_matmul_many(&mut jobs, &q, &pool(2));
+        }
+        for (m, got) in mats.iter().zip(&together) {
+            let mut alone = vec![0.0; 5 * m.rows];
+            packed_matmul(m, &q, &mut alone, &pool(3));
+            assert!(
+                alone
+                    .iter()
+                    .zip(got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{}",
+                m.dtype
+            );
+        }
     }
 
     #[test]
