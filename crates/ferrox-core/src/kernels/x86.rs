@@ -381,40 +381,52 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
 }
 
 /// `acc += sum_j weights[j] * rows[j]`, each element updated as `acc + w * x` row
-/// after row (the bits of repeated `axpy`), 64 values of `acc` held in registers
-/// across all rows.
+/// after row (the bits of repeated `axpy`), up to 256 values of `acc` held in
+/// registers across all rows (rows are read once per 256 values).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F; `rows` holds `weights.len()` rows of `acc.len()`.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if acc.len() > 4 * LANES {
+            weighted_sum_chunks::<16>(acc, weights, rows)
+        } else {
+            weighted_sum_chunks::<4>(acc, weights, rows)
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn weighted_sum_chunks<const K: usize>(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     let n = acc.len();
     debug_assert!(rows.len() >= weights.len() * n);
     let mut c = 0;
     // SAFETY: every access is inside acc[..n] and rows[j n..(j + 1) n].
     unsafe {
         while c < n {
-            let width = (n - c).min(4 * LANES);
-            let masks: [__mmask16; 4] = std::array::from_fn(|k| {
+            let width = (n - c).min(K * LANES);
+            let masks: [__mmask16; K] = std::array::from_fn(|k| {
                 let have = width.saturating_sub(k * LANES).min(LANES);
                 ((1u32 << have) - 1) as u16
             });
-            let mut a: [__m512; 4] = std::array::from_fn(|k| {
+            let live = width.div_ceil(LANES);
+            let mut a: [__m512; K] = std::array::from_fn(|k| {
                 _mm512_maskz_loadu_ps(masks[k], acc.as_ptr().add(c + k * LANES))
             });
             for (j, &w) in weights.iter().enumerate() {
                 let wv = _mm512_set1_ps(w);
                 let row = rows.as_ptr().add(j * n + c);
-                for k in 0..4 {
-                    if masks[k] != 0 {
-                        a[k] = _mm512_add_ps(
-                            a[k],
-                            _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES))),
-                        );
-                    }
+                for k in 0..live {
+                    a[k] = _mm512_add_ps(
+                        a[k],
+                        _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES))),
+                    );
                 }
             }
-            for k in 0..4 {
+            for k in 0..live {
                 _mm512_mask_storeu_ps(acc.as_mut_ptr().add(c + k * LANES), masks[k], a[k]);
             }
             c += width;
