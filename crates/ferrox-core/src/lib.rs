@@ -4,6 +4,9 @@
 //! * [`blocks`]: `#[repr(C)]` block layouts, byte sizes asserted at compile time.
 //! * [`kernels::reference`]: scalar dequantize / quantize / dot product, the
 //!   specification every SIMD kernel is tested against.
+//! * [`ops`]: the forward pass's operations on f32 activations (the exact path).
+//! * [`packed`]: the integer-activation path: repacked weights, activations
+//!   quantized to 16-bit integers, exact integer block products.
 
 pub mod blocks;
 pub mod dtype;
