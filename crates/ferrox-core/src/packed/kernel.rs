@@ -182,13 +182,14 @@ fn group_autovec(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::dtype::DType;
     use crate::kernels::test_rows::random_row;
     use crate::ops::matmul::Matrix;
     use crate::packed::{PackedMatrix, QuantizedRows};
 
+    /// Every type with a packed format.
     pub(crate) const TYPES: [DType; 8] = [
         DType::Q4_0,
         DType::Q4_1,

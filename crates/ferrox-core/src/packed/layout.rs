@@ -428,16 +428,7 @@ mod tests {
 
     #[test]
     fn block_parts_rebuild_the_reference_dequantization() {
-        for t in [
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q5_1,
-            DType::Q8_0,
-            DType::Q4_K,
-            DType::Q5_K,
-            DType::Q6_K,
-        ] {
+        for t in crate::packed::kernel::tests::TYPES {
             let n = 512;
             let row = random_row(t, n / t.block_len(), 3);
             let mut want = vec![0.0; n];
