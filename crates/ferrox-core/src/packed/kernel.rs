@@ -1,6 +1,7 @@
 //! The group kernel: 16 weight rows times a few tokens, in the packed layout.
 //! [`group_portable`] is the scalar specification (the function in the module
-//! header of `packed`); the AVX-512 VNNI build returns its bits exactly.
+//! header of `packed`); the AVX-512 VNNI and AVX2 builds return its bits exactly,
+//! and [`group`] picks the fastest this CPU runs.
 
 use super::layout::{Format, Quants};
 use super::{BLOCK, GROUP_ROWS};
