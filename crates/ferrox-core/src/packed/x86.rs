@@ -1,12 +1,12 @@
 //! AVX-512 VNNI and AVX2 builds of the group kernel
 //! (`packed::kernel::group_portable`).
 //!
-//! Invariants: one 32-bit lane per weight row (AVX2: two registers of 8 rows). A block's integer dot product is
-//! accumulated by `vpdpwssd` (AVX2: `vpmaddwd` + `vpaddd`) over independent
-//! registers (integer sums are
-//! exact, so their order is free) and then enters the f32 lanes with exactly the
-//! scalar twin's operations in its order: convert, times scale, times `da`, plus
-//! `offset * sa`, added to the lane's running sum. No FMA.
+//! Invariants: one 32-bit lane per weight row (AVX2: two registers of 8 rows). A
+//! block's integer dot product is accumulated by `vpdpwssd` (AVX2: `vpmaddwd` +
+//! `vpaddd`) over independent registers (integer sums are exact, so their order
+//! is free) and then enters the f32 lanes with exactly the scalar twin's
+//! operations in its order: convert, times scale, times `da`, plus `offset * sa`,
+//! added to the lane's running sum. No FMA.
 //!
 //! The steps of a block are unpacked once and serve up to `TOKEN_TILE` tokens.
 //! Each build is instantiated per packed format (`by_format!`).
