@@ -11,9 +11,10 @@
 //!                                            (+ offset[r][b] * sa[t][b])
 //! ```
 //!
-//! where `w`, `scale`, `offset` come from the GGUF block exactly (`value = scale * w
-//! + offset`, see [`layout`]) and `qa`, `da`, `sa` are the token's activations
-//! quantized per block (see [`activations`]). The per-block integer sums are exact,
+//! where `w`, `scale`, `offset` come from the GGUF block exactly (the value is
+//! `scale * w + offset`, see [`layout`]) and `qa`, `da`, `sa` are the token's
+//! activations quantized per block (see [`activations`]). Q6_K's two 16-value
+//! halves have their own scales: each half's term is added in turn, no offset. The per-block integer sums are exact,
 //! so their order never matters; the f32 operations run in block order, one lane per
 //! weight row. Nothing depends on the other tokens of the call or on how rows are
 //! split across threads (SPEC S3).
