@@ -123,6 +123,7 @@ fn tile(
         // SAFETY (writes below): (t, r) is inside `out` (checked by the caller) and
         // row r belongs to this task alone.
         let put = |t: usize, r: usize, v: f32| unsafe { *out.0.add(t * w.rows + r) = v };
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut t0 = 0;
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {

@@ -151,6 +151,12 @@ pub fn group(
         unsafe { super::x86::group_avx2(format, group, nb, tokens, out) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    if super::neon::available() {
+        // SAFETY: as above.
+        unsafe { super::neon::group(format, group, nb, tokens, out) };
+        return;
+    }
     group_autovec(format, group, nb, tokens, out);
 }
 

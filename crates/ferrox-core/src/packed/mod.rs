@@ -26,6 +26,8 @@ pub mod activations;
 pub mod kernel;
 pub mod layout;
 pub mod matmul;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
