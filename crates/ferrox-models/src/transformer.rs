@@ -25,7 +25,7 @@ use ferrox_core::ops::exp::exp_shifted;
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
 use ferrox_core::ops::rope::{self, RopeStyle};
-use ferrox_core::ops::vector::{scaled_dots, weighted_sum};
+use ferrox_core::ops::vector::{self, scaled_dots, weighted_sum};
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_matmul_many};
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
@@ -393,9 +393,9 @@ impl Transformer {
                         cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| {
                             scaled_dots(qv, keys, scale, scores)
                         });
-                        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                        let max = vector::max(scores);
                         exp_shifted(scores, max);
-                        let sum = scores.iter().fold(0.0f32, |a, &e| a + e);
+                        let sum = vector::sum(scores);
                         out.fill(0.0);
                         let mut j = 0;
                         cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, _, values| {

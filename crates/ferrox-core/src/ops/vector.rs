@@ -70,6 +70,77 @@ pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     dot_body(a, b)
 }
 
+#[inline(always)]
+fn sum_body(v: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let whole = v.len() / LANES * LANES;
+    for c in v[..whole].chunks_exact(LANES) {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    for (l, x) in v[whole..].iter().enumerate() {
+        acc[l] += x;
+    }
+    fold(acc)
+}
+
+#[inline(always)]
+fn max_body(v: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let whole = v.len() / LANES * LANES;
+    for c in v[..whole].chunks_exact(LANES) {
+        for l in 0..LANES {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    let mut m = v[whole..]
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    for a in acc {
+        m = if a > m { a } else { m };
+    }
+    m
+}
+
+/// `sum(v)` in [`dot`]'s lane order (value `i` into lane `i % LANES`, the tail
+/// into lanes `0..tail`, pairwise fold): the same bits on every build.
+pub fn sum(v: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512vl,avx2")]
+        unsafe fn avx512(v: &[f32]) -> f32 {
+            sum_body(v)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { avx512(v) };
+        }
+    }
+    sum_body(v)
+}
+
+/// The largest value of `v` (negative infinity when empty; NaNs are skipped). A
+/// maximum is exact, so any order gives the same value.
+pub fn max(v: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512vl,avx2")]
+        unsafe fn avx512(v: &[f32]) -> f32 {
+            max_body(v)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { avx512(v) };
+        }
+    }
+    max_body(v)
+}
+
 /// `acc[i] += s * v[i]`.
 #[inline]
 pub fn axpy(acc: &mut [f32], s: f32, v: &[f32]) {
@@ -175,6 +246,19 @@ mod tests {
                 (got as f64 - want).abs() < 1e-5 * (n as f64).max(1.0),
                 "n = {n}: {got} vs {want}"
             );
+        }
+        // Sums follow dot's lanes (a dot with ones); maxima are exact.
+        for n in [0usize, 1, 15, 16, 17, 300] {
+            let v: Vec<f32> = (0..n).map(|_| r()).collect();
+            let ones = vec![1.0f32; n];
+            assert_eq!(
+                sum(&v).to_bits(),
+                dot_portable(&v, &ones).to_bits(),
+                "sum of {n}"
+            );
+            assert_eq!(sum(&v).to_bits(), sum_body(&v).to_bits(), "sum of {n}");
+            let want = v.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            assert_eq!(max(&v), want, "max of {n}");
         }
         // The batched forms equal their one-at-a-time definitions.
         for dk in [1usize, 15, 16, 64, 80, 200, 256] {
