@@ -8,6 +8,8 @@
 //! * `sa = da * (sum qa as f32)`: the block's sum, used by weight offsets.
 //! * The rounding error is at most `da / 2` per value.
 
+use rayon::prelude::*;
+
 use super::BLOCK;
 
 /// `n` token rows of `cols` values, quantized block by block.
@@ -24,6 +26,9 @@ pub struct QuantizedRows {
 }
 
 const QMAX: f32 = 32767.0;
+
+/// Blocks from which quantization is split across the thread pool.
+const PARALLEL_BLOCKS: usize = 1024;
 
 impl QuantizedRows {
     /// Quantizes `x` (`n` rows of `cols` values, `cols` a multiple of 32), reusing
@@ -42,12 +47,7 @@ impl QuantizedRows {
         self.sa.resize(nb, 0.0);
         #[cfg(target_arch = "x86_64")]
         let simd = std::arch::is_x86_feature_detected!("avx512f");
-        for (((xb, qb), da), sa) in x
-            .chunks_exact(BLOCK)
-            .zip(self.qa.chunks_exact_mut(BLOCK))
-            .zip(&mut self.da)
-            .zip(&mut self.sa)
-        {
+        let one = |((xb, qb), (da, sa)): ((&[f32], &mut [i16]), (&mut f32, &mut f32))| {
             let (xb, qb) = (
                 xb.try_into().expect("32 values"),
                 qb.try_into().expect("32 values"),
@@ -56,9 +56,23 @@ impl QuantizedRows {
             if simd {
                 // SAFETY: the feature was detected on this CPU.
                 (*da, *sa) = unsafe { quantize_block_avx512(xb, qb) };
-                continue;
+                return;
             }
             (*da, *sa) = quantize_block(xb, qb);
+        };
+        // Each block is its own function of its own values: splitting the blocks
+        // across the current pool's threads (prefill chunks) changes nothing.
+        if nb >= PARALLEL_BLOCKS {
+            x.par_chunks_exact(BLOCK)
+                .zip(self.qa.par_chunks_exact_mut(BLOCK))
+                .zip(self.da.par_iter_mut().zip(self.sa.par_iter_mut()))
+                .with_min_len(PARALLEL_BLOCKS / 4)
+                .for_each(one);
+        } else {
+            x.chunks_exact(BLOCK)
+                .zip(self.qa.chunks_exact_mut(BLOCK))
+                .zip(self.da.iter_mut().zip(self.sa.iter_mut()))
+                .for_each(one);
         }
     }
 
@@ -166,6 +180,19 @@ mod tests {
                     "block {k}"
                 );
             }
+        }
+        // Large inputs are split across threads: the same numbers as row by row.
+        let (n, cols) = (64, 1024);
+        let big: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 7919) % 2003) as f32 / 700.0 - 1.4)
+            .collect();
+        let mut whole = QuantizedRows::default();
+        whole.quantize(&big, n, cols);
+        for t in [0, 31, 63] {
+            let mut one = QuantizedRows::default();
+            one.quantize(&big[t * cols..(t + 1) * cols], 1, cols);
+            assert_eq!(one.row(0), whole.row(t));
+            assert_eq!(one.sa, whole.sa[t * 32..(t + 1) * 32]);
         }
         let mut zeros = QuantizedRows::default();
         zeros.quantize(&[0.0; 32], 1, 32);
