@@ -25,7 +25,7 @@ use ferrox_core::ops::exp::exp_shifted;
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
 use ferrox_core::ops::rope::{self, RopeStyle};
-use ferrox_core::ops::vector::{self, scaled_dots, weighted_sum};
+use ferrox_core::ops::vector::{self, scaled_dots_heads, weighted_sum_heads};
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_matmul_many};
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
@@ -380,32 +380,41 @@ impl Transformer {
             let cache_ref: &KvCache = cache;
             let q_ref = &q;
             self.pool.install(|| {
-                att.par_chunks_mut(dv)
-                    .enumerate()
-                    .for_each_init(Vec::new, |scores, (i, out)| {
-                        let (t, head) = (i / nh, i % nh);
+                // One task per token and KV head: its query heads read each key
+                // and value once; every head keeps its own order (SPEC S3).
+                att.par_chunks_mut(group * dv).enumerate().for_each_init(
+                    Vec::new,
+                    |scores, (i, out)| {
+                        let (t, kvh) = (i / nkv, i % nkv);
                         let s = slots[t];
                         let seq = spans[s.span].seq;
-                        let kvh = head / group;
                         let lo = window.map_or(0, |w| (s.pos + 1).saturating_sub(w));
-                        let qv = &q_ref[t * qd + head * dk..t * qd + (head + 1) * dk];
+                        let n_keys = s.pos + 1 - lo;
+                        let qs = &q_ref[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
                         scores.clear();
+                        scores.resize(group * n_keys, 0.0);
+                        let mut j = 0;
                         cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| {
-                            scaled_dots(qv, keys, scale, scores)
+                            scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
+                            j += keys.len() / dk;
                         });
-                        let max = vector::max(scores);
-                        exp_shifted(scores, max);
-                        let sum = vector::sum(scores);
+                        for sc in scores.chunks_exact_mut(n_keys) {
+                            let max = vector::max(sc);
+                            exp_shifted(sc, max);
+                        }
                         out.fill(0.0);
                         let mut j = 0;
                         cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, _, values| {
-                            let n = values.len() / dv;
-                            weighted_sum(out, &scores[j..j + n], values);
-                            j += n;
+                            let m = values.len() / dv;
+                            weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
+                            j += m;
                         });
-                        let inv = 1.0 / sum;
-                        out.iter_mut().for_each(|x| *x *= inv);
-                    });
+                        for (g, o) in out.chunks_exact_mut(dv).enumerate() {
+                            let inv = 1.0 / vector::sum(&scores[g * n_keys..(g + 1) * n_keys]);
+                            o.iter_mut().for_each(|x| *x *= inv);
+                        }
+                    },
+                );
             });
             let input = self.input(&att, n, nh * dv, &mut qbuf);
             self.project(&lw.wo, p[3].as_ref(), &input, &mut o);

@@ -433,3 +433,109 @@ unsafe fn weighted_sum_chunks<const K: usize>(acc: &mut [f32], weights: &[f32], 
         }
     }
 }
+
+/// `out[g * stride + at + k] = dot(q_g, rows[k]) * scale` for the queries `q_g`
+/// (consecutive `n`-long pieces of `qs`) and every `n`-long row: each value
+/// exactly [`dot_f32`]'s (through [`dot_4x4`], 4 rows by 4 queries, padded by
+/// repeating the last and dropping the copies), so a row is read once for all
+/// the queries of a KV group.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `qs` and `rows` hold whole pieces of `n > 0`, and
+/// `out` every `g * stride + at + k`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn scaled_dots_heads(
+    qs: &[f32],
+    n: usize,
+    rows: &[f32],
+    scale: f32,
+    out: &mut [f32],
+    stride: usize,
+    at: usize,
+) {
+    let (heads, m) = (qs.len() / n, rows.len() / n);
+    let row = |k: usize| &rows[k * n..(k + 1) * n];
+    let query = |g: usize| &qs[g * n..(g + 1) * n];
+    for h0 in (0..heads).step_by(4) {
+        let hq: [&[f32]; 4] = std::array::from_fn(|i| query((h0 + i).min(heads - 1)));
+        for k0 in (0..m).step_by(4) {
+            let kr: [&[f32]; 4] = std::array::from_fn(|i| row((k0 + i).min(m - 1)));
+            let mut o = [[0.0f32; 4]; 4];
+            // SAFETY: the feature is this function's; the eight slices have length n.
+            unsafe { dot_4x4(kr, hq, &mut o) };
+            for (i, ok) in o.iter().enumerate().take(m - k0) {
+                for (h, &v) in ok.iter().enumerate().take(heads - h0) {
+                    out[(h0 + h) * stride + at + k0 + i] = v * scale;
+                }
+            }
+        }
+    }
+}
+
+/// `acc_g += sum_k w_g[k] * rows[k]` for the heads `acc_g` (consecutive `n`-long
+/// pieces of `accs`, at most 4) with `w_g[k] = weights[g * stride + at + k]`, each
+/// element updated as `acc + w * x` row after row (the bits of repeated `axpy`), a
+/// row's 64-value chunk loaded once for all the heads.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; at most 4 heads; `rows` holds `m` rows of `n`;
+/// `weights` every `g * stride + at + k`, `k < m`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn weighted_sum_heads(
+    accs: &mut [f32],
+    n: usize,
+    weights: &[f32],
+    stride: usize,
+    at: usize,
+    m: usize,
+    rows: &[f32],
+) {
+    let heads = accs.len() / n;
+    debug_assert!(heads <= 4 && rows.len() >= m * n);
+    let mut c = 0;
+    // SAFETY: every access is inside accs, rows[k n..(k + 1) n] (k < m) and the
+    // weights the caller vouches for.
+    unsafe {
+        while c < n {
+            let width = (n - c).min(4 * LANES);
+            let masks: [__mmask16; 4] = std::array::from_fn(|k| {
+                let have = width.saturating_sub(k * LANES).min(LANES);
+                ((1u32 << have) - 1) as u16
+            });
+            let live = width.div_ceil(LANES);
+            let mut a = [[_mm512_setzero_ps(); 4]; 4];
+            for g in 0..heads {
+                for k in 0..live {
+                    a[g][k] =
+                        _mm512_maskz_loadu_ps(masks[k], accs.as_ptr().add(g * n + c + k * LANES));
+                }
+            }
+            for j in 0..m {
+                let row = rows.as_ptr().add(j * n + c);
+                let v: [__m512; 4] = std::array::from_fn(|k| {
+                    if k < live {
+                        _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES))
+                    } else {
+                        _mm512_setzero_ps()
+                    }
+                });
+                for g in 0..heads {
+                    let wv = _mm512_set1_ps(*weights.get_unchecked(g * stride + at + j));
+                    for k in 0..live {
+                        a[g][k] = _mm512_add_ps(a[g][k], _mm512_mul_ps(wv, v[k]));
+                    }
+                }
+            }
+            for g in 0..heads {
+                for k in 0..live {
+                    _mm512_mask_storeu_ps(
+                        accs.as_mut_ptr().add(g * n + c + k * LANES),
+                        masks[k],
+                        a[g][k],
+                    );
+                }
+            }
+            c += width;
+        }
+    }
+}

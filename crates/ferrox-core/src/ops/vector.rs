@@ -150,13 +150,6 @@ pub fn axpy(acc: &mut [f32], s: f32, v: &[f32]) {
 }
 
 #[inline(always)]
-fn scaled_dots_body(q: &[f32], rows: &[f32], scale: f32, out: &mut Vec<f32>) {
-    for row in rows.chunks_exact(q.len()) {
-        out.push(dot_body(q, row) * scale);
-    }
-}
-
-#[inline(always)]
 fn weighted_sum_body(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     for (&w, row) in weights.iter().zip(rows.chunks_exact(acc.len())) {
         axpy(acc, w, row);
@@ -169,26 +162,41 @@ pub fn scaled_dots(q: &[f32], rows: &[f32], scale: f32, out: &mut Vec<f32>) {
     if q.is_empty() {
         return;
     }
+    let start = out.len();
+    out.resize(start + rows.len() / q.len(), 0.0);
+    scaled_dots_into(q, rows, scale, &mut out[start..]);
+}
+
+/// [`scaled_dots`] into a slice of a value per row.
+pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
+    if q.is_empty() {
+        return;
+    }
+    assert!(out.len() >= rows.len() / q.len(), "a value per row");
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         #[target_feature(enable = "avx512f")]
-        unsafe fn avx512(q: &[f32], rows: &[f32], scale: f32, out: &mut Vec<f32>) {
+        unsafe fn avx512(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
             let mut sixteen = rows.chunks_exact(16 * q.len());
-            let mut buf = [0.0f32; 16];
+            let mut k = 0;
             for block in &mut sixteen {
+                let dst: &mut [f32; 16] = (&mut out[k..k + 16]).try_into().expect("16 values");
                 // SAFETY: this function runs only where AVX-512 F was detected.
-                unsafe { crate::kernels::x86::scaled_dots_16(q, block, scale, &mut buf) };
-                out.extend_from_slice(&buf);
+                unsafe { crate::kernels::x86::scaled_dots_16(q, block, scale, dst) };
+                k += 16;
             }
             for row in sixteen.remainder().chunks_exact(q.len()) {
                 // SAFETY: as above.
-                out.push(unsafe { crate::kernels::x86::dot_f32(q, row) } * scale);
+                out[k] = unsafe { crate::kernels::x86::dot_f32(q, row) } * scale;
+                k += 1;
             }
         }
         // SAFETY: the feature was detected on this CPU.
         return unsafe { avx512(q, rows, scale, out) };
     }
-    scaled_dots_body(q, rows, scale, out)
+    for (o, row) in out.iter_mut().zip(rows.chunks_exact(q.len())) {
+        *o = dot_body(q, row) * scale;
+    }
 }
 
 /// `acc += sum_j weights[j] * rows[j]`, row after row (each element sees exactly
@@ -214,6 +222,111 @@ pub fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
         }
     }
     weighted_sum_body(acc, weights, rows)
+}
+
+/// Query width from which [`scaled_dots_heads`] reads each row once for the group.
+#[cfg(target_arch = "x86_64")]
+const SHARED_READS_FROM: usize = 128;
+
+/// [`scaled_dots`] for several queries over the same rows (the query heads of one
+/// KV head): with `q_g` the consecutive `n`-long pieces of `qs`,
+/// `out[g * stride + at + k] = dot(q_g, rows[k]) * scale`, the same bits, each
+/// row read once for all the queries where the CPU allows.
+pub fn scaled_dots_heads(
+    qs: &[f32],
+    n: usize,
+    rows: &[f32],
+    scale: f32,
+    out: &mut [f32],
+    stride: usize,
+    at: usize,
+) {
+    if n == 0 || qs.is_empty() {
+        return;
+    }
+    let (heads, m) = (qs.len() / n, rows.len() / n);
+    assert!(
+        qs.len() % n == 0 && rows.len() % n == 0,
+        "queries and rows of {n} values"
+    );
+    assert!(
+        at + m <= stride || heads == 1,
+        "a head's values stay inside its stride"
+    );
+    assert!(
+        (heads - 1) * stride + at + m <= out.len(),
+        "the output holds every value"
+    );
+    // Wide heads (Gemma 3's 256) are bound by reading the keys from L2: share
+    // the reads across the group. Narrow ones are bound by arithmetic, where the
+    // one-query kernel's shuffle folds win. The same bits either way.
+    #[cfg(target_arch = "x86_64")]
+    if n >= SHARED_READS_FROM && std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the feature was detected; lengths checked above.
+        return unsafe {
+            crate::kernels::x86::scaled_dots_heads(qs, n, rows, scale, out, stride, at)
+        };
+    }
+    for (g, q) in qs.chunks_exact(n).enumerate() {
+        scaled_dots_into(
+            q,
+            rows,
+            scale,
+            &mut out[g * stride + at..g * stride + at + m],
+        );
+    }
+}
+
+/// [`weighted_sum`] for several heads over the same `m` rows: with `acc_g` the
+/// consecutive `n`-long pieces of `accs`, `acc_g += sum_k weights[g * stride +
+/// at + k] * rows[k]`, the same bits, each row read once per 4 heads where the
+/// CPU allows.
+pub fn weighted_sum_heads(
+    accs: &mut [f32],
+    n: usize,
+    weights: &[f32],
+    stride: usize,
+    at: usize,
+    m: usize,
+    rows: &[f32],
+) {
+    if n == 0 || accs.is_empty() {
+        return;
+    }
+    let heads = accs.len() / n;
+    assert!(
+        accs.len() % n == 0 && rows.len() >= m * n,
+        "accumulators of {n} values, {m} rows"
+    );
+    assert!(
+        (heads - 1) * stride + at + m <= weights.len(),
+        "a weight per head and row"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        for (i, a) in accs.chunks_mut(4 * n).enumerate() {
+            // SAFETY: the feature was detected; lengths checked above.
+            unsafe {
+                crate::kernels::x86::weighted_sum_heads(
+                    a,
+                    n,
+                    weights,
+                    stride,
+                    4 * i * stride + at,
+                    m,
+                    rows,
+                )
+            };
+        }
+        return;
+    }
+    for (g, acc) in accs.chunks_exact_mut(n).enumerate() {
+        weighted_sum(
+            acc,
+            &weights[g * stride + at..g * stride + at + m],
+            &rows[..m * n],
+        );
+    }
 }
 
 #[cfg(test)]
@@ -259,6 +372,44 @@ mod tests {
             assert_eq!(sum(&v).to_bits(), sum_body(&v).to_bits(), "sum of {n}");
             let want = v.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             assert_eq!(max(&v), want, "max of {n}");
+        }
+        // Several heads at once give each head's bits.
+        for (dk, heads, keys) in [
+            (64usize, 3usize, 37usize),
+            (256, 4, 16),
+            (80, 5, 3),
+            (16, 1, 1),
+        ] {
+            let qs: Vec<f32> = (0..heads * dk).map(|_| r()).collect();
+            let rows: Vec<f32> = (0..keys * dk).map(|_| r()).collect();
+            let (stride, at) = (keys + 5, 2);
+            let mut scores = vec![0.0f32; heads * stride];
+            scaled_dots_heads(&qs, dk, &rows, 0.3, &mut scores, stride, at);
+            let ws: Vec<f32> = (0..heads * stride).map(|_| r()).collect();
+            let mut accs = vec![0.25f32; heads * dk];
+            weighted_sum_heads(&mut accs, dk, &ws, stride, at, keys, &rows);
+            for g in 0..heads {
+                let q = &qs[g * dk..(g + 1) * dk];
+                let want: Vec<u32> = rows
+                    .chunks_exact(dk)
+                    .map(|k| (dot_portable(q, k) * 0.3).to_bits())
+                    .collect();
+                let got: Vec<u32> = scores[g * stride + at..g * stride + at + keys]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                assert_eq!(got, want, "scores dk {dk} head {g}");
+                let mut one = vec![0.25f32; dk];
+                for (j, row) in rows.chunks_exact(dk).enumerate() {
+                    axpy(&mut one, ws[g * stride + at + j], row);
+                }
+                assert!(
+                    one.iter()
+                        .zip(&accs[g * dk..(g + 1) * dk])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "values dk {dk} head {g}"
+                );
+            }
         }
         // The batched forms equal their one-at-a-time definitions.
         for dk in [1usize, 15, 16, 64, 80, 200, 256] {
