@@ -8,6 +8,9 @@
 //! * [`packed`]: the integer-activation path: repacked weights, activations
 //!   quantized to 16-bit integers, exact integer block products.
 
+#[macro_use]
+mod dispatch;
+
 pub mod blocks;
 pub mod dtype;
 pub mod error;

@@ -209,34 +209,31 @@ impl Worker {
 
     fn take_job(&mut self, job: Job) {
         if self.early_cancels.remove(&job.id) {
-            EngineStats::add(&self.stats.aborted, 1);
-            let usage = Usage {
-                prompt_tokens: job.prompt.len(),
-                completion_tokens: 0,
-            };
-            let _ = job.reply.send(Event::Finished {
-                reason: FinishReason::Cancelled,
-                usage,
-                text: String::new(),
-            });
+            self.cancel_unstarted(job);
             return;
         }
         self.queue.push_back(job);
     }
 
+    /// Ends a request that never started (cancelled in the queue or before it
+    /// arrived): counted as aborted, finished with no tokens.
+    fn cancel_unstarted(&self, job: Job) {
+        EngineStats::add(&self.stats.aborted, 1);
+        let usage = Usage {
+            prompt_tokens: job.prompt.len(),
+            completion_tokens: 0,
+        };
+        let _ = job.reply.send(Event::Finished {
+            reason: FinishReason::Cancelled,
+            usage,
+            text: String::new(),
+        });
+    }
+
     fn cancel(&mut self, id: RequestId) {
         if let Some(i) = self.queue.iter().position(|j| j.id == id) {
             let job = self.queue.remove(i).expect("index found");
-            EngineStats::add(&self.stats.aborted, 1);
-            let usage = Usage {
-                prompt_tokens: job.prompt.len(),
-                completion_tokens: 0,
-            };
-            let _ = job.reply.send(Event::Finished {
-                reason: FinishReason::Cancelled,
-                usage,
-                text: String::new(),
-            });
+            self.cancel_unstarted(job);
         } else if self.running.contains_key(&id) {
             EngineStats::add(&self.stats.aborted, 1);
             self.finish(id, FinishReason::Cancelled);

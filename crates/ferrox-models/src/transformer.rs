@@ -160,18 +160,23 @@ impl Transformer {
     }
 
     /// Quantizes `x` into `buf` when the integer path runs, and returns the input.
+    /// `consumers` are the packed forms of the matrices that take this input: it is
+    /// quantized only when one of them is packed.
     fn input<'a>(
         &self,
         x: &'a [f32],
         n: usize,
         cols: usize,
+        consumers: &[Option<PackedMatrix>],
         buf: &'a mut QuantizedRows,
     ) -> Input<'a> {
-        let q = (self.path == ActivationPath::Int16 && cols % ferrox_core::packed::BLOCK == 0)
-            .then(|| {
-                buf.quantize(x, n, cols);
-                &*buf
-            });
+        let q = (self.path == ActivationPath::Int16
+            && cols % ferrox_core::packed::BLOCK == 0
+            && consumers.iter().any(Option::is_some))
+        .then(|| {
+            buf.quantize(x, n, cols);
+            &*buf
+        });
         Input { x, n, q }
     }
 
@@ -316,7 +321,7 @@ impl Transformer {
             h.copy_from_slice(&x);
             h.chunks_exact_mut(d)
                 .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
-            let input = self.input(&h, n, d, &mut qbuf);
+            let input = self.input(&h, n, d, &p[..3], &mut qbuf);
             self.project_many(
                 &input,
                 &mut [
@@ -416,7 +421,7 @@ impl Transformer {
                     },
                 );
             });
-            let input = self.input(&att, n, nh * dv, &mut qbuf);
+            let input = self.input(&att, n, nh * dv, &p[3..4], &mut qbuf);
             self.project(&lw.wo, p[3].as_ref(), &input, &mut o);
             if let Some(w) = &lw.attn_post_norm {
                 o.chunks_exact_mut(d)
@@ -426,7 +431,7 @@ impl Transformer {
             h.copy_from_slice(&x);
             h.chunks_exact_mut(d)
                 .for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
-            let input = self.input(&h, n, d, &mut qbuf);
+            let input = self.input(&h, n, d, &p[4..6], &mut qbuf);
             self.project_many(
                 &input,
                 &mut [
@@ -439,7 +444,7 @@ impl Transformer {
             g.par_chunks_mut(4096)
                 .zip(u.par_chunks(4096))
                 .for_each(|(gc, uc)| gated(gc, uc, act));
-            let input = self.input(&g, n, hp.n_ff, &mut qbuf);
+            let input = self.input(&g, n, hp.n_ff, &p[6..7], &mut qbuf);
             self.project(&lw.w_down, p[6].as_ref(), &input, &mut o);
             if let Some(w) = &lw.ffn_post_norm {
                 o.chunks_exact_mut(d)
@@ -468,7 +473,13 @@ impl Transformer {
         }
         let vocab = hp.vocab_size;
         let mut logits = vec![0.0f32; wanted.len() * vocab];
-        let input = self.input(&rows, wanted.len(), d, &mut qbuf);
+        let input = self.input(
+            &rows,
+            wanted.len(),
+            d,
+            std::slice::from_ref(&self.packed.output),
+            &mut qbuf,
+        );
         self.project(
             &self.weights.output,
             self.packed.output.as_ref(),

@@ -188,39 +188,15 @@ fn dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
     crate::ops::vector::dot(&row, x)
 }
 
-macro_rules! dispatched {
-    ($(#[$doc:meta])* $name:ident, $body:ident, ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
-        $(#[$doc])*
-        pub fn $name($($arg: $ty),*) -> $ret {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-                unsafe fn avx512($($arg: $ty),*) -> $ret { $body($($arg),*) }
-                #[target_feature(enable = "avx2,f16c")]
-                unsafe fn avx2($($arg: $ty),*) -> $ret { $body($($arg),*) }
-                if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vl") {
-                    // SAFETY: the features were detected on this CPU.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
-                    // SAFETY: the features were detected on this CPU.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            $body($($arg),*)
-        }
-    };
-}
-
 dispatched!(
     /// Dequantizes one row (`out.len()` values of `dtype` in `w`), bit-exact with
     /// [`reference::dequantize`]. Lengths must already be checked.
-    dequantize_row, dequantize_body, (dtype: DType, w: &[u8], out: &mut [f32]) -> ()
+    pub fn dequantize_row = dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) -> ()
 );
 
 dispatched!(
     /// The compiler-vectorized build of [`dot_row`].
-    dot_row_autovec, dot_row_body, (dtype: DType, w: &[u8], x: &[f32]) -> f32
+    pub fn dot_row_autovec = dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32
 );
 
 /// `dot(dequantize(w), x)` without materializing the row; lengths must already

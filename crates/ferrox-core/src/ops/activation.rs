@@ -41,31 +41,10 @@ fn gated_body(gate: &mut [f32], up: &[f32], act: Gate) {
     }
 }
 
-/// `gate[i] = act(gate[i]) * up[i]`, vectorized where the CPU allows (same bits).
-pub fn gated(gate: &mut [f32], up: &[f32], act: Gate) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-        unsafe fn avx512(gate: &mut [f32], up: &[f32], act: Gate) {
-            gated_body(gate, up, act)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2(gate: &mut [f32], up: &[f32], act: Gate) {
-            gated_body(gate, up, act)
-        }
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            // SAFETY: the features were detected on this CPU.
-            return unsafe { avx512(gate, up, act) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was detected on this CPU.
-            return unsafe { avx2(gate, up, act) };
-        }
-    }
-    gated_body(gate, up, act)
-}
+dispatched!(
+    /// `gate[i] = act(gate[i]) * up[i]`, vectorized where the CPU allows (same bits).
+    pub fn gated = gated_body(gate: &mut [f32], up: &[f32], act: Gate) -> ()
+);
 
 #[cfg(test)]
 mod tests {

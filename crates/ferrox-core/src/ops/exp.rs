@@ -41,31 +41,10 @@ fn exp_shifted_body(v: &mut [f32], shift: f32) {
     }
 }
 
-/// `v[i] = exp(v[i] - shift)`, vectorized where the CPU allows (same bits).
-pub fn exp_shifted(v: &mut [f32], shift: f32) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-        unsafe fn avx512(v: &mut [f32], shift: f32) {
-            exp_shifted_body(v, shift)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2(v: &mut [f32], shift: f32) {
-            exp_shifted_body(v, shift)
-        }
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            // SAFETY: the features were detected on this CPU.
-            return unsafe { avx512(v, shift) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was detected on this CPU.
-            return unsafe { avx2(v, shift) };
-        }
-    }
-    exp_shifted_body(v, shift)
-}
+dispatched!(
+    /// `v[i] = exp(v[i] - shift)`, vectorized where the CPU allows (same bits).
+    pub fn exp_shifted = exp_shifted_body(v: &mut [f32], shift: f32) -> ()
+);
 
 /// The portable build of [`exp_shifted`], for tests.
 pub fn exp_shifted_portable(v: &mut [f32], shift: f32) {

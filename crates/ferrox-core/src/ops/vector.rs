@@ -103,43 +103,17 @@ fn max_body(v: &[f32]) -> f32 {
     m
 }
 
-/// `sum(v)` in [`dot`]'s lane order (value `i` into lane `i % LANES`, the tail
-/// into lanes `0..tail`, pairwise fold): the same bits on every build.
-pub fn sum(v: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512vl,avx2")]
-        unsafe fn avx512(v: &[f32]) -> f32 {
-            sum_body(v)
-        }
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            // SAFETY: the features were detected on this CPU.
-            return unsafe { avx512(v) };
-        }
-    }
-    sum_body(v)
-}
+dispatched!(
+    /// `sum(v)` in [`dot`]'s lane order (value `i` into lane `i % LANES`, the tail
+    /// into lanes `0..tail`, pairwise fold): the same bits on every build.
+    pub fn sum = sum_body(v: &[f32]) -> f32
+);
 
-/// The largest value of `v` (negative infinity when empty; NaNs are skipped). A
-/// maximum is exact, so any order gives the same value.
-pub fn max(v: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512vl,avx2")]
-        unsafe fn avx512(v: &[f32]) -> f32 {
-            max_body(v)
-        }
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            // SAFETY: the features were detected on this CPU.
-            return unsafe { avx512(v) };
-        }
-    }
-    max_body(v)
-}
+dispatched!(
+    /// The largest value of `v` (negative infinity when empty; NaNs are skipped). A
+    /// maximum is exact, so any order gives the same value.
+    pub fn max = max_body(v: &[f32]) -> f32
+);
 
 /// `acc[i] += s * v[i]`.
 #[inline]
@@ -156,18 +130,8 @@ fn weighted_sum_body(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     }
 }
 
-/// `out.push(dot(q, row) * scale)` for each `q.len()`-long row of `rows`, in order
-/// (attention scores over a run of keys).
-pub fn scaled_dots(q: &[f32], rows: &[f32], scale: f32, out: &mut Vec<f32>) {
-    if q.is_empty() {
-        return;
-    }
-    let start = out.len();
-    out.resize(start + rows.len() / q.len(), 0.0);
-    scaled_dots_into(q, rows, scale, &mut out[start..]);
-}
-
-/// [`scaled_dots`] into a slice of a value per row.
+/// `out[k] = dot(q, row k) * scale` for each `q.len()`-long row of `rows`, in
+/// order (attention scores over a run of keys).
 pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
     if q.is_empty() {
         return;
@@ -203,32 +167,27 @@ pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
 /// the additions of repeated [`axpy`]), `rows` holding `acc.len()`-long rows.
 pub fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            assert!(
-                rows.len() >= weights.len() * acc.len(),
-                "rows hold a row per weight"
-            );
-            // SAFETY: the feature was detected on this CPU; lengths checked above.
-            return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
-            weighted_sum_body(acc, weights, rows)
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was detected on this CPU.
-            return unsafe { avx2(acc, weights, rows) };
-        }
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        assert!(
+            rows.len() >= weights.len() * acc.len(),
+            "rows hold a row per weight"
+        );
+        // SAFETY: the feature was detected on this CPU; lengths checked above.
+        return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
     }
-    weighted_sum_body(acc, weights, rows)
+    weighted_sum_autovec(acc, weights, rows)
 }
+
+dispatched!(
+    /// [`weighted_sum`] where the hand-written kernel does not run.
+    fn weighted_sum_autovec = weighted_sum_body(acc: &mut [f32], weights: &[f32], rows: &[f32]) -> ()
+);
 
 /// Query width from which [`scaled_dots_heads`] reads each row once for the group.
 #[cfg(target_arch = "x86_64")]
 const SHARED_READS_FROM: usize = 128;
 
-/// [`scaled_dots`] for several queries over the same rows (the query heads of one
+/// [`scaled_dots_into`] for several queries over the same rows (the query heads of one
 /// KV head): with `q_g` the consecutive `n`-long pieces of `qs`,
 /// `out[g * stride + at + k] = dot(q_g, rows[k]) * scale`, the same bits, each
 /// row read once for all the queries where the CPU allows.
@@ -415,8 +374,8 @@ mod tests {
         for dk in [1usize, 15, 16, 64, 80, 200, 256] {
             let q: Vec<f32> = (0..dk).map(|_| r()).collect();
             let rows: Vec<f32> = (0..37 * dk).map(|_| r()).collect();
-            let mut got = Vec::new();
-            scaled_dots(&q, &rows, 0.125, &mut got);
+            let mut got = vec![0.0f32; 37];
+            scaled_dots_into(&q, &rows, 0.125, &mut got);
             let want: Vec<f32> = rows
                 .chunks_exact(dk)
                 .map(|k| dot_portable(&q, k) * 0.125)

@@ -160,33 +160,10 @@ pub fn group(
     group_autovec(format, group, nb, tokens, out);
 }
 
-/// The portable kernel built for the widest vector ISA this CPU has.
-fn group_autovec(
-    format: Format,
-    g: &[u8],
-    nb: usize,
-    tokens: &[TokenActs<'_>],
-    out: &mut [[f32; GROUP_ROWS]],
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2(
-            format: Format,
-            g: &[u8],
-            nb: usize,
-            tokens: &[TokenActs<'_>],
-            out: &mut [[f32; GROUP_ROWS]],
-        ) {
-            group_portable(format, g, nb, tokens, out)
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was detected on this CPU.
-            return unsafe { avx2(format, g, nb, tokens, out) };
-        }
-    }
-    group_portable(format, g, nb, tokens, out)
-}
+dispatched!(
+    /// The portable kernel built for the widest vector ISA this CPU has.
+    fn group_autovec = group_portable(format: Format, g: &[u8], nb: usize, tokens: &[TokenActs<'_>], out: &mut [[f32; GROUP_ROWS]]) -> ()
+);
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -31,6 +31,9 @@ use crate::ops::matmul::Matrix;
 
 use super::{BLOCK, GROUP_ROWS};
 
+/// Steps of two values per block.
+const STEPS: usize = BLOCK / 2;
+
 /// How the integers of a block are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Quants {
@@ -110,7 +113,7 @@ impl Format {
     pub fn scales_at(self) -> usize {
         self.quant_bytes()
             + if self.quants == Quants::Nibble5 {
-                4 * (BLOCK / 2)
+                4 * STEPS
             } else {
                 0
             }
