@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_cache::KvCache;
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::kv_plan::defaults;
 use ferrox_models::transformer::Transformer;
 
@@ -124,53 +124,40 @@ fn one_run(
     parallel: usize,
 ) -> Result<(Option<f64>, Option<f64>)> {
     let vocab = m.hyper_params().vocab_size;
-    let positions = n_prompt.max(n_gen).max(1);
-    let mut cache = KvCache::new(
-        m.kv_layout(),
-        defaults::KV_BLOCK_SIZE,
-        parallel * positions.div_ceil(defaults::KV_BLOCK_SIZE),
-        parallel,
-        n_prompt.max(parallel),
-    )?;
+    let mut store = KvStore::new(m.kv_layout(), defaults::KV_BLOCK_SIZE);
     let mut pp = None;
     if n_prompt > 0 {
-        let seq = cache.alloc(n_prompt).context("KV")?;
+        let pages = store.fresh_table(n_prompt);
         let t = Instant::now();
         m.forward(
-            &mut cache,
+            &mut store,
             &[Span {
-                seq: &seq,
+                pages: &pages,
                 start: 0,
                 tokens: &tokens(n_prompt, vocab),
                 want: Want::Last,
             }],
         )?;
         pp = Some(n_prompt as f64 / t.elapsed().as_secs_f64());
-        cache.free(seq);
     }
     let mut tg = None;
     if n_gen > 0 {
-        let seqs = (0..parallel)
-            .map(|_| cache.alloc(n_gen).context("KV"))
-            .collect::<Result<Vec<_>>>()?;
+        let tables: Vec<_> = (0..parallel).map(|_| store.fresh_table(n_gen)).collect();
         let toks = tokens(n_gen, vocab);
         let t = Instant::now();
         for (pos, tok) in toks.iter().enumerate() {
-            let spans: Vec<Span<'_>> = seqs
+            let spans: Vec<Span<'_>> = tables
                 .iter()
-                .map(|seq| Span {
-                    seq,
+                .map(|pages| Span {
+                    pages,
                     start: pos,
                     tokens: std::slice::from_ref(tok),
                     want: Want::Last,
                 })
                 .collect();
-            m.forward(&mut cache, &spans)?;
+            m.forward(&mut store, &spans)?;
         }
         tg = Some((n_gen * parallel) as f64 / t.elapsed().as_secs_f64());
-        for seq in seqs {
-            cache.free(seq);
-        }
     }
     Ok((pp, tg))
 }

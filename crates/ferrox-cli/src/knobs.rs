@@ -68,6 +68,25 @@ pub struct EngineArgs {
     /// Longest request in positions (prompt + max_tokens) [default: the model's context].
     #[arg(long, env = "FERROX_CB_MAX_CONTEXT", value_parser = count_knob("FERROX_CB_MAX_CONTEXT"), value_name = "N")]
     pub max_context: Option<usize>,
+    /// Turn off the shared-prefix KV cache (on by default: prompts that start like
+    /// an earlier one reuse its KV pages instead of running them again).
+    #[arg(long, env = "FERROX_PREFIX_CACHE", value_parser = prefix_cache_off, default_value = "false", num_args = 0, default_missing_value = "true")]
+    pub no_prefix_cache: bool,
+}
+
+/// `--no-prefix-cache` as a flag, `FERROX_PREFIX_CACHE=0|1|false|true|off|on` as a
+/// variable (the variable says whether the cache is on).
+fn prefix_cache_off(v: &str) -> Result<bool, String> {
+    match v {
+        // The flag's own values.
+        "true" => Ok(true),
+        "false" => Ok(false),
+        "0" | "off" | "no" => Ok(true),
+        "1" | "on" | "yes" => Ok(false),
+        _ => Err(format!(
+            "FERROX_PREFIX_CACHE must be 0/1, on/off or true/false, not {v:?}"
+        )),
+    }
 }
 
 impl EngineArgs {
@@ -94,6 +113,7 @@ impl EngineArgs {
             block_size: kv.kv_block_size,
             kv_blocks: Some(kv_blocks),
             max_context: self.max_context,
+            prefix_cache: !self.no_prefix_cache,
         })
     }
 }

@@ -153,11 +153,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         block_size: defaults::KV_BLOCK_SIZE,
         kv_blocks: Some(ctx.div_ceil(defaults::KV_BLOCK_SIZE)),
         max_context: Some(ctx),
+        prefix_cache: false,
     };
     let prompt_len = ids.len();
     let tokenizer = std::sync::Arc::new(model.tokenizer.clone());
-    let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config)
-        .map_err(anyhow::Error::msg)?;
+    let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config)?;
     let max_tokens = if a.n_predict < 0 {
         ctx - prompt_len
     } else {

@@ -73,7 +73,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let shape = KvShape::new(model.transformer.hyper_params(), defaults::KV_ELEMENT_BYTES);
         let config = a.engine.config(&shape)?;
         let tokenizer = Arc::new(model.tokenizer.clone());
-        let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone()).map_err(anyhow::Error::msg)?;
+        let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let model_id = a.model.clone().unwrap_or_else(|| ferrox_models::catalog::DEFAULT_MODEL.to_string());
         let state = Arc::new(AppState {

@@ -6,7 +6,7 @@
 //! of the ceiling it hit, priced by `ferrox_models::kv_plan` from the model's own KV
 //! shape.
 
-use ferrox_models::kv_plan::{KvPlan, KvShape};
+use ferrox_models::kv_plan::{KvPlan, KvShape, blocks_for};
 
 /// Which ceiling refused a request.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -64,11 +64,6 @@ impl KvCeiling {
         prompt_tokens.max(1) as u64 + max_tokens as u64
     }
 
-    /// Blocks a request of `positions` reserves (SPEC S7).
-    pub fn blocks_for(&self, positions: u64) -> u64 {
-        positions.div_ceil(self.block_size as u64).max(1)
-    }
-
     /// Checks a request against the ceilings, context first (SPEC S10); returns the
     /// blocks it will reserve.
     pub fn check(&self, prompt_tokens: usize, max_tokens: usize) -> Result<u64, KvRefusal> {
@@ -87,7 +82,7 @@ impl KvCeiling {
                 ),
             });
         }
-        let blocks = self.blocks_for(positions);
+        let blocks = blocks_for(positions, self.block_size);
         if let Some(plan) = &self.plan
             && blocks > plan.n_blocks
         {

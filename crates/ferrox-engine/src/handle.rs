@@ -49,7 +49,6 @@ pub(crate) struct Job {
     pub id: RequestId,
     pub prompt: Vec<u32>,
     pub params: GenerationParams,
-    pub blocks: u64,
     pub reply: reply::UnboundedSender<Event>,
     /// Held until admission (SPEC S11).
     pub slot: QueueSlot,
@@ -83,17 +82,14 @@ impl EngineHandle {
             EngineStats::add(&s.stats.refusals_invalid, 1);
             return Err(SubmitError::Invalid(e));
         }
-        let blocks = match s.ceiling.check(prompt.len(), params.max_tokens) {
-            Ok(b) => b,
-            Err(r) => {
-                let counter = match r.kind {
-                    CeilingKind::ContextLength => &s.stats.refusals_context_length,
-                    CeilingKind::DeviceMemoryBudget => &s.stats.refusals_too_large,
-                };
-                EngineStats::add(counter, 1);
-                return Err(SubmitError::Kv(r));
-            }
-        };
+        if let Err(r) = s.ceiling.check(prompt.len(), params.max_tokens) {
+            let counter = match r.kind {
+                CeilingKind::ContextLength => &s.stats.refusals_context_length,
+                CeilingKind::DeviceMemoryBudget => &s.stats.refusals_too_large,
+            };
+            EngineStats::add(counter, 1);
+            return Err(SubmitError::Kv(r));
+        }
         let Some(slot) = s.gate.try_reserve() else {
             EngineStats::add(&s.stats.queue_rejections, 1);
             return Err(SubmitError::QueueFull {
@@ -108,7 +104,6 @@ impl EngineHandle {
                 id,
                 prompt,
                 params,
-                blocks,
                 reply: tx,
                 slot,
             }))

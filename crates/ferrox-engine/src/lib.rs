@@ -1,19 +1,27 @@
 //! ferrox-engine: the continuous-batching engine (SPEC S1-S19).
 //!
-//! * Pure policy: [`ceiling`] (KV refusals, S10), [`scheduler`] (FIFO admission
-//!   and step plans, S2, S8, S9), [`validate`] (S17), [`stop`] and [`output`]
-//!   (S14-S16), [`queue_gate`] (the bounded queue, S11).
+//! * Pure policy: [`ceiling`] (KV refusals, S10), [`admission`] (the prefill pass,
+//!   page-granular admission and request slots, S20-S25), [`scheduler`] (FIFO
+//!   admission and step plans, S2, S8, S9), [`validate`] (S17), [`stop`] and
+//!   [`output`] (S14-S16), [`queue_gate`] (the bounded queue, S11).
+//! * The KV ledger, pure too: [`pages`] (one pool's ids, reference counts, LRU of
+//!   cached pages), [`prefix_index`] (chained page hashes), [`ledger`] (both pools,
+//!   the prefix cache and every sequence's page tables, S7).
 //! * Threads and channels only in [`worker`] (the one owner of every in-flight
 //!   request and of the KV cache, S1) and [`handle`] (submit, cancel, streams).
 //! * [`stats`]: lock-free counters (S19).
 //!
-//! KV memory is `ferrox_models::kv_cache`: the worker's admission reserves a
-//! request's blocks from it for its whole lifetime (S7), so the ledger is the
-//! allocator itself, and prices come from `ferrox_models::kv_plan`.
+//! KV memory is `ferrox_models::kv_store`: it holds the bytes at the pages the
+//! ledger hands out, so the ledger is the allocator itself (S7); page arithmetic
+//! and prices come from `ferrox_models::kv_plan`.
 
+pub mod admission;
 pub mod ceiling;
 pub mod handle;
+pub mod ledger;
 pub mod output;
+pub mod pages;
+pub mod prefix_index;
 pub mod queue_gate;
 pub mod request;
 pub mod scheduler;
@@ -26,4 +34,4 @@ pub use handle::{EngineHandle, RequestStream, SubmitError};
 pub use output::{FinishReason, OutputStage, TokenOutput};
 pub use request::{Event, GenerationParams, RequestId, TokenLogprob, Usage};
 pub use stop::{StopMatcher, StopOutcome};
-pub use worker::{EngineConfig, start};
+pub use worker::{EngineConfig, StartError, start};

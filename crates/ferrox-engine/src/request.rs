@@ -44,6 +44,8 @@ pub struct Usage {
     pub prompt_tokens: usize,
     /// Counted completion tokens (stop tokens excluded).
     pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache instead of being run.
+    pub cached_tokens: usize,
 }
 
 /// The log-probability of a generated token under the model (softmax of the raw

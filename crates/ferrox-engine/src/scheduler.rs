@@ -1,138 +1,145 @@
-//! Pure scheduling policy: which waiting requests to admit and what each step runs.
+//! Pure scheduling policy: who is admitted in a pass and what each step runs.
 //! State in, decision out; no locks, channels or clocks.
 //!
-//! * Admission (SPEC S8, S9): first in, first out with head-of-line blocking; a
-//!   request is admitted only while both the request-slot cap and the free blocks
-//!   allow it. A head that does not fit stops admission, however small the ones
-//!   behind it (no starvation of large requests).
-//! * Steps (SPEC S2): every decoding row takes one token every step; prompts are
-//!   prefilled in chunks from a per-step token budget, handed out round-robin from a
-//!   rotating start, so several long prompts still cost decodes at most one budget
-//!   per step and a long prompt cannot starve a short one behind it. Decode rows are
-//!   ordered by request id (SPEC S24).
+//! * Admission (SPEC S8, S9): first in, first out with head-of-line blocking; the
+//!   first candidate a [`PrefillPass`] refuses stops admission, however small the
+//!   ones behind it (no starvation of large requests).
+//! * Steps (SPEC S2): every decoding row takes one token every step, ordered by
+//!   request id (S24). Prompt chunks share the pass's token budget round-robin from
+//!   a rotating start; the waiting queue takes one turn of that rotation (it is
+//!   served before the prompts in prefill on one pass out of `n + 1`), so several
+//!   long prompts still cost decodes at most one budget per step and neither a long
+//!   prompt in prefill nor a stream of arrivals can starve the other.
 
+use crate::admission::{Admitted, Candidate, PrefillPass};
 use crate::request::RequestId;
 
-/// How many requests at the head of `waiting` (their block needs, in queue order)
-/// to admit, given `running` requests of `max_seqs` and `free_blocks` (`None`: no
-/// block budget).
-pub fn admit_count(
-    waiting: &[u64],
-    running: usize,
-    max_seqs: usize,
-    free_blocks: Option<u64>,
-) -> usize {
-    let mut free = free_blocks;
-    let mut n = 0;
-    for &need in waiting {
-        if running + n >= max_seqs {
-            break;
-        }
-        match free {
-            Some(f) if need > f => break,
-            Some(f) => free = Some(f - need),
-            None => {}
-        }
-        n += 1;
-    }
-    n
+/// Admits candidates in queue order until the pass refuses one (S9).
+pub fn admit_fifo(pass: &mut PrefillPass, queue: &[Candidate]) -> Vec<Admitted> {
+    queue.iter().map_while(|c| pass.admit(c).ok()).collect()
 }
 
 /// A prompt still being prefilled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Prefilling {
     pub id: RequestId,
+    /// Prompt tokens already run (or taken from the prefix cache).
+    pub prefilled: usize,
     /// Prompt tokens not yet run.
     pub remaining: usize,
 }
 
-/// What one step runs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StepPlan {
-    /// Rows taking a decode step, by id.
-    pub decode: Vec<RequestId>,
-    /// Prompt chunks: (request, tokens this step).
-    pub prefill: Vec<(RequestId, usize)>,
+/// Whether the waiting queue is served first in the pass of step `cursor`, with
+/// `n` prompts in prefill (its turn in the rotation).
+pub fn admissions_first(cursor: usize, n: usize) -> bool {
+    cursor % (n + 1) == n
 }
 
-/// Plans one step: every decoding row, plus up to `budget` prompt tokens shared
-/// round-robin among `prefilling` (in admission order) starting at `cursor`.
-pub fn plan_step(
-    decoding: &[RequestId],
+/// The chunks of prompts in prefill (in admission order), shared round-robin from
+/// `cursor`: `(request, tokens this step)`, those that get tokens only.
+pub fn plan_continuations(
+    pass: &mut PrefillPass,
     prefilling: &[Prefilling],
-    budget: usize,
     cursor: usize,
-) -> StepPlan {
-    let mut decode = decoding.to_vec();
-    decode.sort_unstable();
-    let mut prefill = Vec::new();
-    let mut left = budget;
+) -> Vec<(RequestId, usize)> {
     let n = prefilling.len();
+    let mut out = Vec::new();
     for k in 0..n {
-        if left == 0 {
-            break;
-        }
         let p = prefilling[(cursor + k) % n];
-        let take = p.remaining.min(left);
+        let take = pass.continue_prompt(p.prefilled, p.remaining);
         if take > 0 {
-            prefill.push((p.id, take));
-            left -= take;
+            out.push((p.id, take));
         }
     }
-    StepPlan { decode, prefill }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::PassCapacity;
+    use crate::ledger::PageNeed;
+
+    fn cand(prompt: usize, pages: u64) -> Candidate {
+        Candidate {
+            prompt,
+            hit: 0,
+            need: PageNeed {
+                owed: pages,
+                kv_pages: pages,
+                window_pages: 0,
+            },
+        }
+    }
+
+    fn pass(slots: usize, pages: u64, budget: usize) -> PrefillPass {
+        let cap = PassCapacity {
+            slots,
+            kv_pages: Some(pages),
+            recurrent_slots: None,
+            window_pages: None,
+        };
+        PrefillPass::new(budget, cap, 16, false)
+    }
 
     /// SPEC S9: a head request that does not fit holds the line.
     #[test]
     fn a_head_request_that_does_not_fit_holds_the_line() {
-        assert_eq!(admit_count(&[5, 1, 1], 0, 8, Some(4)), 0);
-        assert_eq!(admit_count(&[2, 2, 1], 0, 8, Some(4)), 2);
+        let q = [cand(4, 5), cand(4, 1), cand(4, 1)];
+        assert!(admit_fifo(&mut pass(8, 4, 512), &q).is_empty());
+        let q = [cand(4, 2), cand(4, 2), cand(4, 1)];
+        assert_eq!(admit_fifo(&mut pass(8, 4, 512), &q).len(), 2);
     }
 
-    /// SPEC S8: the request-slot cap and the block budget both bind.
+    /// SPEC S8: the request-slot cap and the page budget both bind.
     #[test]
     fn the_two_caps_compose() {
-        assert_eq!(admit_count(&[1, 1, 1], 1, 2, Some(100)), 1, "slots bind");
-        assert_eq!(admit_count(&[3, 3, 3], 0, 8, Some(7)), 2, "blocks bind");
-        assert_eq!(
-            admit_count(&[1_000_000; 3], 0, 8, None),
-            3,
-            "no budget configured admits everything"
+        let q = [cand(1, 1), cand(1, 1), cand(1, 1)];
+        assert_eq!(admit_fifo(&mut pass(1, 100, 512), &q).len(), 1, "slots bind");
+        let q = [cand(1, 3), cand(1, 3), cand(1, 3)];
+        assert_eq!(admit_fifo(&mut pass(8, 7, 512), &q).len(), 2, "pages bind");
+        let mut unbounded = PrefillPass::new(
+            512,
+            PassCapacity {
+                slots: 8,
+                kv_pages: None,
+                recurrent_slots: None,
+                window_pages: None,
+            },
+            16,
+            false,
         );
+        let q = [cand(1, 1_000_000), cand(1, 1_000_000), cand(1, 1_000_000)];
+        assert_eq!(admit_fifo(&mut unbounded, &q).len(), 3, "no budget configured");
     }
 
-    /// SPEC S2: decodes always run; prompts share one budget round-robin.
+    /// SPEC S2: prompts share one budget round-robin; the short prompt behind a
+    /// long one is not starved, and the queue takes its turn.
     #[test]
-    fn decodes_always_run_and_prompts_share_one_budget_round_robin() {
+    fn prompts_share_one_budget_round_robin() {
         let pre = [
             Prefilling {
                 id: 7,
+                prefilled: 0,
                 remaining: 1000,
             },
             Prefilling {
                 id: 9,
+                prefilled: 0,
                 remaining: 3,
             },
         ];
-        let p0 = plan_step(&[4, 2], &pre, 16, 0);
+        let mut p = pass(8, 100, 16);
+        assert_eq!(plan_continuations(&mut p, &pre, 0), vec![(7, 16)]);
+        let mut p = pass(8, 100, 16);
         assert_eq!(
-            p0,
-            StepPlan {
-                decode: vec![2, 4],
-                prefill: vec![(7, 16)]
-            }
-        );
-        let p1 = plan_step(&[4, 2], &pre, 16, 1);
-        assert_eq!(
-            p1.prefill,
+            plan_continuations(&mut p, &pre, 1),
             vec![(9, 3), (7, 13)],
             "the short prompt behind is not starved"
         );
-        let total: usize = p1.prefill.iter().map(|p| p.1).sum();
-        assert!(total <= 16);
+        assert_eq!(p.budget_left(), 0);
+        let turns: Vec<bool> = (0..6).map(|c| admissions_first(c, 2)).collect();
+        assert_eq!(turns, [false, false, true, false, false, true]);
+        assert!(admissions_first(0, 0), "with nothing in prefill the queue goes first");
     }
 }

@@ -26,6 +26,16 @@ pub struct EngineStats {
     pub finished_length: AtomicU64,
     pub prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
+    /// Prompts looked up in the prefix cache (once each, at admission).
+    pub prefix_queries: AtomicU64,
+    /// Prompt tokens found in the prefix cache (not run again).
+    pub prefix_hit_tokens: AtomicU64,
+    /// Cached pages evicted to make room.
+    pub prefix_evictions: AtomicU64,
+    /// Blocks no request holds that the prefix cache keeps (evictable).
+    pub kv_blocks_cached: AtomicU64,
+    /// Blocks referenced by in-flight requests (a shared block counts once).
+    pub kv_blocks_in_use: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -50,6 +60,11 @@ pub struct StatsSnapshot {
     pub finished_length: u64,
     pub prompt_tokens: u64,
     pub generated_tokens: u64,
+    pub prefix_queries: u64,
+    pub prefix_hit_tokens: u64,
+    pub prefix_evictions: u64,
+    pub kv_blocks_cached: u64,
+    pub kv_blocks_in_use: u64,
 }
 
 impl EngineStats {
@@ -86,6 +101,11 @@ impl EngineStats {
             finished_length: g(&self.finished_length),
             prompt_tokens: g(&self.prompt_tokens),
             generated_tokens: g(&self.generated_tokens),
+            prefix_queries: g(&self.prefix_queries),
+            prefix_hit_tokens: g(&self.prefix_hit_tokens),
+            prefix_evictions: g(&self.prefix_evictions),
+            kv_blocks_cached: g(&self.kv_blocks_cached),
+            kv_blocks_in_use: g(&self.kv_blocks_in_use),
         }
     }
 }

@@ -1,15 +1,17 @@
-//! The engine worker (SPEC S1): one thread owns every in-flight request and the KV
-//! cache. Between forward passes it takes in jobs and cancellations, admits from
-//! the queue, plans the step, runs it, and turns logits into events.
+//! The engine worker (SPEC S1): one thread owns every in-flight request, the KV
+//! ledger and the KV storage. Between forward passes it takes in jobs and
+//! cancellations, runs one prefill pass (admissions and prompt chunks) and one
+//! decode step, and turns logits into events.
 //!
 //! Invariants:
 //! * Requests are kept by id (a `BTreeMap`), never by batch position (S4); leaving
 //!   the batch cannot shift anyone's sampler, stops, KV or reply channel.
-//! * A request's blocks are reserved at admission for its whole lifetime (S7) and
-//!   returned exactly once, by `release`, on every way it can end.
+//! * A request's pages are promised at admission (S7, S20) and taken as its
+//!   positions are written; every way it can end goes through `release`, which
+//!   gives back its pages, its promise and its request slot exactly once.
 //! * Cancellation only records an id; it is applied here, at a step boundary (S13),
 //!   whether the request is queued, prefilling or decoding, or not yet arrived.
-//! * Blocks held are measured from the in-flight requests themselves (S19).
+//! * Blocks held are measured from the in-flight requests' own tables (S19).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -17,17 +19,19 @@ use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_cache::{KvCache, SeqKv};
 use ferrox_models::kv_plan::{KvPlan, KvShape, defaults};
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::sampler::Sampler;
 use ferrox_models::tokenizer::Tokenizer;
 
+use crate::admission::{Candidate, PassCapacity, PrefillPass, SlotTable};
 use crate::ceiling::KvCeiling;
 use crate::handle::{EngineHandle, Job, Msg, Shared};
+use crate::ledger::{KvLedger, LedgerConfig, PageNeed, PrefixHit};
 use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::QueueGate;
 use crate::request::{Event, RequestId, TokenLogprob, Usage};
-use crate::scheduler::{Prefilling, admit_count, plan_step};
+use crate::scheduler::{Prefilling, admissions_first, admit_fifo, plan_continuations};
 use crate::stats::EngineStats;
 
 /// Engine knobs (SPEC "Knobs").
@@ -39,12 +43,14 @@ pub struct EngineConfig {
     pub prefill_chunk: usize,
     /// Requests that may wait for admission.
     pub max_queue: usize,
-    /// Positions per KV block.
+    /// Positions per KV block (page).
     pub block_size: usize,
     /// KV blocks in the pool (`None`: no budget, grow on demand).
     pub kv_blocks: Option<usize>,
     /// Longest request in positions (`None`: the model's context length).
     pub max_context: Option<usize>,
+    /// Share written KV pages between requests with a common prompt prefix.
+    pub prefix_cache: bool,
 }
 
 impl Default for EngineConfig {
@@ -56,19 +62,44 @@ impl Default for EngineConfig {
             block_size: defaults::KV_BLOCK_SIZE,
             kv_blocks: None,
             max_context: None,
+            prefix_cache: true,
         }
     }
 }
 
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0} must be at least 1")]
+    ZeroKnob(&'static str),
+    #[error(transparent)]
+    Plan(#[from] ferrox_models::ModelError),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Where an in-flight request is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Prompt tokens `..prefilled` are in the KV.
+    Prefilling { prefilled: usize },
+    /// The whole prompt and every generated token but `pending` are in the KV.
+    Decoding { pending: u32 },
+}
+
 struct Active {
-    /// Tokens to run as the prompt (`[BOS]` for an empty prompt, SPEC S6).
-    prompt: Vec<u32>,
+    phase: Phase,
+    /// The prompt as run (`[BOS]` for an empty one, SPEC S6), then every generated
+    /// token that has been run.
+    tokens: Vec<u32>,
+    /// Length of the prompt as run.
+    prompt_len: usize,
+    /// Prompt tokens as submitted (usage).
     prompt_tokens: usize,
-    prefilled: usize,
-    /// The token sampled last, not yet run.
-    pending: Option<u32>,
-    seq: SeqKv,
-    blocks: u64,
+    /// Prompt tokens the prefix cache supplied.
+    cached_tokens: usize,
+    /// Request row (SPEC S25).
+    slot: usize,
     sampler: Sampler,
     output: OutputStage,
     logprobs: Option<usize>,
@@ -78,7 +109,9 @@ struct Active {
 struct Worker {
     decoder: Box<dyn Decoder>,
     tokenizer: Arc<Tokenizer>,
-    cache: KvCache,
+    store: KvStore,
+    ledger: KvLedger,
+    slots: SlotTable,
     config: EngineConfig,
     stats: Arc<EngineStats>,
     queue: VecDeque<Job>,
@@ -91,41 +124,89 @@ struct Worker {
 /// Most remembered cancellations of requests not yet seen (oldest forgotten first).
 const EARLY_CANCEL_MEMORY: usize = 4096;
 
+/// One row of a step: a request and the tokens it runs.
+struct Row {
+    id: RequestId,
+    start: usize,
+    len: usize,
+    decode: bool,
+}
+
+/// The span of `r`: its pending token, or its prompt chunk.
+fn span<'a>(
+    running: &'a BTreeMap<RequestId, Active>,
+    ledger: &'a KvLedger,
+    r: &Row,
+    pending: &'a [u32; 1],
+) -> Span<'a> {
+    let a = &running[&r.id];
+    let pages = ledger.table(r.id).expect("admitted");
+    if r.decode {
+        return Span {
+            pages,
+            start: r.start,
+            tokens: pending,
+            want: Want::Last,
+        };
+    }
+    let end = r.start + r.len;
+    Span {
+        pages,
+        start: r.start,
+        tokens: &a.tokens[r.start..end],
+        want: if end == a.prompt_len {
+            Want::Last
+        } else {
+            Want::Nothing
+        },
+    }
+}
+
+fn check_knobs(config: &EngineConfig) -> Result<(), StartError> {
+    for (name, v) in [
+        ("max seqs", config.max_seqs),
+        ("prefill chunk", config.prefill_chunk),
+        ("KV block size", config.block_size),
+    ] {
+        if v == 0 {
+            return Err(StartError::ZeroKnob(name));
+        }
+    }
+    Ok(())
+}
+
 /// Starts an engine for `decoder` on its own worker thread.
 pub fn start(
     decoder: Box<dyn Decoder>,
     tokenizer: Arc<Tokenizer>,
     config: EngineConfig,
-) -> Result<EngineHandle, String> {
+) -> Result<EngineHandle, StartError> {
+    check_knobs(&config)?;
     let hp = decoder.hyper_params().clone();
-    let bad = |what: &str| Err(format!("{what} must be at least 1"));
-    if config.max_seqs == 0 {
-        return bad("max seqs");
-    }
-    if config.prefill_chunk == 0 {
-        return bad("prefill chunk");
-    }
-    if config.block_size == 0 {
-        return bad("KV block size");
-    }
     let shape = KvShape::new(&hp, defaults::KV_ELEMENT_BYTES);
     let plan = match config.kv_blocks {
-        Some(n) => Some(
-            KvPlan::from_blocks(
-                &shape,
-                n as u64,
-                config.block_size,
-                config.max_seqs,
-                config.prefill_chunk,
-            )
-            .map_err(|e| e.to_string())?,
-        ),
+        Some(n) => Some(KvPlan::from_blocks(
+            &shape,
+            n as u64,
+            config.block_size,
+            config.max_seqs,
+            config.prefill_chunk,
+        )?),
         None => None,
     };
     let max_context = config
         .max_context
         .unwrap_or(hp.context_length)
         .min(hp.context_length) as u64;
+    let layout = decoder.kv_layout();
+    let ledger = KvLedger::new(LedgerConfig {
+        page_size: config.block_size,
+        full_pages: plan.as_ref().map(|p| p.n_blocks),
+        window: layout.window(),
+        window_pages: plan.as_ref().map(|p| p.window_pages()),
+        max_span: config.prefill_chunk,
+        prefix_cache: config.prefix_cache,
+    });
     let ceiling = KvCeiling {
         max_context,
         shape,
@@ -133,32 +214,25 @@ pub fn start(
         prefill_chunk: config.prefill_chunk,
         block_size: config.block_size,
     };
-    let cache = KvCache::new(
-        decoder.kv_layout(),
-        config.block_size,
-        config.kv_blocks,
-        config.max_seqs,
-        config.prefill_chunk,
-    )
-    .map_err(|e| e.to_string())?;
     let stats = Arc::new(EngineStats::default());
     EngineStats::set(&stats.kv_blocks_total, config.kv_blocks.unwrap_or(0) as u64);
     EngineStats::set(&stats.kv_blocks_free, config.kv_blocks.unwrap_or(0) as u64);
     EngineStats::set(&stats.kv_block_size, config.block_size as u64);
     let (inbox, rx) = mpsc::channel();
-    let gate = QueueGate::new(config.max_queue);
     let shared = Arc::new(Shared {
         inbox,
         next_id: AtomicU64::new(1),
-        gate,
+        gate: QueueGate::new(config.max_queue),
         stats: Arc::clone(&stats),
         ceiling,
         vocab: hp.vocab_size,
     });
     let worker = Worker {
+        store: KvStore::new(layout, config.block_size),
+        slots: SlotTable::new(config.max_seqs),
         decoder,
         tokenizer,
-        cache,
+        ledger,
         config,
         stats,
         queue: VecDeque::new(),
@@ -170,7 +244,7 @@ pub fn start(
     std::thread::Builder::new()
         .name("ferrox-engine".into())
         .spawn(move || worker.run(rx))
-        .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+        .map_err(StartError::Thread)?;
     Ok(EngineHandle { shared })
 }
 
@@ -201,7 +275,6 @@ impl Worker {
                 self.shutdown();
                 return;
             }
-            self.admit();
             self.step();
             self.update_gauges();
         }
@@ -221,7 +294,7 @@ impl Worker {
         EngineStats::add(&self.stats.aborted, 1);
         let usage = Usage {
             prompt_tokens: job.prompt.len(),
-            completion_tokens: 0,
+            ..Usage::default()
         };
         let _ = job.reply.send(Event::Finished {
             reason: FinishReason::Cancelled,
@@ -245,149 +318,235 @@ impl Worker {
         }
     }
 
-    fn admit(&mut self) {
-        let needs: Vec<u64> = self.queue.iter().map(|j| j.blocks).collect();
-        let free = self.cache.free_blocks().map(|f| f as u64);
-        let n = admit_count(&needs, self.running.len(), self.config.max_seqs, free);
-        for _ in 0..n {
-            let job = self.queue.pop_front().expect("counted");
-            let positions = (job.blocks as usize) * self.config.block_size;
-            let Some(seq) = self.cache.alloc(positions) else {
-                // The pool disagrees with the plan (cannot happen while the ledger is
-                // the allocator); keep the request waiting at the head.
-                self.queue.push_front(job);
-                return;
-            };
-            let Job {
-                id,
-                prompt,
-                params,
-                blocks,
-                reply,
-                slot,
-            } = job;
-            drop(slot);
-            let prompt_tokens = prompt.len();
-            let run_prompt = if prompt.is_empty() {
-                vec![self.tokenizer.bos().unwrap_or(0)]
-            } else {
-                prompt
-            };
-            let eog: &[u32] = if params.ignore_eos {
-                &[]
-            } else {
-                self.tokenizer.end_of_generation()
-            };
-            let stops = eog
-                .iter()
-                .copied()
-                .chain(params.stop_token_ids.iter().copied());
-            let output = OutputStage::new(stops, params.stop.clone(), params.max_tokens);
-            let sampler = Sampler::new(params.sampling.clone(), &run_prompt);
-            EngineStats::add(&self.stats.prompt_tokens, prompt_tokens as u64);
-            let _ = reply.send(Event::Admitted);
-            self.running.insert(
-                id,
-                Active {
-                    prompt: run_prompt,
-                    prompt_tokens,
-                    prefilled: 0,
-                    pending: None,
-                    seq,
-                    blocks,
-                    sampler,
-                    output,
-                    logprobs: params.logprobs,
-                    reply,
-                },
-            );
+    /// The prompt a job runs: `[BOS]` (or token 0) for an empty one (SPEC S6).
+    fn run_prompt(&self, prompt: &[u32]) -> Vec<u32> {
+        if prompt.is_empty() {
+            vec![self.tokenizer.bos().unwrap_or(0)]
+        } else {
+            prompt.to_vec()
         }
     }
 
-    fn step(&mut self) {
-        if self.running.is_empty() {
-            return;
+    /// The queue's head as admission sees it, with its prefix hit (at most as many
+    /// as there are free slots: no more could be admitted).
+    fn candidates(&self) -> Vec<(Candidate, PrefixHit)> {
+        let ps = self.ledger.page_size();
+        self.queue
+            .iter()
+            .take(self.slots.free())
+            .map(|job| {
+                let prompt = self.run_prompt(&job.prompt);
+                let hit = self.ledger.lookup(&prompt);
+                let positions = KvCeiling::positions(job.prompt.len(), job.params.max_tokens);
+                let need = self.ledger.need(positions, &hit);
+                let c = Candidate {
+                    prompt: prompt.len(),
+                    hit: hit.tokens(ps),
+                    need,
+                };
+                (c, hit)
+            })
+            .collect()
+    }
+
+    /// Admits from the queue's head (S9, S20) and returns the first chunks.
+    fn admit(&mut self, pass: &mut PrefillPass) -> Vec<(RequestId, usize)> {
+        let candidates = self.candidates();
+        let queue: Vec<Candidate> = candidates.iter().map(|c| c.0).collect();
+        let admitted = admit_fifo(pass, &queue);
+        let mut chunks = Vec::with_capacity(admitted.len());
+        for (a, (c, hit)) in admitted.iter().zip(candidates) {
+            let job = self.queue.pop_front().expect("a candidate per job");
+            chunks.push((job.id, a.first_chunk));
+            self.start_request(job, c.need, &hit);
         }
-        let decoding: Vec<RequestId> = self
+        chunks
+    }
+
+    fn start_request(&mut self, job: Job, need: PageNeed, hit: &PrefixHit) {
+        let Job {
+            id,
+            prompt,
+            params,
+            reply,
+            slot: queue_slot,
+            ..
+        } = job;
+        drop(queue_slot);
+        let tokens = self.run_prompt(&prompt);
+        let cached_tokens = hit.tokens(self.ledger.page_size());
+        self.ledger.admit(id, need, hit);
+        let slot = self.slots.take().expect("admission checked the slots");
+        let eog: &[u32] = if params.ignore_eos {
+            &[]
+        } else {
+            self.tokenizer.end_of_generation()
+        };
+        let stops = eog
+            .iter()
+            .copied()
+            .chain(params.stop_token_ids.iter().copied());
+        let output = OutputStage::new(stops, params.stop.clone(), params.max_tokens);
+        let sampler = Sampler::new(params.sampling.clone(), &tokens);
+        EngineStats::add(&self.stats.prompt_tokens, prompt.len() as u64);
+        EngineStats::add(&self.stats.prefix_queries, 1);
+        EngineStats::add(&self.stats.prefix_hit_tokens, cached_tokens as u64);
+        let _ = reply.send(Event::Admitted);
+        self.running.insert(
+            id,
+            Active {
+                phase: Phase::Prefilling {
+                    prefilled: cached_tokens,
+                },
+                prompt_len: tokens.len(),
+                tokens,
+                prompt_tokens: prompt.len(),
+                cached_tokens,
+                slot,
+                sampler,
+                output,
+                logprobs: params.logprobs,
+                reply,
+            },
+        );
+    }
+
+    /// Prompts in prefill, in admission (id) order.
+    fn prefilling(&self) -> Vec<Prefilling> {
+        self.running
+            .iter()
+            .filter_map(|(&id, a)| match a.phase {
+                Phase::Prefilling { prefilled } => Some(Prefilling {
+                    id,
+                    prefilled,
+                    remaining: a.prompt_len - prefilled,
+                }),
+                Phase::Decoding { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The prefill pass of this step: admissions and prompt chunks (S2, S20-S22).
+    fn prefill_pass(&mut self) -> Vec<(RequestId, usize)> {
+        let capacity = PassCapacity {
+            slots: self.slots.free(),
+            kv_pages: self.ledger.kv_available(),
+            recurrent_slots: None,
+            window_pages: self.ledger.window_available(),
+        };
+        let paged = self.decoder.kv_layout().window().is_some();
+        let mut pass = PrefillPass::new(
+            self.config.prefill_chunk,
+            capacity,
+            self.config.block_size,
+            paged,
+        );
+        let prefilling = self.prefilling();
+        let cursor = self.cursor;
+        self.cursor = self.cursor.wrapping_add(1);
+        if admissions_first(cursor, prefilling.len()) {
+            let mut chunks = self.admit(&mut pass);
+            chunks.extend(plan_continuations(&mut pass, &prefilling, cursor));
+            chunks
+        } else {
+            let mut chunks = plan_continuations(&mut pass, &prefilling, cursor);
+            chunks.extend(self.admit(&mut pass));
+            chunks
+        }
+    }
+
+    /// This step's rows: decodes by id (S24), then prompt chunks; pages taken.
+    fn plan_rows(&mut self) -> Vec<Row> {
+        let chunks = self.prefill_pass();
+        let mut rows: Vec<Row> = self
             .running
             .iter()
-            .filter(|(_, a)| a.pending.is_some())
-            .map(|(&id, _)| id)
-            .collect();
-        let prefilling: Vec<Prefilling> = self
-            .running
-            .iter()
-            .filter(|(_, a)| a.prefilled < a.prompt.len())
-            .map(|(&id, a)| Prefilling {
+            .filter(|(_, a)| matches!(a.phase, Phase::Decoding { .. }))
+            .map(|(&id, a)| Row {
                 id,
-                remaining: a.prompt.len() - a.prefilled,
+                start: a.tokens.len(),
+                len: 1,
+                decode: true,
             })
             .collect();
-        let plan = plan_step(
-            &decoding,
-            &prefilling,
-            self.config.prefill_chunk,
-            self.cursor,
-        );
-        self.cursor = self.cursor.wrapping_add(1);
-        if plan.decode.is_empty() && plan.prefill.is_empty() {
+        for (id, len) in chunks {
+            let Phase::Prefilling { prefilled } = self.running[&id].phase else {
+                unreachable!("chunks are planned for prompts in prefill");
+            };
+            rows.push(Row {
+                id,
+                start: prefilled,
+                len,
+                decode: false,
+            });
+        }
+        let mut ready = Vec::with_capacity(rows.len());
+        for row in rows {
+            match self.ledger.prepare(row.id, row.start, row.start + row.len) {
+                Ok(()) => ready.push(row),
+                Err(e) => self.fail(row.id, e.to_string()),
+            }
+        }
+        ready
+    }
+
+    fn step(&mut self) {
+        let rows = self.plan_rows();
+        if rows.is_empty() {
             return;
         }
-        // (request, span) in a fixed order: decodes by id, then prompt chunks.
-        let mut rows: Vec<(RequestId, bool)> = plan.decode.iter().map(|&id| (id, true)).collect();
-        rows.extend(plan.prefill.iter().map(|&(id, _)| (id, false)));
-        let pending_tokens: Vec<[u32; 1]> = plan
-            .decode
+        let pending: Vec<[u32; 1]> = rows
             .iter()
-            .map(|id| [self.running[id].pending.expect("decoding")])
+            .map(|r| match self.running[&r.id].phase {
+                Phase::Decoding { pending } => [pending],
+                Phase::Prefilling { .. } => [0],
+            })
             .collect();
         let result = {
-            let mut spans = Vec::with_capacity(rows.len());
-            for (i, &id) in plan.decode.iter().enumerate() {
-                let a = &self.running[&id];
-                spans.push(Span {
-                    seq: &a.seq,
-                    start: a.prompt.len() + a.output.generated() - 1,
-                    tokens: &pending_tokens[i],
-                    want: Want::Last,
-                });
-            }
-            for &(id, n) in &plan.prefill {
-                let a = &self.running[&id];
-                let last = a.prefilled + n == a.prompt.len();
-                spans.push(Span {
-                    seq: &a.seq,
-                    start: a.prefilled,
-                    tokens: &a.prompt[a.prefilled..a.prefilled + n],
-                    want: if last { Want::Last } else { Want::Nothing },
-                });
-            }
-            self.decoder.forward(&mut self.cache, &spans)
+            let spans: Vec<Span<'_>> = rows
+                .iter()
+                .zip(&pending)
+                .map(|(r, tok)| span(&self.running, &self.ledger, r, tok))
+                .collect();
+            self.decoder.forward(&mut self.store, &spans)
         };
         let logits = match result {
             Ok(l) => l,
             Err(e) => {
-                for (id, _) in rows {
-                    self.fail(id, format!("the model failed: {e}"));
+                for r in rows {
+                    self.fail(r.id, format!("the model failed: {e}"));
                 }
                 return;
             }
         };
-        if !plan.decode.is_empty() {
+        if rows.iter().any(|r| r.decode) {
             EngineStats::add(&self.stats.decode_steps, 1);
         }
-        for &(id, n) in &plan.prefill {
-            EngineStats::add(&self.stats.prefill_chunks, 1);
-            EngineStats::add(&self.stats.prefill_tokens, n as u64);
-            if let Some(a) = self.running.get_mut(&id) {
-                a.prefilled += n;
+        for (i, r) in rows.iter().enumerate() {
+            self.after_forward(r);
+            if let Some(row) = logits.last_of(i) {
+                self.on_logits(r.id, row);
             }
         }
-        for (span, (id, _)) in rows.iter().enumerate() {
-            if let Some(row) = logits.last_of(span) {
-                self.on_logits(*id, row);
+    }
+
+    /// The row's KV is written: advance the request and tell the ledger.
+    fn after_forward(&mut self, r: &Row) {
+        let Some(a) = self.running.get_mut(&r.id) else {
+            return;
+        };
+        match a.phase {
+            Phase::Decoding { pending } => a.tokens.push(pending),
+            Phase::Prefilling { prefilled } => {
+                EngineStats::add(&self.stats.prefill_chunks, 1);
+                EngineStats::add(&self.stats.prefill_tokens, r.len as u64);
+                a.phase = Phase::Prefilling {
+                    prefilled: prefilled + r.len,
+                };
             }
         }
+        let written = r.start + r.len;
+        self.ledger.advance(r.id, &a.tokens[..written]);
     }
 
     fn on_logits(&mut self, id: RequestId, logits: &[f32]) {
@@ -413,13 +572,15 @@ impl Worker {
                 let text = if out.counted { String::new() } else { out.text };
                 self.finish_with(id, reason, text);
             }
-            None => a.pending = Some(tok),
+            None => a.phase = Phase::Decoding { pending: tok },
         }
     }
 
+    /// Takes `id` out of the batch, giving back its pages, promise and slot.
     fn release(&mut self, id: RequestId) -> Option<Active> {
-        let mut a = self.running.remove(&id)?;
-        self.cache.free(std::mem::take(&mut a.seq));
+        let a = self.running.remove(&id)?;
+        self.ledger.release(id);
+        self.slots.give_back(a.slot);
         Some(a)
     }
 
@@ -441,6 +602,7 @@ impl Worker {
         let usage = Usage {
             prompt_tokens: a.prompt_tokens,
             completion_tokens: a.output.generated(),
+            cached_tokens: a.cached_tokens,
         };
         let _ = a.reply.send(Event::Finished {
             reason,
@@ -459,7 +621,7 @@ impl Worker {
         for job in std::mem::take(&mut self.queue) {
             let usage = Usage {
                 prompt_tokens: job.prompt.len(),
-                completion_tokens: 0,
+                ..Usage::default()
             };
             let _ = job.reply.send(Event::Finished {
                 reason: FinishReason::Cancelled,
@@ -475,13 +637,21 @@ impl Worker {
     }
 
     fn update_gauges(&mut self) {
-        let held: u64 = self.running.values().map(|a| a.blocks).sum();
+        let held: u64 = self
+            .running
+            .keys()
+            .map(|&id| self.ledger.held(id) as u64)
+            .sum();
         self.peak = self.peak.max(held);
-        EngineStats::set(&self.stats.blocks_held, held);
-        EngineStats::set(&self.stats.peak_blocks_held, self.peak);
-        EngineStats::set(&self.stats.running, self.running.len() as u64);
-        if let Some(f) = self.cache.free_blocks() {
-            EngineStats::set(&self.stats.kv_blocks_free, f as u64);
+        let s = &self.stats;
+        EngineStats::set(&s.blocks_held, held);
+        EngineStats::set(&s.peak_blocks_held, self.peak);
+        EngineStats::set(&s.running, self.running.len() as u64);
+        EngineStats::set(&s.kv_blocks_in_use, self.ledger.full_in_use());
+        EngineStats::set(&s.kv_blocks_cached, self.ledger.full_evictable());
+        EngineStats::set(&s.prefix_evictions, self.ledger.counters().evictions);
+        if let Some(f) = self.ledger.kv_available() {
+            EngineStats::set(&s.kv_blocks_free, f);
         }
     }
 }

@@ -9,7 +9,7 @@ use ferrox_engine::{
 };
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_cache::KvCache;
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::kv_plan::{KvShape, defaults};
 use ferrox_models::sampler::Sampler;
 use ferrox_models::testing::{TinyModel, real_model};
@@ -49,13 +49,13 @@ fn sequential(
     prompt: &[u32],
     params: &GenerationParams,
 ) -> Vec<u32> {
-    let mut cache = KvCache::new(m.kv_layout(), 16, None, 1, 512).unwrap();
-    let seq = cache.alloc(prompt.len() + params.max_tokens + 1).unwrap();
+    let mut cache = KvStore::new(m.kv_layout(), 16);
+    let seq = cache.fresh_table(prompt.len() + params.max_tokens + 1);
     let mut logits = m
         .forward(
             &mut cache,
             &[Span {
-                seq: &seq,
+                pages: &seq,
                 start: 0,
                 tokens: prompt,
                 want: Want::Last,
@@ -90,7 +90,7 @@ fn sequential(
             .forward(
                 &mut cache,
                 &[Span {
-                    seq: &seq,
+                    pages: &seq,
                     start: pos,
                     tokens: &[t],
                     want: Want::Last,
@@ -154,7 +154,8 @@ fn two_concurrent_jobs_match_sequential_greedy() {
             FinishReason::Length,
             Usage {
                 prompt_tokens: 9,
-                completion_tokens: 17
+                completion_tokens: 17,
+                cached_tokens: 0
             }
         )
     );
@@ -271,7 +272,8 @@ fn a_request_cancelled_while_queued_is_never_prefilled() {
             FinishReason::Cancelled,
             Usage {
                 prompt_tokens: 50,
-                completion_tokens: 0
+                completion_tokens: 0,
+                cached_tokens: 0
             }
         )
     );
@@ -350,7 +352,8 @@ fn a_cancel_that_arrives_before_its_job_is_not_lost() {
             FinishReason::Cancelled,
             Usage {
                 prompt_tokens: 5,
-                completion_tokens: 0
+                completion_tokens: 0,
+                cached_tokens: 0
             }
         )
     );
@@ -558,7 +561,8 @@ fn an_empty_prompt_still_generates_and_reports_zero_prompt_tokens() {
             FinishReason::Length,
             Usage {
                 prompt_tokens: 0,
-                completion_tokens: 3
+                completion_tokens: 3,
+                cached_tokens: 0
             }
         )
     );
@@ -650,7 +654,7 @@ struct Panicky {
 impl Decoder for Panicky {
     fn forward(
         &self,
-        cache: &mut KvCache,
+        cache: &mut KvStore,
         spans: &[Span<'_>],
     ) -> Result<ferrox_models::decoder::Logits, ferrox_models::ModelError> {
         if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {

@@ -6,7 +6,7 @@
 
 use crate::error::ModelError;
 use crate::hparams::HyperParams;
-use crate::kv_cache::{KvCache, KvLayout, SeqKv};
+use crate::kv_store::{KvLayout, KvStore, PageTable};
 
 /// Which logits a span wants back.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -22,8 +22,9 @@ pub enum Want {
 /// A run of tokens of one sequence at consecutive positions.
 #[derive(Clone, Copy, Debug)]
 pub struct Span<'a> {
-    /// The sequence's KV (block table and seat); must already hold `start + tokens.len()` positions.
-    pub seq: &'a SeqKv,
+    /// The sequence's page tables: pages for every position up to
+    /// `start + tokens.len()`, window pages for the window of each of its tokens.
+    pub pages: &'a PageTable,
     /// Position of `tokens[0]`; every earlier position must already be written.
     pub start: usize,
     pub tokens: &'a [u32],
@@ -66,8 +67,9 @@ impl Logits {
 
 /// A model the engine can run.
 pub trait Decoder: Send + Sync {
-    /// Runs `spans` through the model, writing their KV into `cache`.
-    fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError>;
+    /// Runs `spans` through the model, writing their KV into `store` at the pages
+    /// their tables name.
+    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError>;
 
     /// The model's hyper-parameters.
     fn hyper_params(&self) -> &HyperParams;

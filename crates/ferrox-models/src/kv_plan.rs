@@ -7,11 +7,18 @@
 //!   `block_size` positions; one block holds those positions for *all* full
 //!   layers: `block_bytes = block_size * full_bytes_per_position`.
 //! * Sliding-window layers keep at most `window` positions, plus one prefill chunk
-//!   that may be in flight while the oldest positions slide out. Each request slot
-//!   owns one window seat of `window + prefill_chunk` positions of those layers,
-//!   set aside before the blocks are counted.
-//! * A request of `P` positions costs `max(1, ceil(P / block_size))` blocks, and is
-//!   priced at `P * full_bpp + min(P, window + chunk) * window_bpp` bytes.
+//!   that may be in flight while the oldest positions slide out. They live in a
+//!   pool of window pages of `block_size` positions; each request slot has a seat
+//!   of [`window_pages_per_request`] of them, set aside before the blocks are
+//!   counted.
+//! * A request of `P` positions costs [`blocks_for`] `= max(1, ceil(P / block_size))`
+//!   blocks, and is priced at `P * full_bpp + min(P, window + chunk) * window_bpp`
+//!   bytes.
+//!
+//! [`blocks_for`] and [`window_pages_per_request`] are the one page arithmetic of
+//! the project: the engine's ledger and admission, the ceilings, `inspect` and the
+//! metrics all call them (they live here, below the engine, so that `inspect` can
+//! price a model without an engine).
 //!
 //! Invariants: pure functions of their inputs (no I/O, no clocks); every product
 //! is checked, so absurd inputs are errors rather than wrapped numbers.
@@ -33,6 +40,24 @@ pub mod defaults {
     /// Bytes per cached key or value element: the cache holds f32, as the forward
     /// pass computes (an f16 cache would trade fidelity for memory; see kv_cache).
     pub const KV_ELEMENT_BYTES: usize = 4;
+}
+
+/// Pages (blocks) of `page_size` positions that `positions` positions occupy; an
+/// empty request still holds one (SPEC S6, S7).
+pub fn blocks_for(positions: u64, page_size: usize) -> u64 {
+    positions.div_ceil(page_size as u64).max(1)
+}
+
+/// Window pages one request can hold at once, at most: the pages of the last
+/// `window - 1` positions before a span plus those of a span of up to
+/// `max_span` positions, each range possibly straddling one more page boundary.
+///
+/// A span of `c` tokens starting at position `n` reads from `n + 1 - window` and
+/// writes up to `n + c - 1`, so it touches
+/// `floor((n + c - 1) / ps) - floor((n + 1 - window) / ps) + 1
+///  <= (c + window - 2) / ps + 2` pages.
+pub fn window_pages_per_request(window: usize, max_span: usize, page_size: usize) -> u64 {
+    ((max_span + window).saturating_sub(2) / page_size) as u64 + 2
 }
 
 /// KV geometry of one layer.
@@ -136,6 +161,8 @@ pub struct KvPlan {
     pub max_seqs: usize,
     /// Token budget of one step (sizes the window seats).
     pub prefill_chunk: usize,
+    /// Window pages of one request slot's seat (0 without window layers).
+    pub seat_pages: u64,
     /// Bytes of one window seat (0 without window layers).
     pub seat_bytes: u64,
 }
@@ -154,8 +181,22 @@ impl KvPlan {
         Ok(())
     }
 
-    fn seat_bytes(shape: &KvShape, prefill_chunk: usize) -> u64 {
-        shape.window_seat_positions(prefill_chunk) * shape.window_bytes_per_position()
+    /// Window pages of one request slot (0 without window layers).
+    pub fn seat_pages(shape: &KvShape, block_size: usize, prefill_chunk: usize) -> u64 {
+        shape.window().map_or(0, |w| {
+            window_pages_per_request(w, prefill_chunk, block_size)
+        })
+    }
+
+    fn seat_bytes(shape: &KvShape, block_size: usize, prefill_chunk: usize) -> u64 {
+        Self::seat_pages(shape, block_size, prefill_chunk)
+            * block_size as u64
+            * shape.window_bytes_per_position()
+    }
+
+    /// Window pages in the pool: one seat per request slot.
+    pub fn window_pages(&self) -> u64 {
+        self.seat_pages * self.max_seqs as u64
     }
 
     fn block_bytes(shape: &KvShape, block_size: usize) -> Result<u64, ModelError> {
@@ -177,7 +218,7 @@ impl KvPlan {
         prefill_chunk: usize,
     ) -> Result<KvPlan, ModelError> {
         Self::check(block_size, max_seqs, prefill_chunk)?;
-        let seat_bytes = Self::seat_bytes(shape, prefill_chunk);
+        let seat_bytes = Self::seat_bytes(shape, block_size, prefill_chunk);
         let block_bytes = Self::block_bytes(shape, block_size)?;
         let seats = seat_bytes.saturating_mul(max_seqs as u64);
         let Some(rest) = memory.checked_sub(seats) else {
@@ -193,6 +234,7 @@ impl KvPlan {
             block_bytes,
             max_seqs,
             prefill_chunk,
+            seat_pages: Self::seat_pages(shape, block_size, prefill_chunk),
             seat_bytes,
         })
     }
@@ -212,13 +254,14 @@ impl KvPlan {
             block_bytes: Self::block_bytes(shape, block_size)?,
             max_seqs,
             prefill_chunk,
-            seat_bytes: Self::seat_bytes(shape, prefill_chunk),
+            seat_pages: Self::seat_pages(shape, block_size, prefill_chunk),
+            seat_bytes: Self::seat_bytes(shape, block_size, prefill_chunk),
         })
     }
 
     /// Blocks a request of `positions` positions reserves (SPEC S7).
     pub fn blocks_for(&self, positions: u64) -> u64 {
-        positions.div_ceil(self.block_size as u64).max(1)
+        blocks_for(positions, self.block_size)
     }
 
     /// Requests of `positions` positions that fit at once (both caps, SPEC S8).
@@ -289,20 +332,43 @@ mod tests {
     #[test]
     fn memory_sets_aside_window_seats_before_counting_blocks() {
         let s = shape(&[WIN, FULL]);
-        // seat = (32 + 16) * 64 = 3072 per request, block = 16 * 64 = 1024.
-        let plan = KvPlan::from_memory(&s, 3 * 3072 + 10 * 1024 + 1000, 16, 3, 16).unwrap();
+        // seat = 4 window pages ((32 + 16 - 2) / 16 + 2) of 16 positions * 64 B =
+        // 4096 per request, block = 16 * 64 = 1024.
+        let plan = KvPlan::from_memory(&s, 3 * 4096 + 10 * 1024 + 1000, 16, 3, 16).unwrap();
         assert_eq!(
-            (plan.seat_bytes, plan.block_bytes, plan.n_blocks),
-            (3072, 1024, 10)
+            (plan.seat_pages, plan.seat_bytes, plan.block_bytes, plan.n_blocks),
+            (4, 4096, 1024, 10)
         );
-        assert_eq!(plan.total_bytes(), 3 * 3072 + 10 * 1024);
-        assert_eq!(plan.request_limit_bytes(), 10 * 1024 + 3072);
+        assert_eq!(plan.window_pages(), 12);
+        assert_eq!(plan.total_bytes(), 3 * 4096 + 10 * 1024);
+        assert_eq!(plan.request_limit_bytes(), 10 * 1024 + 4096);
         assert!(
-            KvPlan::from_memory(&s, 3 * 3072 - 1, 16, 3, 16)
+            KvPlan::from_memory(&s, 3 * 4096 - 1, 16, 3, 16)
                 .unwrap_err()
                 .to_string()
                 .contains("--kv-memory")
         );
+    }
+
+    /// The window seat bound holds for every span start and length: brute force over
+    /// small geometries.
+    #[test]
+    fn a_span_never_touches_more_window_pages_than_a_seat() {
+        for ps in 1..6 {
+            for window in 1..20 {
+                for c in 1..12 {
+                    for n in 0..40usize {
+                        let first = (n + 1).saturating_sub(window) / ps;
+                        let last = (n + c - 1) / ps;
+                        let touched = (last - first + 1) as u64;
+                        assert!(
+                            touched <= window_pages_per_request(window, c, ps),
+                            "ps {ps} window {window} span {c} at {n}: {touched}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod decoder;
 pub mod error;
 pub mod hparams;
 pub mod inspect;
-pub mod kv_cache;
+pub mod kv_store;
 pub mod kv_plan;
 pub mod model;
 pub mod sampler;

@@ -16,9 +16,9 @@
 //! the file has no `output.weight`).
 //!
 //! Invariants: every per-token computation is independent of the other tokens in
-//! the call (matmul and attention reduce in fixed orders, SPEC S3); spans longer
-//! than the window seats accept are split into rounds, which changes nothing for
-//! the same reason.
+//! the call (matmul and attention reduce in fixed orders, SPEC S3), and attention
+//! reads KV in runs that end at page boundaries only, so a position's numbers do
+//! not depend on which pages (shared or private) hold its history.
 
 use ferrox_core::ops::activation::{Gate, gated};
 use ferrox_core::ops::exp::exp_shifted;
@@ -34,7 +34,7 @@ use crate::activation_path::ActivationPath;
 use crate::decoder::{Decoder, Logits, Span, Want};
 use crate::error::ModelError;
 use crate::hparams::{Architecture, HyperParams};
-use crate::kv_cache::{KvCache, LayerSlot};
+use crate::kv_store::{KvStore, LayerSlot};
 use crate::weights::{TensorRef, Weights};
 
 /// A loaded model, ready to run.
@@ -221,7 +221,7 @@ impl Transformer {
         &self.file
     }
 
-    fn check(&self, cache: &KvCache, spans: &[Span<'_>]) -> Result<(), ModelError> {
+    fn check(&self, store: &KvStore, spans: &[Span<'_>]) -> Result<(), ModelError> {
         for (i, s) in spans.iter().enumerate() {
             if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= self.hp.vocab_size) {
                 return Err(ModelError::Forward(format!(
@@ -230,27 +230,21 @@ impl Transformer {
                 )));
             }
             let end = s.start + s.tokens.len();
-            if end > cache.capacity(s.seq) {
+            if let Err(p) = store.check_covers(s.pages, s.start, end) {
                 return Err(ModelError::Forward(format!(
-                    "span {i}: position {end} is past the {} its KV holds",
-                    cache.capacity(s.seq)
-                )));
-            }
-            if cache.layout().n_window > 0 && s.seq.seat.is_none() {
-                return Err(ModelError::Forward(format!(
-                    "span {i}: a window model needs a seat"
+                    "span {i}: position {p} of positions {}..{end} has no KV page",
+                    s.start
                 )));
             }
         }
         Ok(())
     }
 
-    /// One round: every span no longer than the cache's maximum span. Returns the
-    /// logits of the wanted tokens, one row per `(span, index)` pushed on `keys`,
-    /// in slot order (span by span, token by token).
+    /// Runs every span. Returns the logits of the wanted tokens, one row per
+    /// `(span, index)` pushed on `keys`, in slot order (span by span, token by token).
     fn round(
         &self,
-        cache: &mut KvCache,
+        cache: &mut KvStore,
         spans: &[Span<'_>],
         keys: &mut Vec<(usize, usize)>,
     ) -> Vec<f32> {
@@ -375,14 +369,14 @@ impl Transformer {
                     sn,
                 );
                 cache.write(
-                    spans[s.span].seq,
+                    spans[s.span].pages,
                     li,
                     s.pos,
                     &k[t * kd..(t + 1) * kd],
                     &v[t * vd..(t + 1) * vd],
                 );
             }
-            let cache_ref: &KvCache = cache;
+            let cache_ref: &KvStore = cache;
             let q_ref = &q;
             self.pool.install(|| {
                 // One task per token and KV head: its query heads read each key
@@ -392,7 +386,7 @@ impl Transformer {
                     |scores, (i, out)| {
                         let (t, kvh) = (i / nkv, i % nkv);
                         let s = slots[t];
-                        let seq = spans[s.span].seq;
+                        let seq = spans[s.span].pages;
                         let lo = window.map_or(0, |w| (s.pos + 1).saturating_sub(w));
                         let n_keys = s.pos + 1 - lo;
                         let qs = &q_ref[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
@@ -492,91 +486,20 @@ impl Transformer {
 }
 
 impl Decoder for Transformer {
-    fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+        self.check(store, spans)?;
         // The whole pass runs on a pool thread: each parallel region inside then
         // costs about a microsecond instead of a cross-thread hand-off.
-        self.pool.install(|| self.forward_on_pool(cache, spans))
+        let mut index = Vec::new();
+        let data = self.pool.install(|| self.round(store, spans, &mut index));
+        Ok(Logits {
+            vocab: self.hp.vocab_size,
+            data,
+            index,
+        })
     }
 
     fn hyper_params(&self) -> &HyperParams {
         &self.hp
-    }
-}
-
-impl Transformer {
-    fn forward_on_pool(
-        &self,
-        cache: &mut KvCache,
-        spans: &[Span<'_>],
-    ) -> Result<Logits, ModelError> {
-        self.check(cache, spans)?;
-        let vocab = self.hp.vocab_size;
-        let max = cache.max_span().unwrap_or(usize::MAX);
-        let longest = spans.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
-        if longest <= max {
-            // One round (every step but a long prompt's): its rows are already in
-            // (span, index) order, so they become the logits without a copy.
-            let mut keys = Vec::new();
-            let data = self.round(cache, spans, &mut keys);
-            return Ok(Logits {
-                vocab,
-                data,
-                index: keys,
-            });
-        }
-        let mut rows: Vec<(usize, usize, &[f32])> = Vec::new();
-        let mut buffers = Vec::new();
-        let mut offset = 0;
-        while offset < longest {
-            let pieces: Vec<(usize, Span<'_>)> = spans
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.tokens.len() > offset)
-                .map(|(i, s)| {
-                    let end = (offset + max).min(s.tokens.len());
-                    let want = match s.want {
-                        Want::Last if end < s.tokens.len() => Want::Nothing,
-                        w => w,
-                    };
-                    (
-                        i,
-                        Span {
-                            seq: s.seq,
-                            start: s.start + offset,
-                            tokens: &s.tokens[offset..end],
-                            want,
-                        },
-                    )
-                })
-                .collect();
-            let round_spans: Vec<Span<'_>> = pieces.iter().map(|p| p.1).collect();
-            let mut keys = Vec::new();
-            let data = self.round(cache, &round_spans, &mut keys);
-            buffers.push((
-                offset,
-                pieces.iter().map(|p| p.0).collect::<Vec<_>>(),
-                keys,
-                data,
-            ));
-            offset = offset.saturating_add(max);
-        }
-        for (offset, span_of, keys, data) in &buffers {
-            rows.extend(
-                keys.iter()
-                    .zip(data.chunks_exact(vocab))
-                    .map(|(&(si, ti), r)| (span_of[si], offset + ti, r)),
-            );
-        }
-        rows.sort_by_key(|r| (r.0, r.1));
-        let mut logits = Logits {
-            vocab,
-            data: Vec::with_capacity(rows.len() * vocab),
-            index: Vec::with_capacity(rows.len()),
-        };
-        for (s, t, r) in rows {
-            logits.index.push((s, t));
-            logits.data.extend_from_slice(r);
-        }
-        Ok(logits)
     }
 }

@@ -5,7 +5,7 @@
 
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_cache::KvCache;
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::testing::{TinyModel, real_model};
 use ferrox_models::{ActivationPath, Architecture, Transformer};
 
@@ -16,18 +16,18 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// Every token's logits of `prompt`, fed in spans of `chunk` tokens.
 fn prompt_logits(
     m: &Transformer,
-    cache: &mut KvCache,
+    cache: &mut KvStore,
     prompt: &[u32],
     chunk: usize,
 ) -> Vec<Vec<u32>> {
-    let seq = cache.alloc(prompt.len()).unwrap();
+    let seq = cache.fresh_table(prompt.len());
     let mut rows = Vec::new();
     for (i, piece) in prompt.chunks(chunk).enumerate() {
         let l = m
             .forward(
                 cache,
                 &[Span {
-                    seq: &seq,
+                    pages: &seq,
                     start: i * chunk,
                     tokens: piece,
                     want: Want::All,
@@ -36,12 +36,11 @@ fn prompt_logits(
             .unwrap();
         rows.extend((0..piece.len()).map(|t| bits(l.of(0, t).unwrap())));
     }
-    cache.free(seq);
     rows
 }
 
-fn check_prompt_chunking(m: &Transformer, prompt: &[u32], max_span: usize) {
-    let mut cache = KvCache::new(m.kv_layout(), 4, 64, 2, max_span).unwrap();
+fn check_prompt_chunking(m: &Transformer, prompt: &[u32]) {
+    let mut cache = KvStore::new(m.kv_layout(), 4);
     let whole = prompt_logits(m, &mut cache, prompt, prompt.len());
     assert_eq!(whole.len(), prompt.len());
     for chunk in [1, 2, 5, 64] {
@@ -51,21 +50,20 @@ fn check_prompt_chunking(m: &Transformer, prompt: &[u32], max_span: usize) {
             "spans of {chunk}"
         );
     }
-    assert_eq!(cache.free_blocks(), Some(64), "every block came back");
 }
 
 /// Decode logits of sequence 0 alone, then beside 8 other sequences.
 fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
-    let mut cache = KvCache::new(m.kv_layout(), 4, 128, 9, 16).unwrap();
+    let mut cache = KvStore::new(m.kv_layout(), 4);
     let seqs: Vec<_> = prompts
         .iter()
-        .map(|p| cache.alloc(p.len() + 1).unwrap())
+        .map(|p| cache.fresh_table(p.len() + 1))
         .collect();
     for (s, p) in seqs.iter().zip(prompts) {
         m.forward(
             &mut cache,
             &[Span {
-                seq: s,
+                pages: s,
                 start: 0,
                 tokens: p,
                 want: Want::Nothing,
@@ -78,7 +76,7 @@ fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
         .forward(
             &mut cache,
             &[Span {
-                seq: &seqs[0],
+                pages: &seqs[0],
                 start: prompts[0].len(),
                 tokens: &tok,
                 want: Want::Last,
@@ -91,7 +89,7 @@ fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
         .zip(prompts)
         .zip(&toks)
         .map(|((s, p), t)| Span {
-            seq: s,
+            pages: s,
             start: p.len(),
             tokens: t,
             want: Want::Last,
@@ -120,7 +118,7 @@ fn tiny_models_give_identical_logits_for_any_prompt_chunking() {
     for arch in Architecture::ALL {
         for path in [ActivationPath::Int16, ActivationPath::F32] {
             let m = TinyModel::new(arch).load_with(2, path);
-            check_prompt_chunking(&m, &prompt, 16);
+            check_prompt_chunking(&m, &prompt);
         }
     }
 }
@@ -137,7 +135,7 @@ fn tiny_models_give_identical_decode_logits_alone_and_beside_eight_others() {
 
 /// With every layer windowed, position p sees only tokens p - layers * (window - 1)
 /// and later: changing earlier tokens leaves its logits bit-identical, changing a
-/// token inside that range does not. Exercises the window mask and the seat ring
+/// token inside that range does not. Exercises the window mask and the window pages
 /// across several spans.
 #[test]
 fn window_layers_see_only_their_window() {
@@ -153,13 +151,13 @@ fn window_layers_see_only_their_window() {
     let reach = 2 * (4 - 1);
     let base: Vec<u32> = (0..30).map(|j| (j * 13 % 94 + 2) as u32).collect();
     let last = |prompt: &[u32]| {
-        let mut cache = KvCache::new(m.kv_layout(), 4, 16, 1, 5).unwrap();
-        let seq = cache.alloc(prompt.len()).unwrap();
+        let mut cache = KvStore::new(m.kv_layout(), 4);
+        let seq = cache.fresh_table(prompt.len());
         let l = m
             .forward(
                 &mut cache,
                 &[Span {
-                    seq: &seq,
+                    pages: &seq,
                     start: 0,
                     tokens: prompt,
                     want: Want::Last,
@@ -186,13 +184,13 @@ fn window_layers_see_only_their_window() {
 #[test]
 fn forward_refuses_tokens_outside_the_vocabulary_and_spans_past_their_kv() {
     let m = TinyModel::new(Architecture::Llama).load(1);
-    let mut cache = KvCache::new(m.kv_layout(), 4, 4, 1, 8).unwrap();
-    let seq = cache.alloc(4).unwrap();
+    let mut cache = KvStore::new(m.kv_layout(), 4);
+    let seq = cache.fresh_table(4);
     let e = m
         .forward(
             &mut cache,
             &[Span {
-                seq: &seq,
+                pages: &seq,
                 start: 0,
                 tokens: &[500],
                 want: Want::Last,
@@ -204,14 +202,14 @@ fn forward_refuses_tokens_outside_the_vocabulary_and_spans_past_their_kv() {
         .forward(
             &mut cache,
             &[Span {
-                seq: &seq,
+                pages: &seq,
                 start: 2,
                 tokens: &[3, 4, 5],
                 want: Want::Last,
             }],
         )
         .unwrap_err();
-    assert!(e.to_string().contains("past the 4"), "{e}");
+    assert!(e.to_string().contains("position 4 of positions 2..5 has no KV page"), "{e}");
 }
 
 #[test]
@@ -223,7 +221,7 @@ fn real_model_smollm2_logits_are_batch_invariant() {
     let prompt: Vec<u32> = vec![
         504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 2988, 314,
     ];
-    check_prompt_chunking(&m, &prompt, 64);
+    check_prompt_chunking(&m, &prompt);
     let prompts: [Vec<u32>; 9] = std::array::from_fn(|i| prompt[..3 + i].to_vec());
     check_decode_batching(&m, &prompts, 260);
 }

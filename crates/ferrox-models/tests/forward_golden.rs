@@ -10,7 +10,7 @@
 
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_cache::KvCache;
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::testing::{golden_rows, real_model};
 use ferrox_models::{ActivationPath, Transformer};
 
@@ -42,7 +42,7 @@ fn score(model: &str, golden: &str, path: ActivationPath) -> Option<Score> {
     let file = real_model(model)?;
     let rows = golden_rows(golden)?;
     let m = Transformer::with_path(GgufFile::open(file).unwrap(), 2, path).unwrap();
-    let mut cache = KvCache::new(m.kv_layout(), 16, 64, 1, 64).unwrap();
+    let mut cache = KvStore::new(m.kv_layout(), 16);
     let mut s = Score {
         first_equal: 0,
         identical: 0,
@@ -64,12 +64,12 @@ fn score(model: &str, golden: &str, path: ActivationPath) -> Option<Score> {
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
         let top5 = row["top5"].as_array().unwrap();
-        let seq = cache.alloc(prompt.len() + want.len() + 1).unwrap();
+        let seq = cache.fresh_table(prompt.len() + want.len() + 1);
         let mut logits = m
             .forward(
                 &mut cache,
                 &[Span {
-                    seq: &seq,
+                    pages: &seq,
                     start: 0,
                     tokens: &prompt,
                     want: Want::Last,
@@ -107,7 +107,7 @@ fn score(model: &str, golden: &str, path: ActivationPath) -> Option<Score> {
                 .forward(
                     &mut cache,
                     &[Span {
-                        seq: &seq,
+                        pages: &seq,
                         start: pos,
                         tokens: &[fed],
                         want: Want::Last,
@@ -126,7 +126,6 @@ fn score(model: &str, golden: &str, path: ActivationPath) -> Option<Score> {
                 row["prompt"]
             );
         }
-        cache.free(seq);
     }
     eprintln!(
         "{model} ({path} activations): step-1 {}/{}, identical {}/{}, mean top-5 log-prob error {:.5} nats over {} values",

@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use ferrox_engine::{EngineConfig, start};
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Logits, Span};
-use ferrox_models::kv_cache::KvCache;
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::testing::TinyModel;
 use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
 use ferrox_server::metrics::Metrics;
@@ -25,7 +25,7 @@ struct Failing {
 }
 
 impl Decoder for Failing {
-    fn forward(&self, cache: &mut KvCache, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+    fn forward(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
         if self.calls.fetch_add(1, Ordering::SeqCst) + 1 >= self.fail_at {
             return Err(ModelError::Forward("simulated device fault".into()));
         }

@@ -1,0 +1,378 @@
+//! KV *storage*: the bytes of KV pages, addressed by the page tables it is handed.
+//! Which pages a sequence owns or shares is decided elsewhere (the engine's ledger);
+//! this module only stores and reads.
+//!
+//! * Two pools of pages, each page `page_size` token positions:
+//!   full-attention pages hold those positions for every full layer, window pages
+//!   for every sliding-window layer. Position `p` of a sequence lives in page
+//!   `table.full[p / page_size]` (full layers) or `table.window[p / page_size]`
+//!   (window layers), slot `p % page_size`.
+//! * A window table may have holes ([`NO_PAGE`]) for pages the sequence has slid
+//!   past and given back; the model never reads there (a window layer attends only
+//!   to its last `window` positions).
+//!
+//! Layouts (f32 elements): full page `[n_full_layers][n_kv_heads][page_size][head_dim_k]`
+//! keys, then the same with `head_dim_v` for values; window page the same with
+//! `n_window_layers`.
+//!
+//! Invariants: memory for a page id is allocated the first time it is written and
+//! kept for reuse; nothing here reads a position the caller has not written (the
+//! model attends only to positions `<` its own, and those are written first).
+
+use crate::hparams::{AttentionKind, HyperParams};
+
+/// A hole in a window page table: the page was slid past and given back.
+pub const NO_PAGE: u32 = u32::MAX;
+
+/// Where each layer's KV lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerSlot {
+    /// Index among full-attention layers (full pages).
+    Full(usize),
+    /// Index among sliding-window layers (window pages), with the window.
+    Window(usize, usize),
+}
+
+/// The KV storage geometry of a model.
+#[derive(Clone, Debug)]
+pub struct KvLayout {
+    pub n_kv_heads: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    /// `[n_layers]`
+    pub layers: Vec<LayerSlot>,
+    pub n_full: usize,
+    pub n_window: usize,
+    /// The largest window of any window layer (0 without window layers).
+    pub window: usize,
+}
+
+impl KvLayout {
+    /// The layout of a model.
+    pub fn new(hp: &HyperParams) -> KvLayout {
+        let (mut n_full, mut n_window, mut window) = (0, 0, 0);
+        let layers = hp
+            .layers
+            .iter()
+            .map(|k| match *k {
+                AttentionKind::Full => {
+                    n_full += 1;
+                    LayerSlot::Full(n_full - 1)
+                }
+                AttentionKind::SlidingWindow { window: w } => {
+                    n_window += 1;
+                    window = window.max(w);
+                    LayerSlot::Window(n_window - 1, w)
+                }
+            })
+            .collect();
+        KvLayout {
+            n_kv_heads: hp.n_kv_heads,
+            head_dim_k: hp.head_dim_k,
+            head_dim_v: hp.head_dim_v,
+            layers,
+            n_full,
+            n_window,
+            window,
+        }
+    }
+
+    /// The window of window layers, if the model has any.
+    pub fn window(&self) -> Option<usize> {
+        (self.n_window > 0).then_some(self.window)
+    }
+
+    fn per_position_layer(&self) -> usize {
+        self.n_kv_heads * (self.head_dim_k + self.head_dim_v)
+    }
+}
+
+/// One sequence's page tables, in position order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PageTable {
+    /// Full-attention pages.
+    pub full: Vec<u32>,
+    /// Window pages ([`NO_PAGE`] where slid past); empty without window layers.
+    pub window: Vec<u32>,
+}
+
+/// The page ids of one pool, with their buffers allocated on first write.
+struct PagePool {
+    /// Floats per page.
+    floats: usize,
+    /// `[page id]`
+    pages: Vec<Option<Box<[f32]>>>,
+}
+
+impl PagePool {
+    fn page_mut(&mut self, id: u32) -> &mut [f32] {
+        let i = id as usize;
+        if i >= self.pages.len() {
+            self.pages.resize_with(i + 1, || None);
+        }
+        self.pages[i].get_or_insert_with(|| vec![0.0; self.floats].into_boxed_slice())
+    }
+
+    fn page(&self, id: u32) -> &[f32] {
+        self.pages
+            .get(id as usize)
+            .and_then(|p| p.as_deref())
+            .expect("a page is written before it is read")
+    }
+
+    fn allocated(&self) -> usize {
+        self.pages.iter().filter(|p| p.is_some()).count()
+    }
+}
+
+/// The bytes of every KV page.
+pub struct KvStore {
+    layout: KvLayout,
+    page_size: usize,
+    full: PagePool,
+    window: PagePool,
+    /// Next id [`KvStore::fresh_table`] hands out.
+    next_fresh: u32,
+}
+
+/// Where one position of one layer lives.
+struct Place {
+    window: bool,
+    page: u32,
+    key: usize,
+    value: usize,
+    key_stride: usize,
+    value_stride: usize,
+}
+
+impl KvStore {
+    /// Storage for pages of `page_size` positions (at least 1).
+    pub fn new(layout: KvLayout, page_size: usize) -> KvStore {
+        assert!(page_size > 0, "a KV page holds at least one position");
+        let per = layout.per_position_layer() * page_size;
+        KvStore {
+            full: PagePool {
+                floats: layout.n_full * per,
+                pages: Vec::new(),
+            },
+            window: PagePool {
+                floats: layout.n_window * per,
+                pages: Vec::new(),
+            },
+            page_size,
+            layout,
+            next_fresh: 0,
+        }
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &KvLayout {
+        &self.layout
+    }
+
+    /// Positions per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages whose memory has been allocated (full, window).
+    pub fn allocated_pages(&self) -> (usize, usize) {
+        (self.full.allocated(), self.window.allocated())
+    }
+
+    /// A table of never-shared pages covering `positions` positions in both pools,
+    /// for callers that run one model without the engine's ledger (benchmarks,
+    /// tests). Never mix it with a ledger's ids on one store.
+    pub fn fresh_table(&mut self, positions: usize) -> PageTable {
+        let n = positions.div_ceil(self.page_size) as u32;
+        let ids: Vec<u32> = (self.next_fresh..self.next_fresh + n).collect();
+        self.next_fresh += n;
+        PageTable {
+            window: if self.layout.n_window > 0 {
+                ids.clone()
+            } else {
+                Vec::new()
+            },
+            full: ids,
+        }
+    }
+
+    /// Positions `[from, to)` the tables of `table` can be written and read at:
+    /// `Err` names the first position without a page.
+    pub fn check_covers(&self, table: &PageTable, from: usize, to: usize) -> Result<(), usize> {
+        let ps = self.page_size;
+        if self.layout.n_full > 0 && to > table.full.len() * ps {
+            return Err(table.full.len() * ps);
+        }
+        if let Some(w) = self.layout.window() {
+            let lo = (from + 1).saturating_sub(w) / ps;
+            for page in lo..to.div_ceil(ps) {
+                if table.window.get(page).is_none_or(|&id| id == NO_PAGE) {
+                    return Err(page * ps);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn locate(&self, table: &PageTable, layer: usize, pos: usize) -> Place {
+        let l = &self.layout;
+        let (dk, dv, h, ps) = (l.head_dim_k, l.head_dim_v, l.n_kv_heads, self.page_size);
+        let (window, index, n_kind, page) = match l.layers[layer] {
+            LayerSlot::Full(i) => (false, i, l.n_full, table.full[pos / ps]),
+            LayerSlot::Window(i, _) => (true, i, l.n_window, table.window[pos / ps]),
+        };
+        assert_ne!(page, NO_PAGE, "position {pos} was slid past");
+        let slot = pos % ps;
+        let keys = index * h * ps * dk;
+        let values = n_kind * h * ps * dk + index * h * ps * dv;
+        Place {
+            window,
+            page,
+            key: keys + slot * dk,
+            value: values + slot * dv,
+            key_stride: ps * dk,
+            value_stride: ps * dv,
+        }
+    }
+
+    /// Stores the keys `k` (`[n_kv_heads][head_dim_k]`) and values `v` of position `pos`.
+    pub fn write(&mut self, table: &PageTable, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
+        let at = self.locate(table, layer, pos);
+        let store = if at.window {
+            self.window.page_mut(at.page)
+        } else {
+            self.full.page_mut(at.page)
+        };
+        for h in 0..self.layout.n_kv_heads {
+            let (ko, vo) = (at.key + h * at.key_stride, at.value + h * at.value_stride);
+            store[ko..ko + dk].copy_from_slice(&k[h * dk..(h + 1) * dk]);
+            store[vo..vo + dv].copy_from_slice(&v[h * dv..(h + 1) * dv]);
+        }
+    }
+
+    fn stored(&self, at: &Place) -> &[f32] {
+        if at.window {
+            self.window.page(at.page)
+        } else {
+            self.full.page(at.page)
+        }
+    }
+
+    /// Calls `f(first position, keys, values)` for each run of the positions
+    /// `from..to` of kv head `head` in `layer` that lies in one page, in position
+    /// order; `keys` holds `run * head_dim_k` values, `values` `run * head_dim_v`.
+    /// Runs end at page boundaries only, so they depend on positions alone.
+    pub fn for_each_run(
+        &self,
+        table: &PageTable,
+        layer: usize,
+        head: usize,
+        from: usize,
+        to: usize,
+        mut f: impl FnMut(usize, &[f32], &[f32]),
+    ) {
+        let (dk, dv, ps) = (self.layout.head_dim_k, self.layout.head_dim_v, self.page_size);
+        let mut p = from;
+        while p < to {
+            let at = self.locate(table, layer, p);
+            let n = (ps - p % ps).min(to - p);
+            let store = self.stored(&at);
+            let (k0, v0) = (at.key + head * at.key_stride, at.value + head * at.value_stride);
+            f(p, &store[k0..k0 + n * dk], &store[v0..v0 + n * dv]);
+            p += n;
+        }
+    }
+
+    /// The key and value of kv head `head` at position `pos` in `layer`.
+    pub fn read(&self, table: &PageTable, layer: usize, pos: usize, head: usize) -> (&[f32], &[f32]) {
+        let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
+        let at = self.locate(table, layer, pos);
+        let store = self.stored(&at);
+        let (k0, v0) = (at.key + head * at.key_stride, at.value + head * at.value_stride);
+        (&store[k0..k0 + dk], &store[v0..v0 + dv])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TinyModel;
+
+    fn layout() -> KvLayout {
+        let file =
+            ferrox_gguf::GgufFile::from_bytes(TinyModel::new(crate::Architecture::Gemma3).gguf())
+                .unwrap();
+        KvLayout::new(&HyperParams::from_metadata(&file.header().metadata).unwrap())
+    }
+
+    #[test]
+    fn fresh_tables_never_share_a_page() {
+        let mut s = KvStore::new(layout(), 4);
+        let a = s.fresh_table(9);
+        let b = s.fresh_table(1);
+        assert_eq!((a.full.len(), b.full.len()), (3, 1));
+        assert!(a.full.iter().all(|p| !b.full.contains(p)));
+        assert_eq!(a.window, a.full, "a window model gets window pages too");
+    }
+
+    #[test]
+    fn coverage_names_the_first_position_without_a_page() {
+        let s = KvStore::new(layout(), 4);
+        let w = s.layout().window;
+        let n = w + 12;
+        let mut t = PageTable {
+            full: (0..n.div_ceil(4) as u32).collect(),
+            window: (0..n.div_ceil(4) as u32).collect(),
+        };
+        assert_eq!(s.check_covers(&t, n - 1, n), Ok(()));
+        assert_eq!(s.check_covers(&t, 0, n + 1), Err(n.div_ceil(4) * 4));
+        // Slide past the first page: still fine for the last position's window...
+        t.window[0] = NO_PAGE;
+        assert_eq!(s.check_covers(&t, n - 1, n), Ok(()));
+        // ...but not for a query whose window reaches back into it.
+        assert!(s.check_covers(&t, 2, 3).is_err());
+    }
+
+    #[test]
+    fn positions_written_read_back_per_head_in_both_pools() {
+        let mut s = KvStore::new(layout(), 4);
+        let t = s.fresh_table(20);
+        let l = s.layout().clone();
+        let kd = l.n_kv_heads * l.head_dim_k;
+        for layer in 0..l.layers.len() {
+            for pos in 0..20 {
+                let k: Vec<f32> = (0..kd)
+                    .map(|i| (layer * 1000 + pos * 10 + i) as f32)
+                    .collect();
+                let v: Vec<f32> = k.iter().map(|x| -x).collect();
+                s.write(&t, layer, pos, &k, &v);
+            }
+            for pos in [0, 5, 19] {
+                for h in 0..l.n_kv_heads {
+                    let (k, v) = s.read(&t, layer, pos, h);
+                    assert_eq!(k[0], (layer * 1000 + pos * 10 + h * l.head_dim_k) as f32);
+                    assert_eq!(v[0], -((layer * 1000 + pos * 10 + h * l.head_dim_v) as f32));
+                }
+            }
+            // Runs visit the same values as position-by-position reads, and end at
+            // page boundaries.
+            for h in 0..l.n_kv_heads {
+                let mut seen = Vec::new();
+                s.for_each_run(&t, layer, h, 3, 20, |p0, k, v| {
+                    let n = k.len() / l.head_dim_k;
+                    assert!(p0 % 4 == 0 || p0 == 3);
+                    assert!(n <= 4 - p0 % 4);
+                    for j in 0..n {
+                        let (rk, rv) = s.read(&t, layer, p0 + j, h);
+                        assert_eq!(&k[j * l.head_dim_k..(j + 1) * l.head_dim_k], rk);
+                        assert_eq!(&v[j * l.head_dim_v..(j + 1) * l.head_dim_v], rv);
+                        seen.push(p0 + j);
+                    }
+                });
+                assert_eq!(seen, (3..20).collect::<Vec<_>>());
+            }
+        }
+    }
+}
