@@ -8,8 +8,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_store::KvStore;
 use ferrox_models::kv_plan::defaults;
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::transformer::Transformer;
 
 /// Flags of `ferrox bench`.

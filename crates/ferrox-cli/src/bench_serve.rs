@@ -1,8 +1,13 @@
 //! `ferrox bench-serve`: a load generator for any OpenAI-compatible server (ferrox,
-//! llama-server, vLLM). `--concurrency` clients each send streaming
-//! `/v1/completions` requests back to back until `--requests` have been sent, and
-//! the report gives time to first token, inter-token latency and end-to-end
-//! latency percentiles and the aggregate generated tokens per second.
+//! llama-server, vLLM).
+//!
+//! * `--scenario random` (the default): `--concurrency` clients each send streaming
+//!   `/v1/completions` requests with distinct prompts back to back until
+//!   `--requests` have been sent; the report gives time to first token,
+//!   inter-token latency and end-to-end latency percentiles and the aggregate
+//!   generated tokens per second.
+//! * `--scenario chat`: multi-turn conversations over a shared system prompt
+//!   ([`crate::bench_chat`]).
 
 use std::io::{BufRead, BufReader};
 use std::sync::Arc;
@@ -42,15 +47,40 @@ pub struct BenchServeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Load shape: distinct prompts, or multi-turn chats over a shared system prompt.
+    #[arg(long, value_enum, default_value_t = Scenario::Random)]
+    pub scenario: Scenario,
+    /// Chat scenario: turns per conversation (`--requests` is then clients x turns).
+    #[arg(long, default_value_t = 4)]
+    pub turns: usize,
+    /// Chat scenario: rules in the shared system prompt (about 16 tokens each).
+    #[arg(long, default_value_t = 100)]
+    pub system_rules: usize,
 }
 
+/// The load shape of `bench-serve`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// Distinct completion prompts, back to back.
+    Random,
+    /// Multi-turn chats whose history grows, over a system prompt all clients share.
+    Chat,
+}
+
+/// What one streamed request measured.
 #[derive(Default)]
-struct Sample {
-    ttft: Option<f64>,
-    gaps: Vec<f64>,
-    e2e: f64,
-    tokens: usize,
-    error: Option<String>,
+pub struct Sample {
+    pub ttft: Option<f64>,
+    pub gaps: Vec<f64>,
+    pub e2e: f64,
+    /// Chunks that carried text.
+    pub tokens: usize,
+    /// The text generated.
+    pub text: String,
+    /// Prompt tokens and cached prompt tokens, as the server's usage reported them.
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub error: Option<String>,
 }
 
 fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
@@ -58,10 +88,28 @@ fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
         "model": a.model, "prompt": format!("{} {i}:", a.prompt), "max_tokens": a.max_tokens,
         "temperature": 0.0, "stream": true, "ignore_eos": true,
     });
+    stream(agent, a, "/v1/completions", &body)
+}
+
+/// The text a completion or chat chunk carries.
+fn chunk_text(v: &serde_json::Value) -> Option<&str> {
+    let c = v["choices"].as_array()?.first()?;
+    c["text"]
+        .as_str()
+        .or_else(|| c["delta"]["content"].as_str())
+}
+
+/// Sends `body` to `path` as a streaming request and measures it.
+pub fn stream(
+    agent: &ureq::Agent,
+    a: &BenchServeArgs,
+    path: &str,
+    body: &serde_json::Value,
+) -> Sample {
     let t0 = Instant::now();
     let mut s = Sample::default();
     let mut req = agent
-        .post(format!("{}/v1/completions", a.url.trim_end_matches('/')))
+        .post(format!("{}{path}", a.url.trim_end_matches('/')))
         .header("Content-Type", "application/json");
     if let Some(k) = &a.api_key {
         req = req.header("Authorization", &format!("Bearer {k}"));
@@ -86,11 +134,18 @@ fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
             continue;
         };
-        let has_text = v["choices"].as_array().is_some_and(|c| {
-            c.iter()
-                .any(|c| c["text"].as_str().is_some_and(|t| !t.is_empty()))
-        });
-        if has_text {
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0) as usize;
+            s.prompt_tokens = n(&u["prompt_tokens"]);
+            s.cached_tokens = n(&u["prompt_tokens_details"]["cached_tokens"]);
+        }
+        // llama-server reports its cache hits as timings.cache_n.
+        if let Some(c) = v["timings"]["cache_n"].as_u64() {
+            s.cached_tokens = c as usize;
+        }
+        let text = chunk_text(&v).unwrap_or("");
+        if !text.is_empty() {
+            s.text.push_str(text);
             let now = Instant::now();
             match last {
                 None => s.ttft = Some((now - t0).as_secs_f64()),
@@ -104,7 +159,8 @@ fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
     s
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
+/// The `p` quantile of `v` (NaN when empty).
+pub fn percentile(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -122,6 +178,10 @@ pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
         .timeout_global(Some(Duration::from_secs(600)))
         .build()
         .into();
+    if a.scenario == Scenario::Chat {
+        anyhow::ensure!(a.turns >= 1, "--turns must be at least 1");
+        return crate::bench_chat::bench_chat(&a, agent);
+    }
     let next = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();
     let handles: Vec<_> = (0..a.concurrency)

@@ -166,7 +166,13 @@ impl PrefillPass {
     /// The next chunk of an admitted prompt (S21: never refused by the gate that
     /// admitted it; it only takes budget, and may get 0 tokens this pass).
     pub fn continue_prompt(&mut self, prefilled: usize, remaining: usize) -> usize {
-        let n = chunk_len(prefilled, remaining, self.budget, self.page_size, self.paged);
+        let n = chunk_len(
+            prefilled,
+            remaining,
+            self.budget,
+            self.page_size,
+            self.paged,
+        );
         self.budget -= n;
         n
     }
@@ -213,7 +219,10 @@ impl SlotTable {
 
     /// Gives row `slot` back.
     pub fn give_back(&mut self, slot: usize) {
-        assert!(slot < self.size && !self.free.contains(&slot), "row {slot} is not held");
+        assert!(
+            slot < self.size && !self.free.contains(&slot),
+            "row {slot} is not held"
+        );
         self.free.push(slot);
     }
 

@@ -195,9 +195,9 @@ impl KvLedger {
 
     /// Window pages sequence `id` holds now.
     pub fn window_held(&self, id: RequestId) -> usize {
-        self.seqs
-            .get(&id)
-            .map_or(0, |s| s.table.window.iter().filter(|&&p| p != NO_PAGE).count())
+        self.seqs.get(&id).map_or(0, |s| {
+            s.table.window.iter().filter(|&&p| p != NO_PAGE).count()
+        })
     }
 
     /// The cached pages `prompt` can start from: whole pages, leaving at least one
@@ -258,7 +258,10 @@ impl KvLedger {
             window.extend(&hit.window);
         }
         let tail = match hit.full.last() {
-            Some(&p) => (self.index.entry(p).expect("hit pages are cached").hash, Some(p)),
+            Some(&p) => (
+                self.index.entry(p).expect("hit pages are cached").hash,
+                Some(p),
+            ),
             None => (0, None),
         };
         self.owed += need.owed;
@@ -285,7 +288,10 @@ impl KvLedger {
     pub fn prepare(&mut self, id: RequestId, start: usize, end: usize) -> Result<(), OutOfPages> {
         let ps = self.cfg.page_size;
         let pages = end.div_ceil(ps);
-        let s = self.seqs.get_mut(&id).expect("prepare of a running request");
+        let s = self
+            .seqs
+            .get_mut(&id)
+            .expect("prepare of a running request");
         while s.table.full.len() < pages {
             let t = self.full.take().ok_or(OutOfPages { id, pool: "full" })?;
             if t.evicted {
@@ -296,7 +302,10 @@ impl KvLedger {
                     self.window.forget(w);
                 }
             }
-            assert!(s.owed > 0, "request {id} takes more pages than it was promised");
+            assert!(
+                s.owed > 0,
+                "request {id} takes more pages than it was promised"
+            );
             s.owed -= 1;
             self.owed -= 1;
             s.table.full.push(t.id);
@@ -310,7 +319,10 @@ impl KvLedger {
                 if s.table.window[page] != NO_PAGE {
                     continue;
                 }
-                let t = self.window.take().ok_or(OutOfPages { id, pool: "window" })?;
+                let t = self
+                    .window
+                    .take()
+                    .ok_or(OutOfPages { id, pool: "window" })?;
                 if t.evicted {
                     self.counters.evictions += 1;
                     self.index.detach_window(t.id);
@@ -330,7 +342,10 @@ impl KvLedger {
             self.register(id, tokens);
         }
         let Some(w) = self.cfg.window else { return };
-        let s = self.seqs.get_mut(&id).expect("advance of a running request");
+        let s = self
+            .seqs
+            .get_mut(&id)
+            .expect("advance of a running request");
         let first_needed = (tokens.len() + 1).saturating_sub(w) / ps;
         for page in s.slid..first_needed.min(s.table.window.len()) {
             let p = std::mem::replace(&mut s.table.window[page], NO_PAGE);
@@ -343,7 +358,10 @@ impl KvLedger {
 
     fn register(&mut self, id: RequestId, tokens: &[u32]) {
         let ps = self.cfg.page_size;
-        let s = self.seqs.get_mut(&id).expect("advance of a running request");
+        let s = self
+            .seqs
+            .get_mut(&id)
+            .expect("advance of a running request");
         let full_pages = (tokens.len() / ps).min(s.table.full.len());
         for k in s.registered..full_pages {
             let page = s.table.full[k];

@@ -104,7 +104,11 @@ impl PagePool {
         let i = id as usize;
         if self.refs[i] == 0 {
             let removed = self.lru.remove(&self.tick[i]);
-            assert_eq!(removed, Some(id), "page {id} is neither referenced nor cached");
+            assert_eq!(
+                removed,
+                Some(id),
+                "page {id} is neither referenced nor cached"
+            );
         }
         self.refs[i] += 1;
     }
@@ -127,7 +131,10 @@ impl PagePool {
 
     /// Marks a referenced page as kept by the prefix cache.
     pub fn keep(&mut self, id: u32) {
-        assert!(self.refs[id as usize] > 0, "only a held page enters the cache");
+        assert!(
+            self.refs[id as usize] > 0,
+            "only a held page enters the cache"
+        );
         self.cached[id as usize] = true;
     }
 
@@ -165,12 +172,18 @@ mod tests {
         p.release(c);
         assert_eq!(
             p.take(),
-            Some(Taken { id: c, evicted: false }),
+            Some(Taken {
+                id: c,
+                evicted: false
+            }),
             "a free page before any eviction"
         );
         assert_eq!(
             p.take(),
-            Some(Taken { id: b, evicted: true }),
+            Some(Taken {
+                id: b,
+                evicted: true
+            }),
             "then the page released first"
         );
     }
@@ -200,6 +213,12 @@ mod tests {
         p.release(a);
         p.forget(a);
         assert_eq!((p.evictable(), p.in_use()), (0, 0));
-        assert_eq!(p.take(), Some(Taken { id: a, evicted: false }));
+        assert_eq!(
+            p.take(),
+            Some(Taken {
+                id: a,
+                evicted: false
+            })
+        );
     }
 }

@@ -201,7 +201,10 @@ mod tests {
         let t: Vec<u32> = (0..8).collect();
         let (h0, how) = ix.insert(1, None, 0, &t[0..4], None);
         assert_eq!(how, Inserted::New);
-        assert_eq!(ix.insert(5, None, 0, &t[0..4], None).1, Inserted::Duplicate(1));
+        assert_eq!(
+            ix.insert(5, None, 0, &t[0..4], None).1,
+            Inserted::Duplicate(1)
+        );
         ix.insert(2, Some(1), h0, &t[4..8], Some(30));
         // Page 1 is evicted and recomputed as page 6: page 2 is now an orphan, and
         // the recomputed page 7 replaces it.

@@ -95,7 +95,11 @@ mod tests {
     #[test]
     fn the_two_caps_compose() {
         let q = [cand(1, 1), cand(1, 1), cand(1, 1)];
-        assert_eq!(admit_fifo(&mut pass(1, 100, 512), &q).len(), 1, "slots bind");
+        assert_eq!(
+            admit_fifo(&mut pass(1, 100, 512), &q).len(),
+            1,
+            "slots bind"
+        );
         let q = [cand(1, 3), cand(1, 3), cand(1, 3)];
         assert_eq!(admit_fifo(&mut pass(8, 7, 512), &q).len(), 2, "pages bind");
         let mut unbounded = PrefillPass::new(
@@ -110,7 +114,11 @@ mod tests {
             false,
         );
         let q = [cand(1, 1_000_000), cand(1, 1_000_000), cand(1, 1_000_000)];
-        assert_eq!(admit_fifo(&mut unbounded, &q).len(), 3, "no budget configured");
+        assert_eq!(
+            admit_fifo(&mut unbounded, &q).len(),
+            3,
+            "no budget configured"
+        );
     }
 
     /// SPEC S2: prompts share one budget round-robin; the short prompt behind a
@@ -140,6 +148,9 @@ mod tests {
         assert_eq!(p.budget_left(), 0);
         let turns: Vec<bool> = (0..6).map(|c| admissions_first(c, 2)).collect();
         assert_eq!(turns, [false, false, true, false, false, true]);
-        assert!(admissions_first(0, 0), "with nothing in prefill the queue goes first");
+        assert!(
+            admissions_first(0, 0),
+            "with nothing in prefill the queue goes first"
+        );
     }
 }

@@ -646,12 +646,13 @@ impl Worker {
         let s = &self.stats;
         EngineStats::set(&s.blocks_held, held);
         EngineStats::set(&s.peak_blocks_held, self.peak);
-        EngineStats::set(&s.running, self.running.len() as u64);
         EngineStats::set(&s.kv_blocks_in_use, self.ledger.full_in_use());
         EngineStats::set(&s.kv_blocks_cached, self.ledger.full_evictable());
         EngineStats::set(&s.prefix_evictions, self.ledger.counters().evictions);
         if let Some(f) = self.ledger.kv_available() {
             EngineStats::set(&s.kv_blocks_free, f);
         }
+        // Last: a reader that sees the request count sees the pages that go with it.
+        EngineStats::set(&s.running, self.running.len() as u64);
     }
 }

@@ -9,8 +9,8 @@ use ferrox_engine::{
 };
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_store::KvStore;
 use ferrox_models::kv_plan::{KvShape, defaults};
+use ferrox_models::kv_store::KvStore;
 use ferrox_models::sampler::Sampler;
 use ferrox_models::testing::{TinyModel, real_model};
 use ferrox_models::{Architecture, Tokenizer, Transformer};

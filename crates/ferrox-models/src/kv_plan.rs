@@ -336,7 +336,12 @@ mod tests {
         // 4096 per request, block = 16 * 64 = 1024.
         let plan = KvPlan::from_memory(&s, 3 * 4096 + 10 * 1024 + 1000, 16, 3, 16).unwrap();
         assert_eq!(
-            (plan.seat_pages, plan.seat_bytes, plan.block_bytes, plan.n_blocks),
+            (
+                plan.seat_pages,
+                plan.seat_bytes,
+                plan.block_bytes,
+                plan.n_blocks
+            ),
             (4, 4096, 1024, 10)
         );
         assert_eq!(plan.window_pages(), 12);

@@ -273,24 +273,40 @@ impl KvStore {
         to: usize,
         mut f: impl FnMut(usize, &[f32], &[f32]),
     ) {
-        let (dk, dv, ps) = (self.layout.head_dim_k, self.layout.head_dim_v, self.page_size);
+        let (dk, dv, ps) = (
+            self.layout.head_dim_k,
+            self.layout.head_dim_v,
+            self.page_size,
+        );
         let mut p = from;
         while p < to {
             let at = self.locate(table, layer, p);
             let n = (ps - p % ps).min(to - p);
             let store = self.stored(&at);
-            let (k0, v0) = (at.key + head * at.key_stride, at.value + head * at.value_stride);
+            let (k0, v0) = (
+                at.key + head * at.key_stride,
+                at.value + head * at.value_stride,
+            );
             f(p, &store[k0..k0 + n * dk], &store[v0..v0 + n * dv]);
             p += n;
         }
     }
 
     /// The key and value of kv head `head` at position `pos` in `layer`.
-    pub fn read(&self, table: &PageTable, layer: usize, pos: usize, head: usize) -> (&[f32], &[f32]) {
+    pub fn read(
+        &self,
+        table: &PageTable,
+        layer: usize,
+        pos: usize,
+        head: usize,
+    ) -> (&[f32], &[f32]) {
         let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
         let at = self.locate(table, layer, pos);
         let store = self.stored(&at);
-        let (k0, v0) = (at.key + head * at.key_stride, at.value + head * at.value_stride);
+        let (k0, v0) = (
+            at.key + head * at.key_stride,
+            at.value + head * at.value_stride,
+        );
         (&store[k0..k0 + dk], &store[v0..v0 + dv])
     }
 }

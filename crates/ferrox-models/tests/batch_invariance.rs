@@ -209,7 +209,11 @@ fn forward_refuses_tokens_outside_the_vocabulary_and_spans_past_their_kv() {
             }],
         )
         .unwrap_err();
-    assert!(e.to_string().contains("position 4 of positions 2..5 has no KV page"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("position 4 of positions 2..5 has no KV page"),
+        "{e}"
+    );
 }
 
 #[test]

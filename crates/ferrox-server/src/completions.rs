@@ -16,7 +16,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob};
+use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{Value, json};
 
@@ -268,6 +268,22 @@ fn logprobs_value(st: &AppState, kind: Kind, entries: &[(u32, TokenLogprob, usiz
     }
 }
 
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.prompt_tokens += u.prompt_tokens;
+    total.completion_tokens += u.completion_tokens;
+    total.cached_tokens += u.cached_tokens;
+}
+
+/// OpenAI's usage object, with the prompt tokens the prefix cache supplied.
+fn usage_value(u: &Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    })
+}
+
 async fn collect(
     st: Arc<AppState>,
     kind: Kind,
@@ -276,7 +292,7 @@ async fn collect(
     started: Instant,
 ) -> Response {
     let mut choices = Vec::new();
-    let (mut prompt_tokens, mut completion_tokens) = (0, 0);
+    let mut total = Usage::default();
     for (index, mut s) in streams.into_iter().enumerate() {
         let mut clock = Clock {
             started,
@@ -307,8 +323,7 @@ async fn collect(
                     text: t,
                 } => {
                     text.push_str(&t);
-                    prompt_tokens += usage.prompt_tokens;
-                    completion_tokens += usage.completion_tokens;
+                    add_usage(&mut total, &usage);
                     finish = Some(reason);
                 }
                 Event::Failed { message } => {
@@ -333,7 +348,7 @@ async fn collect(
             Kind::Text => json!({"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}),
         });
     }
-    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+    let usage = usage_value(&total);
     let object = if kind == Kind::Chat {
         "chat.completion"
     } else {
@@ -400,7 +415,7 @@ fn sse(
         })
         .collect();
     let mut announced = vec![false; n];
-    let (mut done, mut prompt_tokens, mut completion_tokens) = (0usize, 0usize, 0usize);
+    let (mut done, mut total) = (0usize, Usage::default());
     let events = merged
         .flat_map(move |(i, e)| {
             clocks[i].on_event(&st, &e);
@@ -431,11 +446,10 @@ fn sse(
                     if reason != FinishReason::Cancelled {
                         out.push(chunk(kind, &id, &model, created, i, None, false, Some(reason.as_str()), Value::Null));
                     }
-                    prompt_tokens += usage.prompt_tokens;
-                    completion_tokens += usage.completion_tokens;
+                    add_usage(&mut total, &usage);
                     done += 1;
                     if done == n && include_usage {
-                        let u = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+                        let u = usage_value(&total);
                         let object = if kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
                         out.push(json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": u}));
                     }

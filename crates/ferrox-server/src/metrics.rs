@@ -37,7 +37,22 @@ impl std::fmt::Debug for EngineCollector {
 impl prometheus_client::collector::Collector for EngineCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.stats();
-        let counters: [(&str, &str, u64); 12] = [
+        let counters: [(&str, &str, u64); 15] = [
+            (
+                "ferrox_prefix_cache_queries",
+                "Prompts looked up in the prefix cache",
+                s.prefix_queries,
+            ),
+            (
+                "ferrox_prefix_cache_hit_tokens",
+                "Prompt tokens served from the prefix cache instead of being run",
+                s.prefix_hit_tokens,
+            ),
+            (
+                "ferrox_prefix_cache_evictions",
+                "Cached KV blocks evicted to make room",
+                s.prefix_evictions,
+            ),
             (
                 "ferrox_prefill_chunks",
                 "Prompt chunks run",
@@ -99,7 +114,12 @@ impl prometheus_client::collector::Collector for EngineCollector {
             let c = ConstCounter::new(v);
             c.encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)?;
         }
-        let gauges: [(&str, &str, u64); 7] = [
+        let gauges: [(&str, &str, u64); 8] = [
+            (
+                "ferrox_kv_blocks_cached",
+                "KV blocks no request holds that the prefix cache keeps (evictable)",
+                s.kv_blocks_cached,
+            ),
             (
                 "ferrox_queue_depth",
                 "Requests waiting for admission",
@@ -111,11 +131,15 @@ impl prometheus_client::collector::Collector for EngineCollector {
                 "KV blocks in the pool (0: no budget)",
                 s.kv_blocks_total,
             ),
-            ("ferrox_kv_blocks_free", "KV blocks free", s.kv_blocks_free),
+            (
+                "ferrox_kv_blocks_free",
+                "KV blocks admission can still promise (free plus evictable, less what running requests are owed)",
+                s.kv_blocks_free,
+            ),
             (
                 "ferrox_kv_blocks_in_use",
-                "KV blocks held by in-flight requests",
-                s.blocks_held,
+                "KV blocks referenced by in-flight requests (a shared block counts once)",
+                s.kv_blocks_in_use,
             ),
             (
                 "ferrox_kv_blocks_peak",
@@ -132,6 +156,17 @@ impl prometheus_client::collector::Collector for EngineCollector {
             let g = ConstGauge::new(v as i64);
             g.encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
         }
+        // vLLM's kv_cache_usage_perc / llama.cpp's kv_cache_usage_ratio.
+        let usage = match s.kv_blocks_total {
+            0 => 0.0,
+            total => s.kv_blocks_in_use as f64 / total as f64,
+        };
+        ConstGauge::new(usage).encode(enc.encode_descriptor(
+            "ferrox_kv_cache_usage_ratio",
+            "Fraction of the KV blocks referenced by in-flight requests",
+            None,
+            MetricType::Gauge,
+        )?)?;
         Ok(())
     }
 }

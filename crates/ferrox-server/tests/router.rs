@@ -147,3 +147,53 @@ async fn a_failure_mid_stream_ends_with_an_error_event() {
         "tokens were streamed before the failure: {text}"
     );
 }
+
+async fn get(app: axum::Router, path: &str) -> String {
+    let resp = app
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// A repeated long prompt is served from the prefix cache: the response reports
+/// `usage.prompt_tokens_details.cached_tokens` as OpenAI does, and `/metrics`
+/// shows the queries, the hit tokens, the cached blocks and the usage ratio.
+#[tokio::test]
+async fn a_repeated_long_prompt_reports_cached_tokens_and_metrics_show_hits() {
+    let app = app(usize::MAX);
+    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(4);
+    let body = format!(r#"{{"prompt": "{prompt}", "max_tokens": 2, "temperature": 0}}"#);
+    let (s, first) = post(app.clone(), "/v1/completions", &body).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    let first: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let (_, second) = post(app.clone(), "/v1/completions", &body).await;
+    let second: serde_json::Value = serde_json::from_str(&second).unwrap();
+    let n = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        cached,
+        (n - 1) / 16 * 16,
+        "whole pages, one token left to run"
+    );
+    assert_eq!(first["choices"][0]["text"], second["choices"][0]["text"]);
+    let m = get(app, "/metrics").await;
+    assert_eq!(metric(&m, "ferrox_prefix_cache_queries_total"), 2.0);
+    assert_eq!(
+        metric(&m, "ferrox_prefix_cache_hit_tokens_total"),
+        cached as f64
+    );
+    assert!(metric(&m, "ferrox_kv_blocks_cached") >= (cached / 16) as f64);
+    let ratio = metric(&m, "ferrox_kv_cache_usage_ratio");
+    assert!((0.0..=1.0).contains(&ratio), "{ratio}");
+}

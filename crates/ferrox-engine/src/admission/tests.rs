@@ -28,7 +28,10 @@ fn cand(prompt: usize, hit: usize, kv: u64, window: u64) -> Candidate {
 #[test]
 fn a_pass_charges_each_admission_against_the_ones_before_it() {
     let mut pass = PrefillPass::new(100, cap(3, 10, None, None), 16, false);
-    assert_eq!(pass.admit(&cand(60, 0, 4, 0)), Ok(Admitted { first_chunk: 60 }));
+    assert_eq!(
+        pass.admit(&cand(60, 0, 4, 0)),
+        Ok(Admitted { first_chunk: 60 })
+    );
     assert_eq!(pass.budget_left(), 40);
     assert_eq!(pass.capacity_left().kv_pages, Some(6));
     assert_eq!(
@@ -36,7 +39,11 @@ fn a_pass_charges_each_admission_against_the_ones_before_it() {
         Ok(Admitted { first_chunk: 40 }),
         "the rest of the budget, not a fresh one"
     );
-    assert_eq!(pass.admit(&cand(5, 0, 3, 0)), Err(Refusal::KvBudget), "2 pages left");
+    assert_eq!(
+        pass.admit(&cand(5, 0, 3, 0)),
+        Err(Refusal::KvBudget),
+        "2 pages left"
+    );
     assert_eq!(pass.admit(&cand(5, 0, 2, 0)), Err(Refusal::BudgetSpent));
 }
 
@@ -48,9 +55,18 @@ fn checks_run_in_order_and_a_refusal_leaves_no_trace() {
     let reason = |c: PassCapacity| PrefillPass::new(100, c, 16, true).admit(&everything_short);
     assert_eq!(reason(cap(0, 0, Some(0), Some(0))), Err(Refusal::NoSlot));
     assert_eq!(reason(cap(1, 0, Some(0), Some(0))), Err(Refusal::KvBudget));
-    assert_eq!(reason(cap(1, 50, Some(2), Some(0))), Err(Refusal::RecurrentBudget));
-    assert_eq!(reason(cap(1, 50, Some(3), Some(49))), Err(Refusal::WindowBudget));
-    assert_eq!(reason(cap(1, 50, Some(3), Some(50))), Ok(Admitted { first_chunk: 10 }));
+    assert_eq!(
+        reason(cap(1, 50, Some(2), Some(0))),
+        Err(Refusal::RecurrentBudget)
+    );
+    assert_eq!(
+        reason(cap(1, 50, Some(3), Some(49))),
+        Err(Refusal::WindowBudget)
+    );
+    assert_eq!(
+        reason(cap(1, 50, Some(3), Some(50))),
+        Ok(Admitted { first_chunk: 10 })
+    );
 
     let mut pass = PrefillPass::new(100, cap(2, 50, Some(3), Some(49)), 16, true);
     let before = (pass.budget_left(), pass.capacity_left());
@@ -72,7 +88,10 @@ fn a_recurrent_request_holds_three_state_slots() {
 #[test]
 fn a_prefix_hit_is_not_prefilled_again() {
     let mut pass = PrefillPass::new(512, cap(1, 10, None, None), 16, false);
-    assert_eq!(pass.admit(&cand(1000, 992, 1, 0)), Ok(Admitted { first_chunk: 8 }));
+    assert_eq!(
+        pass.admit(&cand(1000, 992, 1, 0)),
+        Ok(Admitted { first_chunk: 8 })
+    );
     assert_eq!(pass.budget_left(), 504);
 }
 
@@ -81,9 +100,15 @@ fn a_prefix_hit_is_not_prefilled_again() {
 #[test]
 fn continuations_reserve_nothing_and_are_never_refused() {
     let mut pass = PrefillPass::new(64, cap(1, 4, None, Some(4)), 16, false);
-    assert_eq!(pass.admit(&cand(200, 0, 4, 4)), Ok(Admitted { first_chunk: 64 }));
+    assert_eq!(
+        pass.admit(&cand(200, 0, 4, 4)),
+        Ok(Admitted { first_chunk: 64 })
+    );
     let left = pass.capacity_left();
-    assert_eq!((left.slots, left.kv_pages, left.window_pages), (0, Some(0), Some(0)));
+    assert_eq!(
+        (left.slots, left.kv_pages, left.window_pages),
+        (0, Some(0), Some(0))
+    );
     // Next step: a fresh pass on what is left; the continuation still runs.
     let mut next = PrefillPass::new(64, left, 16, false);
     assert_eq!(next.continue_prompt(64, 136), 64);
@@ -95,17 +120,39 @@ fn continuations_reserve_nothing_and_are_never_refused() {
 /// boundary runs nothing this pass.
 #[test]
 fn window_chunks_end_on_page_boundaries() {
-    assert_eq!(chunk_len(0, 100, 40, 16, true), 32, "cut back to a boundary");
+    assert_eq!(
+        chunk_len(0, 100, 40, 16, true),
+        32,
+        "cut back to a boundary"
+    );
     assert_eq!(chunk_len(32, 68, 40, 16, true), 32);
-    assert_eq!(chunk_len(64, 36, 40, 16, true), 36, "the last chunk ends mid-page");
+    assert_eq!(
+        chunk_len(64, 36, 40, 16, true),
+        36,
+        "the last chunk ends mid-page"
+    );
     assert_eq!(chunk_len(0, 100, 15, 16, true), 0, "not one whole page");
-    assert_eq!(chunk_len(0, 100, 15, 16, false), 15, "no window pool: any length");
+    assert_eq!(
+        chunk_len(0, 100, 15, 16, false),
+        15,
+        "no window pool: any length"
+    );
 
     let mut pass = PrefillPass::new(40, cap(2, 50, None, Some(50)), 16, true);
-    assert_eq!(pass.admit(&cand(100, 0, 7, 5)), Ok(Admitted { first_chunk: 32 }));
+    assert_eq!(
+        pass.admit(&cand(100, 0, 7, 5)),
+        Ok(Admitted { first_chunk: 32 })
+    );
     assert_eq!(pass.admit(&cand(100, 0, 7, 5)), Err(Refusal::NoWholePage));
-    assert_eq!(pass.continue_prompt(32, 68), 0, "8 tokens left: no whole page");
-    assert_eq!(pass.admit(&cand(5, 0, 1, 1)), Ok(Admitted { first_chunk: 5 }));
+    assert_eq!(
+        pass.continue_prompt(32, 68),
+        0,
+        "8 tokens left: no whole page"
+    );
+    assert_eq!(
+        pass.admit(&cand(5, 0, 1, 1)),
+        Ok(Admitted { first_chunk: 5 })
+    );
 }
 
 /// SPEC S24: a decoding request reserves its remaining output plus
@@ -113,7 +160,11 @@ fn window_chunks_end_on_page_boundaries() {
 #[test]
 fn decode_reserves_remaining_output_plus_a_page_less_one() {
     assert_eq!(decode_reserve_pages(0, 16), 0);
-    assert_eq!(decode_reserve_pages(1, 16), 1, "the next token may open a page");
+    assert_eq!(
+        decode_reserve_pages(1, 16),
+        1,
+        "the next token may open a page"
+    );
     assert_eq!(decode_reserve_pages(16, 16), 1);
     assert_eq!(decode_reserve_pages(17, 16), 2);
 }

@@ -63,7 +63,11 @@ fn available_pages_are_free_plus_evictable_minus_promises() {
     let p = prompt(16, 3);
     run_prompt(&mut l, 1, &p, 8, 8);
     assert_eq!(l.table(1).unwrap().full.len(), 4);
-    assert_eq!(l.kv_available(), Some(16 - 4 - 2), "2 pages still owed for the output");
+    assert_eq!(
+        l.kv_available(),
+        Some(16 - 4 - 2),
+        "2 pages still owed for the output"
+    );
     l.release(1);
     assert_eq!((l.kv_available(), l.full_evictable()), (Some(16), 4));
     let hit = l.lookup(&prompt(17, 3));
@@ -97,8 +101,16 @@ fn cached_pages_are_evicted_lru_only_when_needed_and_shared_ones_are_locked() {
     l.admit(4, l.need(9, &hit), &hit);
     run_prompt(&mut l, 5, &prompt(8, 400), 0, 8);
     assert_eq!(l.counters().evictions, 1, "one page of a evicted");
-    assert_eq!(l.lookup(&prompt(9, 100)).tokens(4), 4, "a's deeper page went first");
-    assert_eq!(l.lookup(&prompt(9, 200)).tokens(4), 8, "b's shared pages are locked");
+    assert_eq!(
+        l.lookup(&prompt(9, 100)).tokens(4),
+        4,
+        "a's deeper page went first"
+    );
+    assert_eq!(
+        l.lookup(&prompt(9, 200)).tokens(4),
+        8,
+        "b's shared pages are locked"
+    );
 }
 
 /// A hit on a window model needs the window pages of the last `window`
@@ -114,14 +126,21 @@ fn a_window_hit_is_cut_back_to_what_both_pools_hold() {
     l.release(1);
     // Pages slid past were kept by the cache (SPEC S23): all 7 whole pages hit.
     let hit = l.lookup(&p);
-    assert_eq!((hit.tokens(4), hit.window_from, hit.window.len()), (28, 5, 2));
+    assert_eq!(
+        (hit.tokens(4), hit.window_from, hit.window.len()),
+        (28, 5, 2)
+    );
     // Drop the window page of page 5 from the cache: the hit must stop before
     // anything that needs it.
     let w5 = l.index.entry(hit.full[5]).unwrap().window.unwrap();
     l.index.detach_window(w5);
     l.window.forget(w5);
     let cut = l.lookup(&p);
-    assert_eq!(cut.tokens(4), 20, "pages 0..5 need window pages 3 and 4 only");
+    assert_eq!(
+        cut.tokens(4),
+        20,
+        "pages 0..5 need window pages 3 and 4 only"
+    );
     assert_eq!((cut.window_from, cut.window.len()), (3, 2));
 }
 
@@ -142,7 +161,11 @@ fn a_long_windowed_prompt_reclaims_the_window_pages_it_slid_past() {
     while at < p.len() {
         let end = (at + 8).min(p.len());
         l.prepare(1, at, end).unwrap();
-        assert!(l.window_held(1) as u64 <= seat, "at {at}: {}", l.window_held(1));
+        assert!(
+            l.window_held(1) as u64 <= seat,
+            "at {at}: {}",
+            l.window_held(1)
+        );
         l.advance(1, &p[..end]);
         at = end;
     }
@@ -184,14 +207,21 @@ fn nothing_admitted_ever_runs_out_of_pages() {
                 let i = rand(live.len() as u64) as usize;
                 let (lid, p, total, written) = &mut live[i];
                 let total = *total;
-                let step = if *written < p.len() { 1 + rand(8) as usize } else { 1 };
-                let end = (*written + step).min(p.len().max(*written + 1)).min(total - 1);
+                let step = if *written < p.len() {
+                    1 + rand(8) as usize
+                } else {
+                    1
+                };
+                let end = (*written + step)
+                    .min(p.len().max(*written + 1))
+                    .min(total - 1);
                 if end <= *written {
                     l.release(*lid);
                     live.swap_remove(i);
                     continue;
                 }
-                l.prepare(*lid, *written, end).expect("promised pages are there");
+                l.prepare(*lid, *written, end)
+                    .expect("promised pages are there");
                 while p.len() < end {
                     p.push(rand(3) as u32);
                 }

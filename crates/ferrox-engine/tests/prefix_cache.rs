@@ -1,0 +1,279 @@
+//! The shared-prefix KV cache through the engine (SPEC S3, S7, S12, S20): a request
+//! served from cached pages gets bit-identical logits to the same request run cold,
+//! reports its cached tokens, and runs only the rest of its prompt; window models
+//! share window pages too, and a small pool serves many long prompts.
+
+use std::sync::{Arc, Mutex};
+
+use ferrox_engine::{EngineConfig, EngineHandle, Event, GenerationParams, Usage, start};
+use ferrox_gguf::GgufFile;
+use ferrox_models::decoder::{Decoder, Logits, Span};
+use ferrox_models::kv_store::KvStore;
+use ferrox_models::testing::{TinyModel, real_model};
+use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
+
+/// A model that keeps the bits of every logits row it returns.
+struct Recording {
+    inner: Transformer,
+    rows: Arc<Mutex<Vec<Vec<u32>>>>,
+}
+
+impl Decoder for Recording {
+    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+        let l = self.inner.forward(store, spans)?;
+        let mut rows = self.rows.lock().unwrap();
+        for i in 0..l.index.len() {
+            rows.push(l.row(i).iter().map(|x| x.to_bits()).collect());
+        }
+        Ok(l)
+    }
+    fn hyper_params(&self) -> &HyperParams {
+        self.inner.hyper_params()
+    }
+}
+
+struct Engine {
+    handle: EngineHandle,
+    rows: Arc<Mutex<Vec<Vec<u32>>>>,
+}
+
+fn engine(file: GgufFile, prefix_cache: bool, config: EngineConfig) -> Engine {
+    let tok = Arc::new(Tokenizer::from_metadata(&file.header().metadata).unwrap());
+    let rows = Arc::new(Mutex::new(Vec::new()));
+    let d = Recording {
+        inner: Transformer::new(file, 2).unwrap(),
+        rows: Arc::clone(&rows),
+    };
+    let config = EngineConfig {
+        prefix_cache,
+        ..config
+    };
+    Engine {
+        handle: start(Box::new(d), tok, config).unwrap(),
+        rows,
+    }
+}
+
+/// Runs one request alone and returns its usage and the logits rows it produced.
+fn run(e: &Engine, prompt: &[u32], max_tokens: usize) -> (Usage, Vec<Vec<u32>>) {
+    let before = e.rows.lock().unwrap().len();
+    let events = e
+        .handle
+        .submit(prompt.to_vec(), GenerationParams::greedy(max_tokens))
+        .unwrap()
+        .collect_blocking();
+    let usage = match events.last() {
+        Some(Event::Finished { usage, .. }) => *usage,
+        other => panic!("no finish: {other:?}"),
+    };
+    (usage, e.rows.lock().unwrap()[before..].to_vec())
+}
+
+fn tokens(n: usize, salt: u32, vocab: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i * 7919 + salt * 104_729) % (vocab / 4 * 3) + vocab / 8)
+        .collect()
+}
+
+/// SPEC S3, S20: prompts that share `shared` tokens with an earlier prompt (page
+/// multiples or not) take whole cached pages, run the rest, and give the same
+/// logits bit for bit as on an engine without the cache.
+fn check_cached_equals_cold(file: impl Fn() -> GgufFile, base_len: usize, shared: &[usize]) {
+    // Requests run one at a time; four slots give the window pool room to keep
+    // the window pages of every page the base prompt slid past.
+    let config = EngineConfig {
+        max_seqs: 4,
+        kv_blocks: Some(4096),
+        prefill_chunk: 64,
+        ..Default::default()
+    };
+    let hp_vocab = {
+        let f = file();
+        HyperParams::from_metadata(&f.header().metadata)
+            .unwrap()
+            .vocab_size as u32
+    };
+    let warm = engine(file(), true, config.clone());
+    let cold = engine(file(), false, config);
+    let base = tokens(base_len, 1, hp_vocab);
+    run(&warm, &base, 1);
+    for &k in shared {
+        let mut p = base[..k].to_vec();
+        p.extend(tokens(20, 2 + k as u32, hp_vocab));
+        let (wu, wrows) = run(&warm, &p, 3);
+        let (cu, crows) = run(&cold, &p, 3);
+        assert_eq!(wu.cached_tokens, k / 16 * 16, "shared {k}");
+        assert_eq!(cu.cached_tokens, 0);
+        assert_eq!(
+            (wu.prompt_tokens, wu.completion_tokens),
+            (cu.prompt_tokens, cu.completion_tokens)
+        );
+        assert!(
+            wrows == crows,
+            "shared {k}: logits differ from the cold run"
+        );
+    }
+    let s = warm.handle.stats();
+    assert!(s.prefix_hit_tokens > 0 && s.prefix_queries as usize == shared.len() + 1);
+}
+
+#[test]
+fn tiny_models_give_bit_identical_logits_from_cached_pages() {
+    for arch in Architecture::ALL {
+        let tiny = TinyModel {
+            context_length: 512,
+            window: 24,
+            ..TinyModel::new(arch)
+        };
+        let bytes = tiny.gguf();
+        check_cached_equals_cold(
+            || GgufFile::from_bytes(bytes.clone()).unwrap(),
+            150,
+            &[16, 37, 64, 100, 149],
+        );
+    }
+}
+
+#[test]
+fn real_model_smollm2_gives_bit_identical_logits_from_cached_pages() {
+    let Some(path) = real_model("smollm2-135m") else {
+        return;
+    };
+    check_cached_equals_cold(|| GgufFile::open(&path).unwrap(), 300, &[37, 160, 299]);
+}
+
+/// Gemma 3's window layers (512 positions) share window pages: hits longer than
+/// the window, and shorter, not on page boundaries.
+#[test]
+fn real_model_gemma3_gives_bit_identical_logits_from_cached_pages() {
+    let Some(path) = real_model("gemma3-270m") else {
+        return;
+    };
+    check_cached_equals_cold(|| GgufFile::open(&path).unwrap(), 800, &[100, 530, 777]);
+}
+
+/// A repeated prompt runs only what the cache does not hold, and the counters say
+/// so; with the cache off everything runs again.
+#[test]
+fn a_repeated_prompt_runs_only_its_uncached_tail() {
+    let bytes = TinyModel::new(Architecture::Llama).gguf();
+    let config = EngineConfig {
+        kv_blocks: Some(64),
+        ..Default::default()
+    };
+    for on in [true, false] {
+        let e = engine(
+            GgufFile::from_bytes(bytes.clone()).unwrap(),
+            on,
+            config.clone(),
+        );
+        let p = tokens(100, 3, 96);
+        run(&e, &p, 2);
+        let before = e.handle.stats().prefill_tokens;
+        let (u, _) = run(&e, &p, 2);
+        wait_idle(&e.handle);
+        let ran = e.handle.stats().prefill_tokens - before;
+        if on {
+            assert_eq!((u.cached_tokens, ran), (96, 4));
+        } else {
+            assert_eq!((u.cached_tokens, ran), (0, 100));
+        }
+        let s = e.handle.stats();
+        assert_eq!(s.kv_blocks_free, 64, "cached pages count as available");
+        assert_eq!(s.kv_blocks_in_use, 0);
+        assert_eq!(s.kv_blocks_cached, if on { 6 } else { 0 });
+    }
+}
+
+/// SPEC S7, S12, S20: on Gemma 3, 16 concurrent requests with 0.7-1.9k-token
+/// prompts (half of them sharing 600 tokens) in a pool of 560 blocks, 8,960
+/// positions (16 full contexts would be 524,288): requests wait for pages instead
+/// of failing, and every output equals its solo run.
+#[test]
+fn real_model_gemma3_sixteen_long_prompts_in_a_small_pool_match_their_solo_runs() {
+    let Some(path) = real_model("gemma3-270m") else {
+        return;
+    };
+    let file = || GgufFile::open(&path).unwrap();
+    let shared = tokens(600, 9, 200_000);
+    let prompts: Vec<Vec<u32>> = (0..16)
+        .map(|i| {
+            let mut p = if i % 2 == 0 {
+                shared.clone()
+            } else {
+                Vec::new()
+            };
+            p.extend(tokens(
+                1000 - 300 * (i % 2) + 20 * i,
+                20 + i as u32,
+                200_000,
+            ));
+            p
+        })
+        .collect();
+    let solo = engine(
+        file(),
+        false,
+        EngineConfig {
+            max_seqs: 1,
+            kv_blocks: Some(200),
+            ..Default::default()
+        },
+    );
+    let want: Vec<Vec<u32>> = prompts.iter().map(|p| greedy(&solo.handle, p, 3)).collect();
+    let busy = engine(
+        file(),
+        true,
+        EngineConfig {
+            kv_blocks: Some(560),
+            ..Default::default()
+        },
+    );
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            busy.handle
+                .submit(p.clone(), GenerationParams::greedy(3))
+                .unwrap()
+        })
+        .collect();
+    for (i, (s, w)) in streams.into_iter().zip(&want).enumerate() {
+        let got: Vec<u32> = s
+            .collect_blocking()
+            .iter()
+            .filter_map(|e| match e {
+                Event::Token { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(&got, w, "request {i}");
+    }
+    let st = busy.handle.stats();
+    assert!(
+        st.prefix_hit_tokens >= 7 * 592,
+        "the shared 600 tokens were reused: {st:?}"
+    );
+}
+
+fn wait_idle(h: &EngineHandle) {
+    for _ in 0..5000 {
+        let s = h.stats();
+        if s.running == 0 && s.queue_depth == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("engine did not go idle: {:?}", h.stats());
+}
+
+fn greedy(h: &EngineHandle, p: &[u32], n: usize) -> Vec<u32> {
+    h.submit(p.to_vec(), GenerationParams::greedy(n))
+        .unwrap()
+        .collect_blocking()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Token { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
