@@ -70,21 +70,22 @@ pub struct EngineArgs {
     pub max_context: Option<usize>,
     /// Turn off the shared-prefix KV cache (on by default: prompts that start like
     /// an earlier one reuse its KV pages instead of running them again).
-    #[arg(long, env = "FERROX_PREFIX_CACHE", value_parser = prefix_cache_off, default_value = "false", num_args = 0, default_missing_value = "true")]
+    /// `FERROX_PREFIX_CACHE=0|off|false` turns it off, `1|on|true` keeps it on.
+    #[arg(long, env = "FERROX_PREFIX_CACHE", value_parser = prefix_cache_off, default_value = "on", num_args = 0, default_missing_value = NO_PREFIX_CACHE_FLAG, hide_default_value = true, hide_env_values = true)]
     pub no_prefix_cache: bool,
 }
 
-/// `--no-prefix-cache` as a flag, `FERROX_PREFIX_CACHE=0|1|false|true|off|on` as a
-/// variable (the variable says whether the cache is on).
+/// What `--no-prefix-cache` given as a flag parses.
+const NO_PREFIX_CACHE_FLAG: &str = "--no-prefix-cache";
+
+/// The flag, or `FERROX_PREFIX_CACHE`'s value (which says whether the cache is
+/// on), as "the cache is off".
 fn prefix_cache_off(v: &str) -> Result<bool, String> {
-    match v {
-        // The flag's own values.
-        "true" => Ok(true),
-        "false" => Ok(false),
-        "0" | "off" | "no" => Ok(true),
-        "1" | "on" | "yes" => Ok(false),
+    match v.to_ascii_lowercase().as_str() {
+        NO_PREFIX_CACHE_FLAG | "0" | "off" | "no" | "false" => Ok(true),
+        "1" | "on" | "yes" | "true" => Ok(false),
         _ => Err(format!(
-            "FERROX_PREFIX_CACHE must be 0/1, on/off or true/false, not {v:?}"
+            "FERROX_PREFIX_CACHE must be 1/on/true or 0/off/false, not {v:?}"
         )),
     }
 }

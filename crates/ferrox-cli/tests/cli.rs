@@ -116,6 +116,12 @@ fn a_malformed_knob_names_its_environment_variable() {
     );
     let o = ferrox(&["inspect", "/x.gguf", "--max-seqs", "0"], &[]);
     assert!(stderr(&o).contains("at least 1"), "{}", stderr(&o));
+    let o = ferrox(
+        &["serve", "-m", "/x.gguf"],
+        &[("FERROX_PREFIX_CACHE", "maybe")],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("FERROX_PREFIX_CACHE"), "{}", stderr(&o));
 }
 
 #[test]
@@ -513,4 +519,71 @@ fn bench_serve_drives_a_running_server_and_serve_stops_on_sigterm() {
         .status()
         .unwrap();
     assert!(server.wait().unwrap().success(), "SIGTERM exits 0");
+}
+
+/// `bench-serve --scenario chat` against a real server: every client's prompt
+/// grows turn by turn over the shared system prompt, and from the second turn on
+/// the server reports most of it as cached; with `--no-prefix-cache` none is.
+#[test]
+fn real_model_bench_serve_chat_reports_cached_tokens_per_turn() {
+    let Some(model) = ferrox_models::testing::real_model("smollm2-135m") else {
+        return;
+    };
+    for cache in [true, false] {
+        let mut args = vec!["serve", "-m", model.to_str().unwrap(), "--port", "0"];
+        if !cache {
+            args.push("--no-prefix-cache");
+        }
+        let mut server = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap()
+            .to_string();
+        let o = ferrox(
+            &[
+                "bench-serve",
+                "--url",
+                &url,
+                "--scenario",
+                "chat",
+                "--concurrency",
+                "2",
+                "--turns",
+                "3",
+                "--max-tokens",
+                "4",
+                "--system-rules",
+                "20",
+                "--json",
+            ],
+            &[],
+        );
+        server.kill().unwrap();
+        server.wait().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["errors"], 0, "{v}");
+        assert!(v["generated_tokens"].as_u64().unwrap() > 0, "{v}");
+        let turns = v["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 3);
+        let prompt = |t: usize| turns[t]["prompt_tokens_mean"].as_f64().unwrap();
+        let cached = |t: usize| turns[t]["cached_tokens_mean"].as_f64().unwrap();
+        assert!(prompt(0) > 300.0 && prompt(2) > prompt(1) && prompt(1) > prompt(0));
+        if cache {
+            assert!(cached(1) >= prompt(0) - 16.0, "turn 2 reuses turn 1: {v}");
+            assert!(cached(2) >= prompt(1) - 16.0, "turn 3 reuses turn 2: {v}");
+        } else {
+            assert_eq!((cached(1), cached(2)), (0.0, 0.0), "{v}");
+        }
+    }
 }

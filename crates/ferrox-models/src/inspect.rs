@@ -112,7 +112,7 @@ impl ModelReport {
                 kind: format!("sliding window {w}"),
                 layers: hp.n_layers - n_full,
                 bytes_per_position: shape.window_bytes_per_position(),
-                max_positions_per_request: Some(shape.window_seat_positions(kv.prefill_chunk)),
+                max_positions_per_request: Some(plan.seat_pages * kv.block_size as u64),
             });
         }
         Ok(ModelReport {
@@ -256,8 +256,9 @@ impl fmt::Display for ModelReport {
         if p.seat_bytes > 0 {
             writeln!(
                 s,
-                "  window seats               {} of {} each",
+                "  window seats               {} of {} pages, {} each",
                 p.max_seqs,
+                p.seat_pages,
                 format_bytes(p.seat_bytes)
             )?;
         }

@@ -539,3 +539,125 @@ pub unsafe fn weighted_sum_heads(
         }
     }
 }
+
+/// `out[k] = dot(q, rows[k]) * scale` for 8 rows of `q.len()` values with AVX2:
+/// each exactly `dot`'s portable lanes (16 partial sums kept as two 8-wide
+/// halves, the tail into lanes `0..tail`, then the pairwise fold 8+8, 4+4, 2+2,
+/// 1+1), the 8 folds done together by 128-bit and in-lane shuffles.
+///
+/// # Safety
+/// The CPU must have AVX2; `rows` holds 8 rows of `q.len()` values.
+#[target_feature(enable = "avx2")]
+pub unsafe fn scaled_dots_8_avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32; 8]) {
+    let n = q.len();
+    assert_eq!(rows.len(), 8 * n, "8 rows of the query's length");
+    let whole = n / LANES * LANES;
+    let mut lo = [_mm256_setzero_ps(); 8];
+    let mut hi = [_mm256_setzero_ps(); 8];
+    // SAFETY: every load is within q[..n] and the k-th row rows[k n..(k + 1) n]
+    // (the tail's masked loads read only lanes below `tail`).
+    unsafe {
+        let mut i = 0;
+        while i < whole {
+            let (q0, q1) = (
+                _mm256_loadu_ps(q.as_ptr().add(i)),
+                _mm256_loadu_ps(q.as_ptr().add(i + 8)),
+            );
+            for k in 0..8 {
+                let r = rows.as_ptr().add(k * n + i);
+                lo[k] = _mm256_add_ps(lo[k], _mm256_mul_ps(q0, _mm256_loadu_ps(r)));
+                hi[k] = _mm256_add_ps(hi[k], _mm256_mul_ps(q1, _mm256_loadu_ps(r.add(8))));
+            }
+            i += LANES;
+        }
+        let tail = n - whole;
+        if tail > 0 {
+            // Lanes at or past the tail add +0.0, which leaves every partial sum
+            // as it is (a sum of products started at +0.0 is never -0.0).
+            let mask = |from: usize| {
+                let m: [i32; 8] = std::array::from_fn(|l| if from + l < tail { -1 } else { 0 });
+                _mm256_loadu_si256(m.as_ptr().cast())
+            };
+            let (m0, m1) = (mask(0), mask(8));
+            // A masked-off lane is never read, so the second half's address may
+            // lie past the row when the tail is 8 or shorter.
+            let (q0, q1) = (
+                _mm256_maskload_ps(q.as_ptr().add(whole), m0),
+                _mm256_maskload_ps(q.as_ptr().wrapping_add(whole + 8), m1),
+            );
+            for k in 0..8 {
+                let r = rows.as_ptr().add(k * n + whole);
+                lo[k] = _mm256_add_ps(lo[k], _mm256_mul_ps(q0, _mm256_maskload_ps(r, m0)));
+                let r1 = r.wrapping_add(8);
+                hi[k] = _mm256_add_ps(hi[k], _mm256_mul_ps(q1, _mm256_maskload_ps(r1, m1)));
+            }
+        }
+    }
+    // Level 8: lanes i + (i + 8) of each row.
+    let l8: [__m256; 8] = std::array::from_fn(|k| _mm256_add_ps(lo[k], hi[k]));
+    // Level 4: [row 2j | row 2j + 1], lanes i + (i + 4).
+    let l4: [__m256; 4] = std::array::from_fn(|j| {
+        let (a, b) = (l8[2 * j], l8[2 * j + 1]);
+        _mm256_add_ps(
+            _mm256_permute2f128_ps(a, b, 0x20),
+            _mm256_permute2f128_ps(a, b, 0x31),
+        )
+    });
+    // Level 2: [rows 4j, 4j + 2 | rows 4j + 1, 4j + 3], two lanes each, i + (i + 2).
+    let l2: [__m256; 2] = std::array::from_fn(|j| {
+        let (a, b) = (l4[2 * j], l4[2 * j + 1]);
+        _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x44), _mm256_shuffle_ps(a, b, 0xEE))
+    });
+    // Level 1: [rows 0, 2, 4, 6 | rows 1, 3, 5, 7].
+    let l1 = _mm256_add_ps(
+        _mm256_shuffle_ps(l2[0], l2[1], 0x88),
+        _mm256_shuffle_ps(l2[0], l2[1], 0xDD),
+    );
+    let mut t = [0.0f32; 8];
+    // SAFETY: `t` holds 8 values.
+    unsafe { _mm256_storeu_ps(t.as_mut_ptr(), _mm256_mul_ps(l1, _mm256_set1_ps(scale))) };
+    *out = [t[0], t[4], t[1], t[5], t[2], t[6], t[3], t[7]];
+}
+
+/// `acc += sum_j weights[j] * rows[j]` with AVX2, 64 outputs at a time held in
+/// registers while every row is added: each output sees exactly the multiplies and
+/// adds of repeated `axpy`, in row order (outputs are independent, so blocking
+/// them changes no bits).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn weighted_sum_avx2(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+    let d = acc.len();
+    assert!(
+        rows.len() >= weights.len() * d,
+        "rows hold a row per weight"
+    );
+    let whole = d / 64 * 64;
+    for base in (0..whole).step_by(64) {
+        // SAFETY: acc[base..base + 64] and rows[j d + base..j d + base + 64] are in
+        // bounds (base + 64 <= d, j < weights.len(), checked above).
+        unsafe {
+            let a = acc.as_mut_ptr().add(base);
+            let mut r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(a.add(8 * i)));
+            for (j, &w) in weights.iter().enumerate() {
+                let wv = _mm256_set1_ps(w);
+                let row = rows.as_ptr().add(j * d + base);
+                for (i, x) in r.iter_mut().enumerate() {
+                    *x = _mm256_add_ps(*x, _mm256_mul_ps(wv, _mm256_loadu_ps(row.add(8 * i))));
+                }
+            }
+            for (i, x) in r.iter().enumerate() {
+                _mm256_storeu_ps(a.add(8 * i), *x);
+            }
+        }
+    }
+    if whole < d {
+        for (j, &w) in weights.iter().enumerate() {
+            let row = &rows[j * d + whole..(j + 1) * d];
+            for (a, &x) in acc[whole..].iter_mut().zip(row) {
+                *a += w * x;
+            }
+        }
+    }
+}

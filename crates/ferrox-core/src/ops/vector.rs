@@ -158,6 +158,31 @@ pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
         // SAFETY: the feature was detected on this CPU.
         return unsafe { avx512(q, rows, scale, out) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
+            let mut eight = rows.chunks_exact(8 * q.len());
+            let mut k = 0;
+            for block in &mut eight {
+                let dst: &mut [f32; 8] = (&mut out[k..k + 8]).try_into().expect("8 values");
+                // SAFETY: this function runs only where AVX2 was detected.
+                unsafe { crate::kernels::x86::scaled_dots_8_avx2(q, block, scale, dst) };
+                k += 8;
+            }
+            for row in eight.remainder().chunks_exact(q.len()) {
+                out[k] = dot_body(q, row) * scale;
+                k += 1;
+            }
+        }
+        // SAFETY: the feature was detected on this CPU.
+        return unsafe { avx2(q, rows, scale, out) };
+    }
+    scaled_dots_body(q, rows, scale, out);
+}
+
+#[inline(always)]
+fn scaled_dots_body(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
     for (o, row) in out.iter_mut().zip(rows.chunks_exact(q.len())) {
         *o = dot_body(q, row) * scale;
     }
@@ -167,21 +192,22 @@ pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
 /// the additions of repeated [`axpy`]), `rows` holding `acc.len()`-long rows.
 pub fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        assert!(
-            rows.len() >= weights.len() * acc.len(),
-            "rows hold a row per weight"
-        );
-        // SAFETY: the feature was detected on this CPU; lengths checked above.
-        return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            assert!(
+                rows.len() >= weights.len() * acc.len(),
+                "rows hold a row per weight"
+            );
+            // SAFETY: the feature was detected on this CPU; lengths checked above.
+            return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was detected on this CPU (the kernel checks lengths).
+            return unsafe { crate::kernels::x86::weighted_sum_avx2(acc, weights, rows) };
+        }
     }
-    weighted_sum_autovec(acc, weights, rows)
+    weighted_sum_body(acc, weights, rows)
 }
-
-dispatched!(
-    /// [`weighted_sum`] where the hand-written kernel does not run.
-    fn weighted_sum_autovec = weighted_sum_body(acc: &mut [f32], weights: &[f32], rows: &[f32]) -> ()
-);
 
 /// Query width from which [`scaled_dots_heads`] reads each row once for the group.
 #[cfg(target_arch = "x86_64")]
@@ -371,7 +397,7 @@ mod tests {
             }
         }
         // The batched forms equal their one-at-a-time definitions.
-        for dk in [1usize, 15, 16, 64, 80, 200, 256] {
+        for dk in [1usize, 9, 15, 16, 25, 31, 64, 80, 200, 256] {
             let q: Vec<f32> = (0..dk).map(|_| r()).collect();
             let rows: Vec<f32> = (0..37 * dk).map(|_| r()).collect();
             let mut got = vec![0.0f32; 37];
