@@ -71,7 +71,7 @@ pub struct EngineArgs {
     /// Turn off the shared-prefix KV cache (on by default: prompts that start like
     /// an earlier one reuse its KV pages instead of running them again).
     /// `FERROX_PREFIX_CACHE=0|off|false` turns it off, `1|on|true` keeps it on.
-    #[arg(long, env = "FERROX_PREFIX_CACHE", value_parser = prefix_cache_off, default_value = "on", num_args = 0, default_missing_value = NO_PREFIX_CACHE_FLAG, hide_default_value = true, hide_env_values = true)]
+    #[arg(long, env = "FERROX_PREFIX_CACHE", action = clap::ArgAction::Set, value_parser = prefix_cache_off, default_value = "on", num_args = 0, default_missing_value = NO_PREFIX_CACHE_FLAG)]
     pub no_prefix_cache: bool,
 }
 

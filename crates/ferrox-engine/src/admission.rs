@@ -61,8 +61,9 @@ pub struct Admitted {
 }
 
 /// Tokens of a chunk for a prompt with `prefilled` tokens run and `remaining` to
-/// go, out of `budget` (SPEC S22): with a window pool (`paged`), a chunk that is
-/// not the prompt's last ends on a page boundary, and is 0 if none is reached.
+/// go, out of `budget` (SPEC S22): when chunks are `paged` (a window pool, or the
+/// prefix cache), a chunk that is not the prompt's last ends on a page boundary,
+/// and is 0 if none is reached.
 pub fn chunk_len(
     prefilled: usize,
     remaining: usize,
@@ -96,8 +97,8 @@ pub struct PrefillPass {
 }
 
 impl PrefillPass {
-    /// A pass of `budget` prompt tokens over `capacity`; `paged`: the model has a
-    /// window pool (chunks end on pages, S22).
+    /// A pass of `budget` prompt tokens over `capacity`; `paged`: chunks end on
+    /// pages (a window pool, S22, or the prefix cache).
     pub fn new(budget: usize, capacity: PassCapacity, page_size: usize, paged: bool) -> Self {
         PrefillPass {
             budget,

@@ -283,6 +283,40 @@ impl KvLedger {
         assert!(old.is_none(), "request {id} admitted twice");
     }
 
+    /// Sequence `id`, in prefill with `prefilled` tokens of `prompt` in its KV, takes
+    /// the cached pages that continue it, written meanwhile by another sequence
+    /// with the same prompt start ("late hits": requests that arrive together
+    /// compute a shared prefix once). Only on models without window layers and
+    /// at a page boundary; returns the prompt tokens now in the KV.
+    pub fn catch_up(&mut self, id: RequestId, prompt: &[u32], prefilled: usize) -> usize {
+        let ps = self.cfg.page_size;
+        if !self.cfg.prefix_cache || self.cfg.window.is_some() || prefilled % ps != 0 {
+            return prefilled;
+        }
+        let k = prefilled / ps;
+        let Some(s) = self.seqs.get(&id) else {
+            return prefilled;
+        };
+        if s.table.full.len() != k || s.registered != k || prompt.is_empty() {
+            return prefilled;
+        }
+        let matched = self.index.matched(prompt, ps, (prompt.len() - 1) / ps);
+        if matched.len() <= k {
+            return prefilled;
+        }
+        let s = self.seqs.get_mut(&id).expect("checked");
+        for &(page, _) in &matched[k..] {
+            self.full.retain(page);
+            s.table.full.push(page);
+            s.owed -= 1;
+            self.owed -= 1;
+        }
+        let last = matched.last().expect("longer than k").0;
+        s.tail = (self.index.entry(last).expect("matched").hash, Some(last));
+        s.registered = matched.len();
+        matched.len() * ps
+    }
+
     /// Takes the pages sequence `id` needs to write positions `start..end` and to
     /// read the window before `start`.
     pub fn prepare(&mut self, id: RequestId, start: usize, end: usize) -> Result<(), OutOfPages> {

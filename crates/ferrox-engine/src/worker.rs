@@ -72,6 +72,11 @@ impl Default for EngineConfig {
 pub enum StartError {
     #[error("{0} must be at least 1")]
     ZeroKnob(&'static str),
+    /// A window model's chunks end on pages (SPEC S22): a step must hold one.
+    #[error(
+        "the prefill chunk ({chunk} tokens) is smaller than a KV block ({block} positions); a model with sliding-window layers prefills whole blocks, so raise --prefill-chunk / FERROX_CB_PREFILL_CHUNK or lower --kv-block-size / FERROX_CB_KV_BLOCK_SIZE"
+    )]
+    ChunkBelowPage { chunk: usize, block: usize },
     #[error(transparent)]
     Plan(#[from] ferrox_models::ModelError),
     #[error("cannot start the engine thread: {0}")]
@@ -199,6 +204,12 @@ pub fn start(
         .unwrap_or(hp.context_length)
         .min(hp.context_length) as u64;
     let layout = decoder.kv_layout();
+    if layout.window().is_some() && config.prefill_chunk < config.block_size {
+        return Err(StartError::ChunkBelowPage {
+            chunk: config.prefill_chunk,
+            block: config.block_size,
+        });
+    }
     let ledger = KvLedger::new(LedgerConfig {
         page_size: config.block_size,
         full_pages: plan.as_ref().map(|p| p.n_blocks),
@@ -426,6 +437,24 @@ impl Worker {
             .collect()
     }
 
+    /// Prompts in prefill take the cached pages other requests wrote since they
+    /// were admitted (the ledger's late hits).
+    fn catch_up(&mut self) {
+        for (&id, a) in self.running.iter_mut() {
+            let Phase::Prefilling { prefilled } = a.phase else {
+                continue;
+            };
+            let now = self
+                .ledger
+                .catch_up(id, &a.tokens[..a.prompt_len], prefilled);
+            if now > prefilled {
+                a.phase = Phase::Prefilling { prefilled: now };
+                a.cached_tokens += now - prefilled;
+                EngineStats::add(&self.stats.prefix_hit_tokens, (now - prefilled) as u64);
+            }
+        }
+    }
+
     /// The prefill pass of this step: admissions and prompt chunks (S2, S20-S22).
     fn prefill_pass(&mut self) -> Vec<(RequestId, usize)> {
         let capacity = PassCapacity {
@@ -434,13 +463,19 @@ impl Worker {
             recurrent_slots: None,
             window_pages: self.ledger.window_available(),
         };
-        let paged = self.decoder.kv_layout().window().is_some();
+        // Chunks end on pages with a window pool (S22), and with the prefix cache
+        // where a pass holds a whole page: a prompt at a page boundary can take
+        // pages others wrote meanwhile.
+        let whole_page = self.config.prefill_chunk >= self.config.block_size;
+        let paged =
+            self.decoder.kv_layout().window().is_some() || (self.config.prefix_cache && whole_page);
         let mut pass = PrefillPass::new(
             self.config.prefill_chunk,
             capacity,
             self.config.block_size,
             paged,
         );
+        self.catch_up();
         let prefilling = self.prefilling();
         let cursor = self.cursor;
         self.cursor = self.cursor.wrapping_add(1);

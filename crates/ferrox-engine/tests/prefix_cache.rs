@@ -205,8 +205,16 @@ fn real_model_gemma3_sixteen_long_prompts_in_a_small_pool_match_their_solo_runs(
     let shared = tokens(shared_len, 9, 200_000);
     let prompts: Vec<Vec<u32>> = (0..16)
         .map(|i| {
-            let mut p = if i % 2 == 0 { shared.clone() } else { Vec::new() };
-            p.extend(tokens(base - 100 * (i % 2) + step * i, 20 + i as u32, 200_000));
+            let mut p = if i % 2 == 0 {
+                shared.clone()
+            } else {
+                Vec::new()
+            };
+            p.extend(tokens(
+                base - 100 * (i % 2) + step * i,
+                20 + i as u32,
+                200_000,
+            ));
             p
         })
         .collect();
@@ -278,4 +286,73 @@ fn greedy(h: &EngineHandle, p: &[u32], n: usize) -> Vec<u32> {
             _ => None,
         })
         .collect()
+}
+
+/// SPEC S22: a window model prefills whole pages, so a step budget below one page
+/// could never run a long prompt: refused at start, naming both knobs.
+#[test]
+fn a_window_model_refuses_a_prefill_chunk_below_a_page() {
+    let file = GgufFile::from_bytes(TinyModel::new(Architecture::Gemma3).gguf()).unwrap();
+    let tok = Arc::new(Tokenizer::from_metadata(&file.header().metadata).unwrap());
+    let e = start(
+        Box::new(Transformer::new(file, 1).unwrap()),
+        tok,
+        EngineConfig {
+            prefill_chunk: 8,
+            block_size: 16,
+            ..Default::default()
+        },
+    )
+    .err()
+    .expect("refused");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("--prefill-chunk") && msg.contains("--kv-block-size"),
+        "{msg}"
+    );
+}
+
+/// With the prefix cache, a long prompt still progresses when the step budget is
+/// below a page (chunks then end anywhere), and two identical prompts submitted
+/// together share what the first wrote.
+#[test]
+fn small_chunks_still_progress_and_prompts_in_prefill_catch_up() {
+    let bytes = TinyModel::new(Architecture::Llama).gguf();
+    for chunk in [5, 32] {
+        let e = engine(
+            GgufFile::from_bytes(bytes.clone()).unwrap(),
+            true,
+            EngineConfig {
+                prefill_chunk: chunk,
+                kv_blocks: Some(64),
+                ..Default::default()
+            },
+        );
+        let p = tokens(200, 4, 96);
+        let streams: Vec<_> = (0..2)
+            .map(|_| {
+                e.handle
+                    .submit(p.clone(), GenerationParams::greedy(2))
+                    .unwrap()
+            })
+            .collect();
+        let usages: Vec<Usage> = streams
+            .into_iter()
+            .map(|s| match s.collect_blocking().last() {
+                Some(Event::Finished { usage, .. }) => *usage,
+                other => panic!("no finish: {other:?}"),
+            })
+            .collect();
+        wait_idle(&e.handle);
+        let ran = e.handle.stats().prefill_tokens;
+        if chunk == 32 {
+            // They leapfrog: each runs a chunk, then takes the other's.
+            let cached = usages[0].cached_tokens + usages[1].cached_tokens;
+            assert!(cached >= 176, "{usages:?}");
+            assert_eq!(ran as usize, 400 - cached);
+            assert!(ran < 260, "the shared prompt ran about once: {ran}");
+        } else {
+            assert_eq!(ran, 400, "5-token chunks end anywhere: no late hits");
+        }
+    }
 }

@@ -156,13 +156,15 @@ fn real_model_gemma3_hyper_parameters_and_kv_price() {
         (hp.rope_freq_base, hp.rope_freq_base_local),
         (1_000_000.0, 10_000.0)
     );
-    // Full layers: 3 x 1 x 512 x 4 bytes; window layers: 15 x 1 x 512 x 4 bytes, capped at 512 + 512 positions.
+    // Full layers: 3 x 1 x 512 x 4 bytes; window layers: 15 x 1 x 512 x 4 bytes, held in
+    // a seat of (512 + 512 - 2) / 16 + 2 = 65 window pages of 16 positions, and priced
+    // at no more than window + chunk = 1024 positions (SPEC S10).
     let kinds: Vec<(usize, u64, Option<u64>)> =
         r.kv.by_layer_kind
             .iter()
             .map(|k| (k.layers, k.bytes_per_position, k.max_positions_per_request))
             .collect();
-    assert_eq!(kinds, vec![(3, 6144, None), (15, 30720, Some(1024))]);
+    assert_eq!(kinds, vec![(3, 6144, None), (15, 30720, Some(1040))]);
     assert_eq!(
         r.kv.bytes_per_full_context_request,
         6144 * 32768 + 30720 * 1024

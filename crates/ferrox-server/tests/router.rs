@@ -187,7 +187,15 @@ async fn a_repeated_long_prompt_reports_cached_tokens_and_metrics_show_hits() {
         "whole pages, one token left to run"
     );
     assert_eq!(first["choices"][0]["text"], second["choices"][0]["text"]);
-    let m = get(app, "/metrics").await;
+    // The gauges follow the step that finished the request: wait for it.
+    let mut m = get(app.clone(), "/metrics").await;
+    for _ in 0..500 {
+        if metric(&m, "ferrox_requests_running") == 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        m = get(app.clone(), "/metrics").await;
+    }
     assert_eq!(metric(&m, "ferrox_prefix_cache_queries_total"), 2.0);
     assert_eq!(
         metric(&m, "ferrox_prefix_cache_hit_tokens_total"),
