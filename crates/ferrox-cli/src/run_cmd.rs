@@ -69,7 +69,7 @@ pub struct RunArgs {
 
 fn check_sampling(a: &RunArgs) -> Result<()> {
     let bad = |name: &str, v: f32, rule: &str| anyhow::anyhow!("--{name} {v}: {rule}");
-    if !(a.temp >= 0.0) {
+    if a.temp.is_nan() || a.temp < 0.0 {
         return Err(bad("temp", a.temp, "must be a number >= 0"));
     }
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
@@ -78,7 +78,7 @@ fn check_sampling(a: &RunArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&a.min_p) {
         return Err(bad("min-p", a.min_p, "must be in [0, 1]"));
     }
-    if !(a.repeat_penalty > 0.0) {
+    if a.repeat_penalty.is_nan() || a.repeat_penalty <= 0.0 {
         return Err(bad("repeat-penalty", a.repeat_penalty, "must be > 0"));
     }
     Ok(())

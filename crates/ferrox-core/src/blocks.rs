@@ -221,7 +221,7 @@ byte_block!(
 /// multiple of the block size.
 pub fn blocks_of<B: ByteBlock>(bytes: &[u8]) -> Result<&[B], CoreError> {
     let size = std::mem::size_of::<B>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return Err(CoreError::ByteLength {
             dtype: B::DTYPE,
             n: bytes.len() / size * B::DTYPE.block_len(),
@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn blocks_of_accepts_whole_blocks_at_any_offset() {
-        let bytes = vec![0u8; 18 * 3 + 1];
+        let bytes = [0u8; 18 * 3 + 1];
         let v: &[BlockQ4_0] = blocks_of(&bytes[1..]).unwrap();
         assert_eq!(v.len(), 3);
         assert!(blocks_of::<BlockQ4_0>(&bytes[..20]).is_err());

@@ -8,6 +8,10 @@
 //! * [`packed`]: the integer-activation path: repacked weights, activations
 //!   quantized to 16-bit integers, exact integer block products.
 
+// Kernels index lanes, rows and heads by number, as the reference arithmetic
+// they mirror does; iterator chains would hide which lane meets which.
+#![allow(clippy::needless_range_loop)]
+
 #[macro_use]
 mod dispatch;
 

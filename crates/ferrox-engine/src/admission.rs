@@ -84,7 +84,7 @@ pub fn decode_reserve_pages(remaining_output: u64, page_size: usize) -> u64 {
     if remaining_output == 0 {
         return 0;
     }
-    (remaining_output + page_size as u64 - 1) / page_size as u64
+    remaining_output.div_ceil(page_size as u64)
 }
 
 /// One step's prefill pass.

@@ -290,7 +290,7 @@ impl KvLedger {
     /// at a page boundary; returns the prompt tokens now in the KV.
     pub fn catch_up(&mut self, id: RequestId, prompt: &[u32], prefilled: usize) -> usize {
         let ps = self.cfg.page_size;
-        if !self.cfg.prefix_cache || self.cfg.window.is_some() || prefilled % ps != 0 {
+        if !self.cfg.prefix_cache || self.cfg.window.is_some() || !prefilled.is_multiple_of(ps) {
             return prefilled;
         }
         let k = prefilled / ps;

@@ -171,7 +171,7 @@ impl Transformer {
         buf: &'a mut QuantizedRows,
     ) -> Input<'a> {
         let q = (self.path == ActivationPath::Int16
-            && cols % ferrox_core::packed::BLOCK == 0
+            && cols.is_multiple_of(ferrox_core::packed::BLOCK)
             && consumers.iter().any(Option::is_some))
         .then(|| {
             buf.quantize(x, n, cols);

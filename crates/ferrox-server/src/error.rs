@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub message: String,
+    pub message: Box<str>,
     pub kind: &'static str,
-    pub param: Option<String>,
+    pub param: Option<Box<str>>,
     pub code: &'static str,
     /// Extra fields beside the standard four.
     pub extra: Vec<(&'static str, Value)>,
@@ -28,9 +28,9 @@ impl ApiError {
     pub fn invalid(param: Option<&str>, message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
-            message: message.into(),
+            message: message.into().into(),
             kind: "invalid_request_error",
-            param: param.map(str::to_string),
+            param: param.map(Box::from),
             code: "invalid_request_error",
             extra: Vec::new(),
             retry_after: None,
@@ -46,7 +46,7 @@ impl ApiError {
     ) -> ApiError {
         ApiError {
             status,
-            message: message.into(),
+            message: message.into().into(),
             kind,
             param: None,
             code,

@@ -106,9 +106,16 @@ fn token_id(field: &str, v: &Value) -> Result<u32, ApiError> {
         .ok_or_else(|| type_error(field, "non-negative integer token ids", v))
 }
 
-fn common(
-    o: &Map<String, Value>,
-) -> Result<(GenerationParams, Option<usize>, bool, bool, Option<String>), ApiError> {
+/// The fields chat and completions share, validated.
+struct Common {
+    params: GenerationParams,
+    max_tokens: Option<usize>,
+    stream: bool,
+    include_usage: bool,
+    model: Option<String>,
+}
+
+fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
     for f in UNSUPPORTED {
         if o.get(f)
             .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
@@ -195,7 +202,7 @@ fn common(
             format!("top_p must be in (0, 1], got {}", s.top_p),
         ));
     }
-    if !(s.repetition_penalty > 0.0) {
+    if s.repetition_penalty.is_nan() || s.repetition_penalty <= 0.0 {
         return Err(ApiError::invalid(
             Some("repetition_penalty"),
             format!(
@@ -264,8 +271,8 @@ fn common(
         return Err(type_error("user", "a string", u));
     }
     let ignore_eos = boolean(o, "ignore_eos")?;
-    Ok((
-        GenerationParams {
+    Ok(Common {
+        params: GenerationParams {
             max_tokens: 0,
             sampling: s,
             stop,
@@ -277,7 +284,7 @@ fn common(
         stream,
         include_usage,
         model,
-    ))
+    })
 }
 
 /// Chat's `logprobs: bool` with `top_logprobs: 0..=20`.
@@ -320,7 +327,13 @@ fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
 /// Validates a `/v1/chat/completions` body.
 pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = object(body)?;
-    let (mut params, max_tokens, stream, include_usage, model) = common(o)?;
+    let Common {
+        mut params,
+        max_tokens,
+        stream,
+        include_usage,
+        model,
+    } = common(o)?;
     params.logprobs = chat_logprobs(o)?;
     let msgs = match o.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
@@ -406,7 +419,13 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
 /// Validates a `/v1/completions` body.
 pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = object(body)?;
-    let (mut params, max_tokens, stream, include_usage, model) = common(o)?;
+    let Common {
+        mut params,
+        max_tokens,
+        stream,
+        include_usage,
+        model,
+    } = common(o)?;
     params.logprobs = text_logprobs(o)?;
     let bad = || {
         ApiError::invalid(
@@ -455,7 +474,7 @@ mod tests {
     use serde_json::json;
 
     fn param_of(r: Result<ValidRequest, ApiError>) -> Option<String> {
-        r.err().and_then(|e| e.param)
+        r.err().and_then(|e| e.param).map(String::from)
     }
 
     /// SPEC S17: malformed values are refused naming the field.

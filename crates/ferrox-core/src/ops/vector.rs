@@ -231,7 +231,7 @@ pub fn scaled_dots_heads(
     }
     let (heads, m) = (qs.len() / n, rows.len() / n);
     assert!(
-        qs.len() % n == 0 && rows.len() % n == 0,
+        qs.len().is_multiple_of(n) && rows.len().is_multiple_of(n),
         "queries and rows of {n} values"
     );
     assert!(
@@ -280,7 +280,7 @@ pub fn weighted_sum_heads(
     }
     let heads = accs.len() / n;
     assert!(
-        accs.len() % n == 0 && rows.len() >= m * n,
+        accs.len().is_multiple_of(n) && rows.len() >= m * n,
         "accumulators of {n} values, {m} rows"
     );
     assert!(

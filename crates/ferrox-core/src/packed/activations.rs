@@ -10,6 +10,9 @@
 
 use rayon::prelude::*;
 
+/// One 32-value block to quantize: (inputs, outputs), (its scale, its sum).
+type BlockJob<'a> = ((&'a [f32], &'a mut [i16]), (&'a mut f32, &'a mut f32));
+
 use super::BLOCK;
 
 /// `n` token rows of `cols` values, quantized block by block.
@@ -35,7 +38,7 @@ impl QuantizedRows {
     /// this value's buffers.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
         assert!(
-            cols % BLOCK == 0,
+            cols.is_multiple_of(BLOCK),
             "{cols} values per row are not whole blocks of {BLOCK}"
         );
         assert_eq!(x.len(), n * cols, "activations must be n x cols");
@@ -47,7 +50,7 @@ impl QuantizedRows {
         self.sa.resize(nb, 0.0);
         #[cfg(target_arch = "x86_64")]
         let simd = std::arch::is_x86_feature_detected!("avx512f");
-        let one = |((xb, qb), (da, sa)): ((&[f32], &mut [i16]), (&mut f32, &mut f32))| {
+        let one = |((xb, qb), (da, sa)): BlockJob<'_>| {
             let (xb, qb) = (
                 xb.try_into().expect("32 values"),
                 qb.try_into().expect("32 values"),

@@ -108,14 +108,14 @@ pub fn group_portable(
             let (da, sa) = (acts.da[b], acts.sa[b]);
             for r in 0..GROUP_ROWS {
                 if format.split {
-                    acc[r] = acc[r] + (lo[r] as f32 * scale0[r]) * da;
-                    acc[r] = acc[r] + (hi[r] as f32 * scale1[r]) * da;
+                    acc[r] += (lo[r] as f32 * scale0[r]) * da;
+                    acc[r] += (hi[r] as f32 * scale1[r]) * da;
                 } else {
                     let mut term = ((lo[r] + hi[r]) as f32 * scale0[r]) * da;
                     if format.offset {
-                        term = term + offset[r] * sa;
+                        term += offset[r] * sa;
                     }
-                    acc[r] = acc[r] + term;
+                    acc[r] += term;
                 }
             }
         }

@@ -276,7 +276,7 @@ impl PackedMatrix {
     /// Repacks `m`, or `None` when its type has no packed format. Runs on `pool`.
     pub fn pack(m: &Matrix<'_>, pool: &rayon::ThreadPool) -> Option<PackedMatrix> {
         let format = Format::for_dtype(m.dtype)?;
-        if m.cols % BLOCK != 0 {
+        if !m.cols.is_multiple_of(BLOCK) {
             return None;
         }
         Self::pack_as(m, format, pool).or_else(|| {

@@ -71,7 +71,7 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Cor
 
 /// Quantizes `x` to the storage type `dtype`, returning the bytes GGUF would hold.
 pub fn quantize(dtype: DType, x: &[f32]) -> Result<Vec<u8>, CoreError> {
-    if x.len() % dtype.block_len() != 0 {
+    if !x.len().is_multiple_of(dtype.block_len()) {
         return Err(CoreError::PartialBlock {
             dtype,
             block_len: dtype.block_len(),
@@ -152,7 +152,7 @@ pub fn activation_type(weight: DType) -> DType {
 /// Quantizes activations `x` for a dot product with weights of type `weight`.
 pub fn quantize_activations(weight: DType, x: &[f32]) -> Result<Activations, CoreError> {
     let act = activation_type(weight);
-    if x.len() % act.block_len() != 0 {
+    if !x.len().is_multiple_of(act.block_len()) {
         return Err(CoreError::PartialBlock {
             dtype: act,
             block_len: act.block_len(),
