@@ -38,7 +38,7 @@ pub mod defaults {
     /// Token budget of one step (`--prefill-chunk`).
     pub const PREFILL_CHUNK: usize = 512;
     /// Bytes per cached key or value element: the cache holds f32, as the forward
-    /// pass computes (an f16 cache would trade fidelity for memory; see kv_cache).
+    /// pass computes (an f16 cache would trade fidelity for memory; see kv_store).
     pub const KV_ELEMENT_BYTES: usize = 4;
 }
 
@@ -133,15 +133,16 @@ impl KvShape {
             .max()
     }
 
-    /// Positions a window layer holds for one request at most: its window plus one
-    /// prefill chunk (0 without window layers).
-    pub fn window_seat_positions(&self, prefill_chunk: usize) -> u64 {
+    /// Positions a window layer is priced at for one request at most (SPEC S10): its
+    /// window plus one prefill chunk (0 without window layers). The pages it holds
+    /// are [`window_pages_per_request`], which adds page rounding.
+    pub fn window_price_positions(&self, prefill_chunk: usize) -> u64 {
         self.window().map_or(0, |w| (w + prefill_chunk) as u64)
     }
 
     /// KV bytes of one request of `positions` token positions (SPEC S10 pricing).
     pub fn request_bytes(&self, positions: u64, prefill_chunk: usize) -> u64 {
-        let windowed = positions.min(self.window_seat_positions(prefill_chunk));
+        let windowed = positions.min(self.window_price_positions(prefill_chunk));
         positions
             .saturating_mul(self.full_bytes_per_position())
             .saturating_add(windowed * self.window_bytes_per_position())
@@ -313,7 +314,7 @@ mod tests {
         let s = shape(&[WIN, WIN, FULL]);
         assert_eq!(s.full_bytes_per_position(), 64);
         assert_eq!(s.window_bytes_per_position(), 128);
-        assert_eq!(s.window_seat_positions(16), 48);
+        assert_eq!(s.window_price_positions(16), 48);
         assert_eq!(s.request_bytes(10, 16), 10 * 64 + 10 * 128);
         assert_eq!(s.request_bytes(1000, 16), 1000 * 64 + 48 * 128);
     }
