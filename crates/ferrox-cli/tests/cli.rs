@@ -472,12 +472,12 @@ fn bench_reports_pp_and_tg_as_json() {
     assert!(v[0]["median_tokens_per_s"].as_f64().unwrap() > 0.0);
 }
 
-#[test]
-fn bench_serve_drives_a_running_server_and_serve_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let m = tiny_gguf(dir.path());
+/// Starts `ferrox serve ARGS --port 0` and returns it with the URL it printed.
+fn start_server(args: &[&str]) -> (std::process::Child, String) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .args(["serve", "-m", &m, "--port", "0"])
+        .arg("serve")
+        .args(args)
+        .args(["--port", "0"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -491,6 +491,14 @@ fn bench_serve_drives_a_running_server_and_serve_stops_on_sigterm() {
         .find(|w| w.starts_with("http://"))
         .unwrap()
         .to_string();
+    (server, url)
+}
+
+#[test]
+fn bench_serve_drives_a_running_server_and_serve_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_gguf(dir.path());
+    let (mut server, url) = start_server(&["-m", &m]);
     let o = ferrox(
         &[
             "bench-serve",
@@ -530,25 +538,11 @@ fn real_model_bench_serve_chat_reports_cached_tokens_per_turn() {
         return;
     };
     for cache in [true, false] {
-        let mut args = vec!["serve", "-m", model.to_str().unwrap(), "--port", "0"];
+        let mut args = vec!["-m", model.to_str().unwrap()];
         if !cache {
             args.push("--no-prefix-cache");
         }
-        let mut server = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(server.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap()
-            .to_string();
+        let (mut server, url) = start_server(&args);
         let o = ferrox(
             &[
                 "bench-serve",

@@ -15,6 +15,9 @@ use ferrox_models::sampler::Sampler;
 use ferrox_models::testing::{TinyModel, real_model};
 use ferrox_models::{Architecture, Tokenizer, Transformer};
 
+mod common;
+use common::wait_idle;
+
 fn tiny_file() -> GgufFile {
     GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap()
 }
@@ -122,17 +125,6 @@ fn finish_of(events: &[Event]) -> (FinishReason, Usage) {
         Some(Event::Finished { reason, usage, .. }) => (*reason, *usage),
         other => panic!("no finish: {other:?}"),
     }
-}
-
-fn wait_idle(h: &EngineHandle) {
-    for _ in 0..2000 {
-        let s = h.stats();
-        if s.running == 0 && s.queue_depth == 0 {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    panic!("engine did not go idle: {:?}", h.stats());
 }
 
 /// SPEC S3: two concurrent jobs produce exactly the sequential greedy outputs.

@@ -12,6 +12,9 @@ use ferrox_models::kv_store::KvStore;
 use ferrox_models::testing::{TinyModel, real_model};
 use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
 
+mod common;
+use common::wait_idle;
+
 /// A model that keeps the bits of every logits row it returns.
 struct Recording {
     inner: Transformer,
@@ -265,17 +268,6 @@ fn real_model_gemma3_sixteen_long_prompts_in_a_small_pool_match_their_solo_runs(
         "the shared prefix was reused: {st:?}"
     );
     assert_eq!(st.kv_blocks_free, blocks as u64, "every promise came back");
-}
-
-fn wait_idle(h: &EngineHandle) {
-    for _ in 0..5000 {
-        let s = h.stats();
-        if s.running == 0 && s.queue_depth == 0 {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    panic!("engine did not go idle: {:?}", h.stats());
 }
 
 fn greedy(h: &EngineHandle, p: &[u32], n: usize) -> Vec<u32> {
