@@ -158,11 +158,6 @@ impl KvLedger {
         self.window.capacity().map(|c| c - self.seats)
     }
 
-    /// Full pages in the pool (`None`: unbounded).
-    pub fn full_capacity(&self) -> Option<u64> {
-        self.full.capacity()
-    }
-
     /// Full pages referenced by sequences.
     pub fn full_in_use(&self) -> u64 {
         self.full.in_use()

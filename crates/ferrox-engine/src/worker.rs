@@ -13,6 +13,7 @@
 //!   whether the request is queued, prefilling or decoding, or not yet arrived.
 //! * Blocks held are measured from the in-flight requests' own tables (S19).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -124,6 +125,8 @@ struct Worker {
     early_cancels: BTreeSet<RequestId>,
     cursor: usize,
     peak: u64,
+    /// Prompt chunks end on pages (decided once at start).
+    paged_chunks: bool,
 }
 
 /// Most remembered cancellations of requests not yet seen (oldest forgotten first).
@@ -210,6 +213,11 @@ pub fn start(
             block: config.block_size,
         });
     }
+    // Chunks end on pages with a window pool (S22), and with the prefix cache
+    // where a pass holds a whole page: a prompt at a page boundary can take pages
+    // others wrote meanwhile.
+    let whole_page = config.prefill_chunk >= config.block_size;
+    let paged_chunks = layout.window().is_some() || (config.prefix_cache && whole_page);
     let ledger = KvLedger::new(LedgerConfig {
         page_size: config.block_size,
         full_pages: plan.as_ref().map(|p| p.n_blocks),
@@ -251,6 +259,7 @@ pub fn start(
         early_cancels: BTreeSet::new(),
         cursor: 0,
         peak: 0,
+        paged_chunks,
     };
     std::thread::Builder::new()
         .name("ferrox-engine".into())
@@ -330,11 +339,11 @@ impl Worker {
     }
 
     /// The prompt a job runs: `[BOS]` (or token 0) for an empty one (SPEC S6).
-    fn run_prompt(&self, prompt: &[u32]) -> Vec<u32> {
+    fn run_prompt<'a>(&self, prompt: &'a [u32]) -> Cow<'a, [u32]> {
         if prompt.is_empty() {
-            vec![self.tokenizer.bos().unwrap_or(0)]
+            Cow::Owned(vec![self.tokenizer.bos().unwrap_or(0)])
         } else {
-            prompt.to_vec()
+            Cow::Borrowed(prompt)
         }
     }
 
@@ -384,7 +393,7 @@ impl Worker {
             ..
         } = job;
         drop(queue_slot);
-        let tokens = self.run_prompt(&prompt);
+        let tokens = self.run_prompt(&prompt).into_owned();
         let cached_tokens = hit.tokens(self.ledger.page_size());
         self.ledger.admit(id, need, hit);
         let slot = self.slots.take().expect("admission checked the slots");
@@ -463,17 +472,11 @@ impl Worker {
             recurrent_slots: None,
             window_pages: self.ledger.window_available(),
         };
-        // Chunks end on pages with a window pool (S22), and with the prefix cache
-        // where a pass holds a whole page: a prompt at a page boundary can take
-        // pages others wrote meanwhile.
-        let whole_page = self.config.prefill_chunk >= self.config.block_size;
-        let paged =
-            self.decoder.kv_layout().window().is_some() || (self.config.prefix_cache && whole_page);
         let mut pass = PrefillPass::new(
             self.config.prefill_chunk,
             capacity,
             self.config.block_size,
-            paged,
+            self.paged_chunks,
         );
         self.catch_up();
         let prefilling = self.prefilling();

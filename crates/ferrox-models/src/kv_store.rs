@@ -96,15 +96,15 @@ pub struct PageTable {
     pub window: Vec<u32>,
 }
 
-/// The page ids of one pool, with their buffers allocated on first write.
-struct PagePool {
+/// The buffers of one pool's pages, by id, allocated on first write.
+struct PageBuffers {
     /// Floats per page.
     floats: usize,
     /// `[page id]`
     pages: Vec<Option<Box<[f32]>>>,
 }
 
-impl PagePool {
+impl PageBuffers {
     fn page_mut(&mut self, id: u32) -> &mut [f32] {
         let i = id as usize;
         if i >= self.pages.len() {
@@ -119,18 +119,14 @@ impl PagePool {
             .and_then(|p| p.as_deref())
             .expect("a page is written before it is read")
     }
-
-    fn allocated(&self) -> usize {
-        self.pages.iter().filter(|p| p.is_some()).count()
-    }
 }
 
 /// The bytes of every KV page.
 pub struct KvStore {
     layout: KvLayout,
     page_size: usize,
-    full: PagePool,
-    window: PagePool,
+    full: PageBuffers,
+    window: PageBuffers,
     /// Next id [`KvStore::fresh_table`] hands out.
     next_fresh: u32,
 }
@@ -151,11 +147,11 @@ impl KvStore {
         assert!(page_size > 0, "a KV page holds at least one position");
         let per = layout.per_position_layer() * page_size;
         KvStore {
-            full: PagePool {
+            full: PageBuffers {
                 floats: layout.n_full * per,
                 pages: Vec::new(),
             },
-            window: PagePool {
+            window: PageBuffers {
                 floats: layout.n_window * per,
                 pages: Vec::new(),
             },
@@ -173,11 +169,6 @@ impl KvStore {
     /// Positions per page.
     pub fn page_size(&self) -> usize {
         self.page_size
-    }
-
-    /// Pages whose memory has been allocated (full, window).
-    pub fn allocated_pages(&self) -> (usize, usize) {
-        (self.full.allocated(), self.window.allocated())
     }
 
     /// A table of never-shared pages covering `positions` positions in both pools,
