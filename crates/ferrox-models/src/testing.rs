@@ -1,8 +1,10 @@
 //! Helpers for tests in every crate that run on the real models and golden files.
 //!
 //! A test that needs a real model calls [`real_model`]; when the file is absent it
-//! prints why and the test returns early, unless `FERROX_REQUIRE_MODELS=1` (set by
-//! `.ci/run`, which fetches the models first), where absence is a failure.
+//! writes `SKIPPED <test>: ...` past the harness's capture (and to
+//! `$FERROX_SKIP_LOG` when set) and returns early, unless
+//! `FERROX_REQUIRE_MODELS=1` (set by `scripts/test-all`, which fetches the models
+//! first), where absence is a failure.
 
 use std::path::PathBuf;
 
@@ -17,7 +19,24 @@ fn absent(what: &str, hint: &str) -> Option<PathBuf> {
         !required(),
         "FERROX_REQUIRE_MODELS=1 but {what} is missing ({hint})"
     );
-    eprintln!("SKIPPED: {what} is missing ({hint})");
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let line = format!("SKIPPED {test}: {what} is missing ({hint})\n");
+    // Written to the stream itself, not through `eprintln!`, which the test
+    // harness captures and hides for passing tests.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    if let Some(log) = std::env::var_os("FERROX_SKIP_LOG") {
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("cannot record the skip in FERROX_SKIP_LOG: {e}");
+        }
+    }
     None
 }
 
@@ -33,14 +52,12 @@ pub fn real_model(name: &str) -> Option<PathBuf> {
     }
 }
 
-/// The golden reference directory (`FERROX_GOLDEN_DIR`, else `../shared/golden`
-/// beside the repository).
+/// The golden reference directory (`FERROX_GOLDEN_DIR`, else the repository's
+/// `tests/golden`).
 pub fn golden_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("FERROX_GOLDEN_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden"));
     if dir.is_dir() {
         Some(dir)
     } else {
