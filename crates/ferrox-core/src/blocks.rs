@@ -200,6 +200,8 @@ pub unsafe trait ByteBlock: Copy + 'static {
 
 macro_rules! byte_block {
     ($($t:ty => $d:expr),* $(,)?) => {
+        // SAFETY: each block is `repr(C)` plain bytes of exactly its type's
+        // `block_bytes()` (asserted at compile time above).
         $(unsafe impl ByteBlock for $t { const DTYPE: DType = $d; })*
     };
 }

@@ -1,5 +1,6 @@
-//! ferrox-core: the compute half of ferrox. No I/O, no async, no global state.
+//! ferrox-core: the compute half of ferrox. No I/O, no async; the only global state is the kernel level ([`isa`]), fixed at first use.
 //!
+//! * [`isa`]: the instruction-set level kernels run at, chosen once per process.
 //! * [`dtype`]: the GGML storage types ferrox knows, with their block geometry.
 //! * [`blocks`]: `#[repr(C)]` block layouts, byte sizes asserted at compile time.
 //! * [`kernels::reference`]: scalar dequantize / quantize / dot product, the
@@ -18,6 +19,7 @@ mod dispatch;
 pub mod blocks;
 pub mod dtype;
 pub mod error;
+pub mod isa;
 pub mod kernels;
 pub mod ops;
 pub mod packed;

@@ -5,7 +5,7 @@
 //! * [`completions`]: chat and text completions, JSON and SSE.
 //! * [`routes`]: the router, models, health, tokenize, metrics, auth.
 //! * [`metrics`]: Prometheus text (S19).
-//! * [`serve`]: binding, readiness and graceful shutdown.
+//! * [`mod@serve`]: binding, readiness and graceful shutdown.
 
 pub mod completions;
 pub mod error;

@@ -191,28 +191,48 @@ fn dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
 dispatched!(
     /// Dequantizes one row (`out.len()` values of `dtype` in `w`), bit-exact with
     /// [`reference::dequantize`]. Lengths must already be checked.
-    pub fn dequantize_row = dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) -> ()
+    pub fn dequantize_row / dequantize_row_at = dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) -> ()
 );
 
 dispatched!(
     /// The compiler-vectorized build of [`dot_row`].
-    pub fn dot_row_autovec = dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32
+    pub fn dot_row_autovec / dot_row_autovec_at = dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32
 );
 
-/// `dot(dequantize(w), x)` without materializing the row; lengths must already
-/// be checked (`w` holds `x.len()` values of `dtype`). Hand-written AVX-512 where
-/// the CPU has it, else the compiler-vectorized build; the same bits either way.
+/// `dot(dequantize(w), x)` without materializing the row, on the build of the
+/// process's kernel level: hand-written AVX-512 where it runs, else the
+/// compiler-vectorized build; the same bits either way.
+///
+/// # Panics
+/// Unless `w` holds exactly `x.len()` values of `dtype` in whole blocks (the
+/// AVX-512 build reads `x` through raw pointers, so this is checked in every
+/// build).
 pub fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
+    dot_row_run(crate::isa::active(), dtype, w, x)
+}
+
+/// [`dot_row`] on the build of `level` (panics if this CPU cannot run it).
+pub fn dot_row_at(level: crate::isa::Level, dtype: DType, w: &[u8], x: &[f32]) -> f32 {
+    level.assert_runs_here();
+    dot_row_run(level, dtype, w, x)
+}
+
+fn dot_row_run(level: crate::isa::Level, dtype: DType, w: &[u8], x: &[f32]) -> f32 {
+    assert_eq!(
+        dtype.row_bytes(x.len()),
+        Some(w.len()),
+        "a row of {} values of {dtype:?} in {} bytes",
+        x.len(),
+        w.len()
+    );
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-    {
-        // SAFETY: features detected; lengths are the caller's contract, as for the twin.
+    if level.has_avx512() {
+        // SAFETY: the level runs here (the callers' contract); lengths checked above.
         if let Some(v) = unsafe { super::x86::dot_row(dtype, w, x) } {
             return v;
         }
     }
-    dot_row_autovec(dtype, w, x)
+    dot_row_autovec::run(level, dtype, w, x)
 }
 
 /// The portable build of [`dot_row`], for tests.
@@ -226,6 +246,23 @@ mod tests {
     use crate::kernels::reference::quantize;
     use crate::kernels::test_rows::{random, random_row};
 
+    /// The AVX-512 build reads `x` through raw pointers: a row whose byte length
+    /// does not match `x` panics at every level instead.
+    #[test]
+    fn a_mismatched_row_panics_at_every_level() {
+        let w = random_row(DType::Q4_K, 2, 3);
+        for level in crate::isa::Level::supported() {
+            for n in [256, 300, 768] {
+                let x = vec![1.0f32; n];
+                let r = std::panic::catch_unwind(|| dot_row_at(level, DType::Q4_K, &w, &x));
+                assert!(r.is_err(), "{level:?} {n} values");
+            }
+            let x = vec![1.0f32; 512];
+            dot_row_at(level, DType::Q4_K, &w, &x);
+        }
+    }
+
+    /// Every build this CPU runs, not only the active one.
     #[test]
     fn fast_dequantization_and_fused_dots_equal_the_reference_bit_for_bit() {
         let types = [
@@ -246,34 +283,36 @@ mod tests {
                 let n = nb * t.block_len();
                 let mut want = vec![0.0; n];
                 reference::dequantize(t, &w, &mut want).unwrap();
-                let mut got = vec![0.0; n];
-                dequantize_row(t, &w, &mut got);
-                assert!(
-                    want.iter()
-                        .zip(&got)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{t} x{nb} dequantize"
-                );
                 let x: Vec<f32> = random(n, 99)
                     .iter()
                     .map(|&b| b as f32 / 128.0 - 1.0)
                     .collect();
-                let fused = dot_row(t, &w, &x);
+                let portable = dot_row_portable(t, &w, &x);
                 assert_eq!(
-                    fused.to_bits(),
-                    crate::ops::vector::dot(&want, &x).to_bits(),
+                    portable.to_bits(),
+                    crate::ops::vector::dot_portable(&want, &x).to_bits(),
                     "{t} x{nb} dot"
                 );
-                assert_eq!(
-                    fused.to_bits(),
-                    dot_row_portable(t, &w, &x).to_bits(),
-                    "{t} x{nb} portable dot"
-                );
-                assert_eq!(
-                    fused.to_bits(),
-                    dot_row_autovec(t, &w, &x).to_bits(),
-                    "{t} x{nb} vectorized dot"
-                );
+                for level in crate::isa::Level::supported() {
+                    let mut got = vec![0.0; n];
+                    dequantize_row_at(level, t, &w, &mut got);
+                    assert!(
+                        want.iter()
+                            .zip(&got)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{t} x{nb} dequantize {level:?}"
+                    );
+                    assert_eq!(
+                        dot_row_at(level, t, &w, &x).to_bits(),
+                        portable.to_bits(),
+                        "{t} x{nb} fused dot {level:?}"
+                    );
+                    assert_eq!(
+                        dot_row_autovec_at(level, t, &w, &x).to_bits(),
+                        portable.to_bits(),
+                        "{t} x{nb} vectorized dot {level:?}"
+                    );
+                }
             }
         }
         for t in [DType::F32, DType::F16, DType::BF16] {

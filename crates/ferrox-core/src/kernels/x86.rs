@@ -33,18 +33,21 @@ unsafe fn finish(acc: __m512) -> f32 {
 /// `acc + w * x[0..16]`.
 #[inline(always)]
 unsafe fn step(acc: __m512, w: __m512, x: *const f32) -> __m512 {
+    // SAFETY: callers run with AVX-512 F and pass 16 readable floats at `x`.
     unsafe { _mm512_add_ps(acc, _mm512_mul_ps(w, _mm512_loadu_ps(x))) }
 }
 
 /// 16 bytes at `p` widened to 16 u32 lanes.
 #[inline(always)]
 unsafe fn u8x16(p: *const u8) -> __m512i {
+    // SAFETY: callers run with AVX-512 F and pass 16 readable bytes at `p`.
     unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
 }
 
 /// `(v >> s) & mask` per lane.
 #[inline(always)]
 unsafe fn bits(v: __m512i, s: u32, mask: i32) -> __m512i {
+    // SAFETY: register-only arithmetic; callers run with AVX-512 F.
     unsafe {
         _mm512_and_si512(
             _mm512_srlv_epi32(v, _mm512_set1_epi32(s as i32)),
@@ -55,6 +58,7 @@ unsafe fn bits(v: __m512i, s: u32, mask: i32) -> __m512i {
 
 #[inline(always)]
 unsafe fn float(v: __m512i) -> __m512 {
+    // SAFETY: register-only arithmetic; callers run with AVX-512 F.
     unsafe { _mm512_cvtepi32_ps(v) }
 }
 
@@ -68,7 +72,7 @@ unsafe fn float(v: __m512i) -> __m512 {
 pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
     let mut acc = _mm512_setzero_ps();
     let xp = x.as_ptr();
-    // SAFETY (whole body): `w` holds whole blocks for x.len() values (caller), so
+    // SAFETY: (the whole body) `w` holds whole blocks for x.len() values (caller), so
     // every 16-value chunk read from `x` at 32 i + 16 k (or 256 i + ...) is in bounds.
     unsafe {
         match dtype {

@@ -93,6 +93,7 @@ impl<'a> Matrix<'a> {
 struct Out(*mut f32);
 // SAFETY: every task writes a disjoint set of elements (its own rows).
 unsafe impl Send for Out {}
+// SAFETY: as for `Send`: no two tasks touch the same element.
 unsafe impl Sync for Out {}
 
 fn tile(
@@ -120,13 +121,13 @@ fn tile(
         }
         let row = |r: usize| &buf[(r - r0) * cols..(r - r0 + 1) * cols];
         let tok = |t: usize| &x[t * cols..(t + 1) * cols];
-        // SAFETY (writes below): (t, r) is inside `out` (checked by the caller) and
+        // SAFETY: (the writes below) (t, r) is inside `out` (checked by the caller) and
         // row r belongs to this task alone.
         let put = |t: usize, r: usize, v: f32| unsafe { *out.0.add(t * w.rows + r) = v };
         #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut t0 = 0;
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::isa::active().has_avx512() {
             // 4 x 4 register tiles, bit-identical to `dot` per element.
             while t0 + 4 <= n_tokens {
                 let mut r = r0;

@@ -51,17 +51,29 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 /// `sum(a[i] * b[i])` over the shorter length, in the fixed lane order.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    dot_run(crate::isa::active(), a, b)
+}
+
+/// [`dot`] on the build of `level` (panics if this CPU cannot run it).
+pub fn dot_at(level: crate::isa::Level, a: &[f32], b: &[f32]) -> f32 {
+    level.assert_runs_here();
+    dot_run(level, a, b)
+}
+
+#[inline(always)]
+fn dot_run(level: crate::isa::Level, a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if level.has_avx512() {
             // SAFETY: the feature was detected on this CPU.
             return unsafe { crate::kernels::x86::dot_f32(a, b) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if level.has_avx2() {
             // SAFETY: the feature was detected on this CPU.
             return unsafe { dot_avx2(a, b) };
         }
     }
+    let _ = level;
     dot_body(a, b)
 }
 
@@ -106,13 +118,13 @@ fn max_body(v: &[f32]) -> f32 {
 dispatched!(
     /// `sum(v)` in [`dot`]'s lane order (value `i` into lane `i % LANES`, the tail
     /// into lanes `0..tail`, pairwise fold): the same bits on every build.
-    pub fn sum = sum_body(v: &[f32]) -> f32
+    pub fn sum / sum_at = sum_body(v: &[f32]) -> f32
 );
 
 dispatched!(
     /// The largest value of `v` (negative infinity when empty; NaNs are skipped). A
     /// maximum is exact, so any order gives the same value.
-    pub fn max = max_body(v: &[f32]) -> f32
+    pub fn max / max_at = max_body(v: &[f32]) -> f32
 );
 
 /// `acc[i] += s * v[i]`.
@@ -133,12 +145,28 @@ fn weighted_sum_body(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
 /// `out[k] = dot(q, row k) * scale` for each `q.len()`-long row of `rows`, in
 /// order (attention scores over a run of keys).
 pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
+    scaled_dots_run(crate::isa::active(), q, rows, scale, out);
+}
+
+/// [`scaled_dots_into`] on the build of `level` (panics if this CPU cannot run it).
+pub fn scaled_dots_into_at(
+    level: crate::isa::Level,
+    q: &[f32],
+    rows: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    level.assert_runs_here();
+    scaled_dots_run(level, q, rows, scale, out);
+}
+
+fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
     if q.is_empty() {
         return;
     }
     assert!(out.len() >= rows.len() / q.len(), "a value per row");
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if level.has_avx512() {
         #[target_feature(enable = "avx512f")]
         unsafe fn avx512(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
             let mut sixteen = rows.chunks_exact(16 * q.len());
@@ -159,7 +187,7 @@ pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
         return unsafe { avx512(q, rows, scale, out) };
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if level.has_avx2() {
         #[target_feature(enable = "avx2")]
         unsafe fn avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
             let mut eight = rows.chunks_exact(8 * q.len());
@@ -178,6 +206,7 @@ pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
         // SAFETY: the feature was detected on this CPU.
         return unsafe { avx2(q, rows, scale, out) };
     }
+    let _ = level;
     scaled_dots_body(q, rows, scale, out);
 }
 
@@ -191,9 +220,19 @@ fn scaled_dots_body(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
 /// `acc += sum_j weights[j] * rows[j]`, row after row (each element sees exactly
 /// the additions of repeated [`axpy`]), `rows` holding `acc.len()`-long rows.
 pub fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+    weighted_sum_run(crate::isa::active(), acc, weights, rows);
+}
+
+/// [`weighted_sum`] on the build of `level` (panics if this CPU cannot run it).
+pub fn weighted_sum_at(level: crate::isa::Level, acc: &mut [f32], weights: &[f32], rows: &[f32]) {
+    level.assert_runs_here();
+    weighted_sum_run(level, acc, weights, rows);
+}
+
+fn weighted_sum_run(level: crate::isa::Level, acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if level.has_avx512() {
             assert!(
                 rows.len() >= weights.len() * acc.len(),
                 "rows hold a row per weight"
@@ -201,11 +240,12 @@ pub fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
             // SAFETY: the feature was detected on this CPU; lengths checked above.
             return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if level.has_avx2() {
             // SAFETY: the feature was detected on this CPU (the kernel checks lengths).
             return unsafe { crate::kernels::x86::weighted_sum_avx2(acc, weights, rows) };
         }
     }
+    let _ = level;
     weighted_sum_body(acc, weights, rows)
 }
 
@@ -246,7 +286,7 @@ pub fn scaled_dots_heads(
     // the reads across the group. Narrow ones are bound by arithmetic, where the
     // one-query kernel's shuffle folds win. The same bits either way.
     #[cfg(target_arch = "x86_64")]
-    if n >= SHARED_READS_FROM && std::arch::is_x86_feature_detected!("avx512f") {
+    if n >= SHARED_READS_FROM && crate::isa::active().has_avx512() {
         // SAFETY: the feature was detected; lengths checked above.
         return unsafe {
             crate::kernels::x86::scaled_dots_heads(qs, n, rows, scale, out, stride, at)
@@ -288,7 +328,7 @@ pub fn weighted_sum_heads(
         "a weight per head and row"
     );
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::isa::active().has_avx512() {
         for (i, a) in accs.chunks_mut(4 * n).enumerate() {
             // SAFETY: the feature was detected; lengths checked above.
             unsafe {
@@ -331,13 +371,11 @@ mod tests {
             let want: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
             let got = dot(&a, &b);
             assert_eq!(got.to_bits(), dot_portable(&a, &b).to_bits(), "n = {n}");
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: detected.
+            for level in crate::isa::Level::supported() {
                 assert_eq!(
                     got.to_bits(),
-                    unsafe { dot_avx2(&a, &b) }.to_bits(),
-                    "avx2 n = {n}"
+                    dot_at(level, &a, &b).to_bits(),
+                    "{level:?} n = {n}"
                 );
             }
             assert!(
@@ -354,9 +392,15 @@ mod tests {
                 dot_portable(&v, &ones).to_bits(),
                 "sum of {n}"
             );
-            assert_eq!(sum(&v).to_bits(), sum_body(&v).to_bits(), "sum of {n}");
             let want = v.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            assert_eq!(max(&v), want, "max of {n}");
+            for level in crate::isa::Level::supported() {
+                assert_eq!(
+                    sum_at(level, &v).to_bits(),
+                    sum_body(&v).to_bits(),
+                    "sum of {n} {level:?}"
+                );
+                assert_eq!(max_at(level, &v), want, "max of {n} {level:?}");
+            }
         }
         // Several heads at once give each head's bits.
         for (dk, heads, keys) in [
@@ -400,27 +444,30 @@ mod tests {
         for dk in [1usize, 9, 15, 16, 25, 31, 64, 80, 200, 256] {
             let q: Vec<f32> = (0..dk).map(|_| r()).collect();
             let rows: Vec<f32> = (0..37 * dk).map(|_| r()).collect();
-            let mut got = vec![0.0f32; 37];
-            scaled_dots_into(&q, &rows, 0.125, &mut got);
             let want: Vec<f32> = rows
                 .chunks_exact(dk)
                 .map(|k| dot_portable(&q, k) * 0.125)
                 .collect();
-            assert_eq!(
-                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "dk {dk}"
-            );
             let w: Vec<f32> = (0..37).map(|_| r()).collect();
-            let (mut a, mut b) = (vec![0.5f32; dk], vec![0.5f32; dk]);
-            weighted_sum(&mut a, &w, &rows);
+            let mut b = vec![0.5f32; dk];
             for (j, row) in rows.chunks_exact(dk).enumerate() {
                 axpy(&mut b, w[j], row);
             }
-            assert!(
-                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "dk {dk}"
-            );
+            for level in crate::isa::Level::supported() {
+                let mut got = vec![0.0f32; 37];
+                scaled_dots_into_at(level, &q, &rows, 0.125, &mut got);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "dk {dk} {level:?}"
+                );
+                let mut a = vec![0.5f32; dk];
+                weighted_sum_at(level, &mut a, &w, &rows);
+                assert!(
+                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "dk {dk} {level:?}"
+                );
+            }
         }
     }
 }

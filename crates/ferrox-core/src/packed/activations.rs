@@ -49,7 +49,7 @@ impl QuantizedRows {
         self.da.resize(nb, 0.0);
         self.sa.resize(nb, 0.0);
         #[cfg(target_arch = "x86_64")]
-        let simd = std::arch::is_x86_feature_detected!("avx512f");
+        let simd = crate::isa::active().has_avx512();
         let one = |((xb, qb), (da, sa)): BlockJob<'_>| {
             let (xb, qb) = (
                 xb.try_into().expect("32 values"),
@@ -166,7 +166,7 @@ mod tests {
             );
         }
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::isa::Level::Avx512.runs_here() {
             let mut s = 99u32;
             for k in 0..2000 {
                 let x: [f32; BLOCK] = std::array::from_fn(|_| {

@@ -122,8 +122,14 @@ pub fn group_portable(
     }
 }
 
-/// [`group_portable`] on the fastest build this CPU runs, `tokens.len()` at most
-/// [`TOKEN_TILE`].
+/// [`group_portable`] on the build of the process's kernel level
+/// ([`crate::isa::active`]), `tokens.len()` at most [`TOKEN_TILE`].
+///
+/// # Panics
+/// If `group` holds fewer than `nb` blocks, a token fewer than `nb` blocks of
+/// activations, `out` fewer rows than there are tokens, or there are more than
+/// [`TOKEN_TILE`] tokens: the SIMD builds read through raw pointers, so every
+/// length is checked here, in every build.
 pub fn group(
     format: Format,
     group: &[u8],
@@ -131,38 +137,75 @@ pub fn group(
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    debug_assert!(tokens.len() <= TOKEN_TILE && out.len() >= tokens.len());
-    debug_assert!(group.len() >= nb * format.block_bytes());
-    debug_assert!(
+    run(crate::isa::active(), format, group, nb, tokens, out);
+}
+
+/// [`group`] on the build of `level` (panics if this CPU cannot run it).
+pub fn group_at(
+    level: crate::isa::Level,
+    format: Format,
+    group: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    level.assert_runs_here();
+    run(level, format, group, nb, tokens, out);
+}
+
+/// Checks the lengths the builds rely on, then runs `level`'s build (which this
+/// CPU runs: the active level, or one asserted).
+fn run(
+    level: crate::isa::Level,
+    format: Format,
+    group: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    assert!(
+        tokens.len() <= TOKEN_TILE && out.len() >= tokens.len(),
+        "{} tokens, {} output rows, at most {TOKEN_TILE}",
+        tokens.len(),
+        out.len()
+    );
+    assert!(
+        nb.checked_mul(format.block_bytes())
+            .is_some_and(|n| group.len() >= n),
+        "the group holds {nb} blocks"
+    );
+    assert!(
         tokens
             .iter()
-            .all(|t| t.qa.len() >= nb * BLOCK && t.da.len() >= nb && t.sa.len() >= nb)
+            .all(|t| nb.checked_mul(BLOCK).is_some_and(|n| t.qa.len() >= n)
+                && t.da.len() >= nb
+                && t.sa.len() >= nb),
+        "every token holds {nb} blocks of activations"
     );
     #[cfg(target_arch = "x86_64")]
-    if super::x86::available() {
-        // SAFETY: features detected; lengths checked above in debug builds and
-        // guaranteed by `packed_matmul` (the only caller outside tests).
+    if level.has_vnni() {
+        // SAFETY: the level runs here (the callers' contract); lengths checked above.
         unsafe { super::x86::group(format, group, nb, tokens, out) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if super::x86::available_avx2() {
+    if level.has_avx2() {
         // SAFETY: as above.
         unsafe { super::x86::group_avx2(format, group, nb, tokens, out) };
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if super::neon::available() {
+    if level.has_neon() {
         // SAFETY: as above.
         unsafe { super::neon::group(format, group, nb, tokens, out) };
         return;
     }
-    group_autovec(format, group, nb, tokens, out);
+    group_autovec::run(level, format, group, nb, tokens, out);
 }
 
 dispatched!(
     /// The portable kernel built for the widest vector ISA this CPU has.
-    fn group_autovec = group_portable(format: Format, g: &[u8], nb: usize, tokens: &[TokenActs<'_>], out: &mut [[f32; GROUP_ROWS]]) -> ()
+    fn group_autovec / group_autovec_at = group_portable(format: Format, g: &[u8], nb: usize, tokens: &[TokenActs<'_>], out: &mut [[f32; GROUP_ROWS]]) -> ()
 );
 
 #[cfg(test)]
@@ -185,8 +228,35 @@ pub(crate) mod tests {
         DType::Q6_K,
     ];
 
+    /// Every level's build: lengths are checked before any SIMD read, in every
+    /// build profile (a release build included), so a short slice panics.
     #[test]
-    fn the_dispatched_kernel_returns_the_bits_of_the_scalar_twin() {
+    fn the_kernel_refuses_short_inputs_at_every_level() {
+        let format = Format::for_dtype(DType::Q8_0).unwrap();
+        let g = vec![0u8; 2 * format.block_bytes()];
+        let (qa, d) = (vec![0i16; 2 * BLOCK], vec![0.0f32; 2]);
+        let tok = TokenActs {
+            qa: &qa,
+            da: &d,
+            sa: &d,
+        };
+        for level in crate::isa::Level::supported() {
+            for (nb, tokens, rows) in [(3, 1, 1), (2, 1, 0), (2, 9, 9)] {
+                let toks = vec![tok; tokens];
+                let mut out = vec![[0.0; GROUP_ROWS]; rows];
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    group_at(level, format, &g, nb, &toks, &mut out)
+                }));
+                assert!(r.is_err(), "{level:?} nb {nb} tokens {tokens} rows {rows}");
+            }
+            let mut out = vec![[0.0; GROUP_ROWS]; 1];
+            group_at(level, format, &g, 2, &[tok], &mut out);
+        }
+    }
+
+    /// Every build this CPU runs, not only the active one (SPEC S3's bits).
+    #[test]
+    fn every_build_returns_the_bits_of_the_scalar_twin() {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
@@ -229,27 +299,24 @@ pub(crate) mod tests {
                             .collect();
                         for g in 0..p.groups() {
                             let mut want = vec![[0.0; GROUP_ROWS]; n];
-                            let mut got = vec![[0.0; GROUP_ROWS]; n];
                             group_portable(p.format, p.group(g), nb, &toks, &mut want);
-                            group(p.format, p.group(g), nb, &toks, &mut got);
-                            let same = want
-                                .iter()
-                                .flatten()
-                                .zip(got.iter().flatten())
-                                .all(|(a, b)| a.to_bits() == b.to_bits());
-                            assert!(
-                                same,
-                                "{t} cols {cols} tokens {n} group {g}: {want:?} vs {got:?}"
-                            );
-                            let mut auto = vec![[0.0; GROUP_ROWS]; n];
-                            group_autovec(p.format, p.group(g), nb, &toks, &mut auto);
-                            assert!(
-                                want.iter()
-                                    .flatten()
-                                    .zip(auto.iter().flatten())
-                                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                                "{t} autovec"
-                            );
+                            for level in crate::isa::Level::supported() {
+                                let mut got = vec![[0.0; GROUP_ROWS]; n];
+                                group_at(level, p.format, p.group(g), nb, &toks, &mut got);
+                                let mut auto = vec![[0.0; GROUP_ROWS]; n];
+                                group_autovec_at(level, p.format, p.group(g), nb, &toks, &mut auto);
+                                for (build, out) in [("hand-written", &got), ("autovec", &auto)] {
+                                    let same = want
+                                        .iter()
+                                        .flatten()
+                                        .zip(out.iter().flatten())
+                                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                                    assert!(
+                                        same,
+                                        "{t} cols {cols} tokens {n} group {g} {level:?} {build}: {want:?} vs {out:?}"
+                                    );
+                                }
+                            }
                         }
                     }
                 }

@@ -1,7 +1,7 @@
 //! `out[t][r] = W[r] . x[t]` on the integer-activation path: activations quantized
 //! once per call, then each task sweeps its groups of 16 rows over the tokens,
 //! [`TOKEN_TILE`] tokens per kernel call (a group's weights are unpacked once per
-//! tile), [`TOKEN_CHUNK`] tokens at a time (their activations stay in cache).
+//! tile), `TOKEN_CHUNK` tokens at a time (their activations stay in cache).
 //!
 //! Invariant: an output element is the kernel's function of its own row and its own
 //! token's activations, whatever the tokens in the call, the tiles or the threads.
@@ -20,6 +20,7 @@ const TOKEN_CHUNK: usize = 64;
 struct Out(*mut f32);
 // SAFETY: every task writes the elements of its own rows only.
 unsafe impl Send for Out {}
+// SAFETY: as for `Send`: no two tasks touch the same element.
 unsafe impl Sync for Out {}
 
 /// `out[t * rows + r]` for the `acts.n` tokens of `acts` (quantized from rows of

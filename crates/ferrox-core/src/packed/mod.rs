@@ -39,14 +39,7 @@ pub use matmul::{packed_matmul, packed_matmul_many};
 /// one is the specification, correct everywhere but several times slower than
 /// the f32 path; callers choose that path where this is false).
 pub fn has_simd_kernel() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        x86::available() || x86::available_avx2()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    cfg!(target_arch = "x86_64") && crate::isa::active().has_avx2()
 }
 
 /// Weight rows computed together (the lanes of one kernel call).

@@ -18,11 +18,6 @@ use super::kernel::{TOKEN_TILE, TokenActs};
 use super::layout::{Format, Quants};
 use super::{BLOCK, GROUP_ROWS};
 
-/// Whether this CPU runs [`group`].
-pub fn available() -> bool {
-    std::arch::is_aarch64_feature_detected!("neon")
-}
-
 /// The 16 steps of a block, as 32 integers each (values `2p`, `2p + 1` of rows 0..16).
 #[inline(always)]
 unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
@@ -97,7 +92,7 @@ unsafe fn four(format: Format, blk: *const u8, at: usize, s: usize) -> float32x4
 }
 
 /// # Safety
-/// [`available`] must hold; `g` holds `nb` blocks of `format`; every token holds
+/// The CPU must run [`crate::isa::Level::Neon`]; `g` holds `nb` blocks of `format`; every token holds
 /// `nb` blocks; `out` has a row per token; at most `TOKEN_TILE` tokens.
 #[target_feature(enable = "neon")]
 pub unsafe fn group(
@@ -112,7 +107,7 @@ pub unsafe fn group(
     let size = format.scale_size();
     let mut acc = [[vdupq_n_f32(0.0); 4]; TOKEN_TILE];
     let mut w = [[0i16; 32]; 16];
-    // SAFETY (whole body): block b lies at g[b * bb..] and token values at
+    // SAFETY: (the whole body) block b lies at g[b * bb..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
     unsafe {
         for b in 0..nb {

@@ -19,15 +19,8 @@ use super::kernel::TokenActs;
 use super::layout::{Format, Quants};
 use super::{BLOCK, GROUP_ROWS};
 
-/// Whether this CPU runs the kernels here.
-pub fn available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vnni")
-}
-
 /// # Safety
-/// [`available`] must hold; `g` holds `nb` blocks of `format`; every token holds
+/// The CPU must run [`crate::isa::Level::Avx512Vnni`]; `g` holds `nb` blocks of `format`; every token holds
 /// `nb` blocks; `out` has a row per token; at most `TOKEN_TILE` (8) tokens.
 pub unsafe fn group(
     format: Format,
@@ -169,7 +162,7 @@ unsafe fn kernel<
     let qa: [*const i16; T] = std::array::from_fn(|t| tokens[t].qa.as_ptr());
     let da: [*const f32; T] = std::array::from_fn(|t| tokens[t].da.as_ptr());
     let sa: [*const f32; T] = std::array::from_fn(|t| tokens[t].sa.as_ptr());
-    // SAFETY (whole body): block b lies at g[b * bb..] and token values at
+    // SAFETY: (the whole body) block b lies at g[b * bb..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
     unsafe {
         let low = _mm512_set1_epi16(0x0F);
@@ -249,17 +242,12 @@ unsafe fn kernel<
     }
 }
 
-/// Whether this CPU runs [`group_avx2`].
-pub fn available_avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c")
-}
-
 /// The AVX2 build of the group kernel: 8 rows per register (two halves of the
 /// group), `vpmaddwd` plus `vpaddd` for the exact integer sums, and the scalar
 /// twin's f32 operations in its order per row.
 ///
 /// # Safety
-/// [`available_avx2`] must hold; the rest as for [`group`].
+/// The CPU must run [`crate::isa::Level::Avx2`]; the rest as for [`group`].
 pub unsafe fn group_avx2(
     format: Format,
     g: &[u8],
@@ -307,7 +295,7 @@ unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HAL
         format.offsets_at(),
     );
     let mut acc = [[_mm256_setzero_ps(); 2]; MAX];
-    // SAFETY (whole body): block b lies at g[b * bb..] and token values at
+    // SAFETY: (the whole body) block b lies at g[b * bb..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
     unsafe {
         let low = _mm256_set1_epi16(0x0F);
