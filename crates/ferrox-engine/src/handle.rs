@@ -27,11 +27,12 @@ pub enum SubmitError {
     /// Over a KV ceiling (SPEC S10).
     #[error("{}: {}", .0.kind.code(), .0.message)]
     Kv(KvRefusal),
-    /// The queue is full (SPEC S11); retry after this many seconds.
+    /// Running plus waiting requests are at their bound (SPEC S11); retry after
+    /// this many seconds.
     #[error(
-        "queue_full: {waiting} requests are already waiting (--max-queue / FERROX_CB_MAX_QUEUE); retry later"
+        "queue_full: {held} requests are running or waiting, the bound of --max-seqs plus --max-queue (FERROX_CB_MAX_SEQS + FERROX_CB_MAX_QUEUE); retry later"
     )]
-    QueueFull { waiting: usize, retry_after_s: u64 },
+    QueueFull { held: usize, retry_after_s: u64 },
     /// The worker is gone (SPEC S1).
     #[error("the engine has stopped")]
     Stopped,
@@ -50,8 +51,8 @@ pub(crate) struct Job {
     pub prompt: Vec<u32>,
     pub params: GenerationParams,
     pub reply: reply::UnboundedSender<Event>,
-    /// Held until admission (SPEC S11).
-    pub slot: QueueSlot,
+    /// Held until the request ends (SPEC S11).
+    pub place: QueueSlot,
 }
 
 /// Shared by every clone of a handle.
@@ -90,10 +91,10 @@ impl EngineHandle {
             EngineStats::add(counter, 1);
             return Err(SubmitError::Kv(r));
         }
-        let Some(slot) = s.gate.try_reserve() else {
+        let Some(place) = s.gate.try_reserve() else {
             EngineStats::add(&s.stats.queue_rejections, 1);
             return Err(SubmitError::QueueFull {
-                waiting: s.gate.depth(),
+                held: s.gate.depth(),
                 retry_after_s: 1,
             });
         };
@@ -105,7 +106,7 @@ impl EngineHandle {
                 prompt,
                 params,
                 reply: tx,
-                slot,
+                place,
             }))
             .map_err(|_| SubmitError::Stopped)?;
         Ok(RequestStream {
@@ -124,6 +125,11 @@ impl EngineHandle {
     /// The counters now (SPEC S19).
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot(self.shared.gate.depth())
+    }
+
+    /// The most requests the engine holds, running or waiting (S11).
+    pub fn capacity(&self) -> usize {
+        self.shared.gate.cap()
     }
 
     /// The ceilings requests are held to.

@@ -1,9 +1,17 @@
-//! The bounded admission queue's gate (SPEC S11): at most `cap` requests wait.
+//! The bound on requests in the engine (SPEC S11): `cap` = `max_seqs +
+//! max_queue` places, each held by one request from its submission until it
+//! ends, running or waiting.
 //!
-//! Invariants: a slot is taken with a compare-and-swap, so no interleaving of
-//! submitters ever holds more than `cap` slots; a slot is released exactly once,
-//! when its [`QueueSlot`] is dropped (the worker drops it at admission, and every
-//! other way a queued request can end drops it too).
+//! Counting both together is what makes `queue_full` exact: a request that
+//! finishes gives its place back before its last event is sent, so a client
+//! that resends at once always finds it, although the worker has not yet
+//! admitted the next waiting request into the freed row. Waiting requests
+//! number at most `max_queue` plus the rows that are free at that moment.
+//!
+//! Invariants: a place is taken with a compare-and-swap, so no interleaving of
+//! submitters ever holds more than `cap`; it is released exactly once, when its
+//! [`QueueSlot`] is dropped (the worker drops it when the request ends, and every
+//! other way a request can end drops it too).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

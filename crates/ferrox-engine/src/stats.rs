@@ -78,14 +78,16 @@ impl EngineStats {
         c.store(v, Ordering::Relaxed);
     }
 
-    /// Reads every counter; `queue_depth` comes from the queue gate.
-    pub fn snapshot(&self, queue_depth: usize) -> StatsSnapshot {
+    /// Reads every counter; `held` (running plus waiting) comes from the queue
+    /// gate, and the queue depth is what of it is not running.
+    pub fn snapshot(&self, held: usize) -> StatsSnapshot {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let running = g(&self.running);
         StatsSnapshot {
             prefill_chunks: g(&self.prefill_chunks),
             prefill_tokens: g(&self.prefill_tokens),
             decode_steps: g(&self.decode_steps),
-            queue_depth: queue_depth as u64,
+            queue_depth: (held as u64).saturating_sub(running),
             queue_rejections: g(&self.queue_rejections),
             kv_blocks_total: g(&self.kv_blocks_total),
             kv_blocks_free: g(&self.kv_blocks_free),
@@ -96,7 +98,7 @@ impl EngineStats {
             refusals_context_length: g(&self.refusals_context_length),
             refusals_invalid: g(&self.refusals_invalid),
             aborted: g(&self.aborted),
-            running: g(&self.running),
+            running,
             finished_stop: g(&self.finished_stop),
             finished_length: g(&self.finished_length),
             prompt_tokens: g(&self.prompt_tokens),

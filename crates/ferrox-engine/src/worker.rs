@@ -30,7 +30,7 @@ use crate::ceiling::KvCeiling;
 use crate::handle::{EngineHandle, Job, Msg, Shared};
 use crate::ledger::{KvLedger, LedgerConfig, PageNeed, PrefixHit};
 use crate::output::{FinishReason, OutputStage};
-use crate::queue_gate::QueueGate;
+use crate::queue_gate::{QueueGate, QueueSlot};
 use crate::request::{Event, RequestId, TokenLogprob, Usage};
 use crate::scheduler::{Prefilling, admissions_first, admit_fifo, plan_continuations};
 use crate::stats::EngineStats;
@@ -42,7 +42,8 @@ pub struct EngineConfig {
     pub max_seqs: usize,
     /// Prompt tokens per step.
     pub prefill_chunk: usize,
-    /// Requests that may wait for admission.
+    /// Requests that may wait for admission beyond `max_seqs` running ones (the
+    /// engine holds at most `max_seqs + max_queue`, SPEC S11).
     pub max_queue: usize,
     /// Positions per KV block (page).
     pub block_size: usize,
@@ -106,6 +107,8 @@ struct Active {
     cached_tokens: usize,
     /// Request row (SPEC S25).
     slot: usize,
+    /// The request's place in the engine's bound (S11), given back when it ends.
+    _place: QueueSlot,
     sampler: Sampler,
     output: OutputStage,
     logprobs: Option<usize>,
@@ -241,7 +244,7 @@ pub fn start(
     let shared = Arc::new(Shared {
         inbox,
         next_id: AtomicU64::new(1),
-        gate: QueueGate::new(config.max_queue),
+        gate: QueueGate::new(config.max_seqs + config.max_queue),
         stats: Arc::clone(&stats),
         ceiling,
         vocab: hp.vocab_size,
@@ -389,10 +392,9 @@ impl Worker {
             prompt,
             params,
             reply,
-            slot: queue_slot,
+            place,
             ..
         } = job;
-        drop(queue_slot);
         let tokens = self.run_prompt(&prompt).into_owned();
         let cached_tokens = hit.tokens(self.ledger.page_size());
         self.ledger.admit(id, need, hit);
@@ -423,6 +425,7 @@ impl Worker {
                 prompt_tokens: prompt.len(),
                 cached_tokens,
                 slot,
+                _place: place,
                 sampler,
                 output,
                 logprobs: params.logprobs,

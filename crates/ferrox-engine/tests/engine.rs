@@ -389,6 +389,39 @@ fn a_full_queue_refuses_with_queue_full_and_holds_nothing() {
     assert_eq!((st.queue_depth, st.kv_blocks_free), (0, 64));
 }
 
+/// SPEC S11 (issue F2): `queue_full` only when running plus waiting really are at
+/// `max_seqs + max_queue`. Eleven clients that resend the moment their answer
+/// arrives never exceed 4 + 8, so none of their 154 requests is refused, although
+/// a finished request's row is taken over only at the worker's next step.
+#[test]
+fn clients_that_resend_at_once_are_never_refused_below_the_bound() {
+    let h = engine(EngineConfig {
+        max_seqs: 4,
+        max_queue: 8,
+        ..Default::default()
+    });
+    assert_eq!(h.capacity(), 12);
+    let clients: Vec<_> = (0..11)
+        .map(|c| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let mut refused = 0;
+                for r in 0..14 {
+                    match h.submit(prompt(3 + r % 5, 200 + c), long_greedy(2 + r % 3)) {
+                        Ok(s) => assert_eq!(tokens_of(&s.collect_blocking()).len(), 2 + r % 3),
+                        Err(SubmitError::QueueFull { .. }) => refused += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    assert_eq!(refused, 0, "{:?}", h.stats());
+    assert_eq!(h.stats().queue_rejections, 0);
+}
+
 fn ceiling_engine(kv_blocks: Option<usize>, max_context: Option<usize>) -> EngineHandle {
     engine(EngineConfig {
         block_size: 4,
