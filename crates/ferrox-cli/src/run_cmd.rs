@@ -191,7 +191,7 @@ pub fn run(a: RunArgs) -> Result<()> {
                 out.write_all(text.as_bytes())?;
                 generated = usage.completion_tokens;
             }
-            Event::Failed { message } => bail!("generation failed: {message}"),
+            Event::Failed(failure) => bail!("generation failed: {failure}"),
             Event::Admitted => {}
         }
     }

@@ -3,16 +3,18 @@
 //! SIGTERM stop it gracefully (exit 0).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ferrox_models::KvPlan;
+use ferrox_models::byte_size::format_bytes;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::kv_plan::{KvShape, defaults};
 use ferrox_models::model::Model;
+use ferrox_server::auth::ApiKey;
 use ferrox_server::metrics::Metrics;
-use ferrox_server::{AppState, ServeOptions};
+use ferrox_server::{AppState, Lifecycle, Limits, Phase, ServeOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::knobs::EngineArgs;
@@ -29,9 +31,14 @@ pub struct ServeArgs {
     /// Port to listen on (0: any free port).
     #[arg(long, default_value_t = 8080, env = "FERROX_PORT")]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on the API routes.
-    #[arg(long, env = "FERROX_API_KEY")]
+    /// Require `Authorization: Bearer KEY` on the API routes (an empty key is an
+    /// error).
+    #[arg(long, env = "FERROX_API_KEY", conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
+    /// Read the API key from a file (its content, surrounding whitespace removed),
+    /// so that it shows in no process list.
+    #[arg(long, env = "FERROX_API_KEY_FILE", value_name = "PATH")]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Compute threads [default: available cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -42,15 +49,108 @@ pub struct ServeArgs {
     /// prompt + max_tokens, so this bounds what a default request holds).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", value_parser = crate::knobs::count_knob("FERROX_DEFAULT_MAX_TOKENS"), default_value_t = 2048)]
     pub default_max_tokens: usize,
-    /// Seconds in-flight requests get to finish after SIGINT / SIGTERM.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds in-flight requests get to finish after SIGINT / SIGTERM; then the
+    /// rest are cut off (a 503 with Retry-After, or a stream error event).
+    #[arg(
+        long,
+        env = "FERROX_SHUTDOWN_GRACE",
+        default_value_t = 10,
+        value_name = "SECS"
+    )]
     pub shutdown_grace: u64,
+    /// Seconds a client may take to send a request's headers.
+    #[arg(long, env = "FERROX_HEADER_TIMEOUT", value_parser = crate::knobs::count_knob("FERROX_HEADER_TIMEOUT"), default_value_t = 10, value_name = "SECS")]
+    pub header_timeout: usize,
+    /// Seconds a client may take to send a whole request body.
+    #[arg(long, env = "FERROX_BODY_TIMEOUT", value_parser = crate::knobs::count_knob("FERROX_BODY_TIMEOUT"), default_value_t = 30, value_name = "SECS")]
+    pub body_timeout: usize,
+    /// Seconds a kept-alive connection may wait for its next request.
+    #[arg(long, env = "FERROX_IDLE_TIMEOUT", value_parser = crate::knobs::count_knob("FERROX_IDLE_TIMEOUT"), default_value_t = 60, value_name = "SECS")]
+    pub idle_timeout: usize,
+    /// Connections served at once (more wait in the listen backlog).
+    #[arg(long, env = "FERROX_MAX_CONNECTIONS", value_parser = crate::knobs::count_knob("FERROX_MAX_CONNECTIONS"), default_value_t = 1024, value_name = "N")]
+    pub max_connections: usize,
+    /// Seconds one completion request may run before it is cancelled with a 504
+    /// (or a stream error event); 0: no limit.
+    #[arg(
+        long,
+        env = "FERROX_REQUEST_TIMEOUT",
+        default_value_t = 600,
+        value_name = "SECS"
+    )]
+    pub request_timeout: u64,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
 
+/// What the KV pool will take once every page has been touched (memory is
+/// committed lazily, so resident memory climbs toward this as pages are first
+/// used). Refused up front when the system does not have that much available:
+/// a KV page can then never be the allocation that runs the machine out of
+/// memory mid-request, short of other processes taking memory meanwhile.
+fn kv_peak_bytes(shape: &KvShape, config: &ferrox_engine::EngineConfig) -> Result<u64> {
+    let Some(blocks) = config.kv_blocks else {
+        return Ok(0);
+    };
+    let plan = KvPlan::from_blocks(
+        shape,
+        blocks as u64,
+        config.block_size,
+        config.max_seqs,
+        config.prefill_chunk,
+    )?;
+    let peak = plan.total_bytes();
+    if let Some(available) = available_memory()
+        && peak > available
+    {
+        anyhow::bail!(
+            "the KV budget needs {} at peak ({blocks} blocks of {} positions), but the system has {} available; lower --kv-memory / FERROX_CB_KV_MEMORY or --kv-blocks",
+            format_bytes(peak),
+            config.block_size,
+            format_bytes(available)
+        );
+    }
+    Ok(peak)
+}
+
+/// `MemAvailable` of `/proc/meminfo` (Linux), in bytes.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+impl ServeArgs {
+    /// The API key, from the flag, the variable or the file; an empty one is an error.
+    fn api_key(&self) -> Result<Option<ApiKey>> {
+        let key = match (&self.api_key, &self.api_key_file) {
+            (Some(k), _) => Some(ApiKey::new(k).context("--api-key / FERROX_API_KEY")?),
+            (None, Some(p)) => {
+                Some(ApiKey::from_file(p).context("--api-key-file / FERROX_API_KEY_FILE")?)
+            }
+            (None, None) => None,
+        };
+        Ok(key)
+    }
+
+    fn limits(&self) -> Limits {
+        let secs = |n: usize| Duration::from_secs(n as u64);
+        Limits {
+            header_timeout: secs(self.header_timeout),
+            body_timeout: secs(self.body_timeout),
+            idle_timeout: secs(self.idle_timeout),
+            max_connections: self.max_connections,
+            request_timeout: (self.request_timeout > 0)
+                .then(|| Duration::from_secs(self.request_timeout)),
+        }
+    }
+}
+
 /// Runs the server until a shutdown signal.
 pub fn serve(a: ServeArgs) -> Result<()> {
+    let api_key = a.api_key()?;
+    ferrox_core::isa::from_env()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -72,6 +172,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .await??;
         let shape = KvShape::new(model.transformer.hyper_params(), defaults::KV_ELEMENT_BYTES);
         let config = a.engine.config(&shape)?;
+        let kv_peak = kv_peak_bytes(&shape, &config)?;
         let tokenizer = Arc::new(model.tokenizer.clone());
         let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -83,15 +184,18 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             chat: model.chat,
             aliases: vec![file_name, path.display().to_string(), "default".into()],
             model_id,
-            api_key: a.api_key.clone(),
+            api_key,
             default_max_tokens: a.default_max_tokens,
-            ready: AtomicBool::new(false),
+            phase: Lifecycle::new(Phase::Starting),
+            limits: a.limits(),
         });
         loaded.cancel();
         loading.await??;
         let listener = tokio::net::TcpListener::from_std(std_listener)?;
         let stop = CancellationToken::new();
-        let blocks = config.kv_blocks.map_or("unbounded".to_string(), |b| format!("{b} blocks of {}", config.block_size));
+        let blocks = config.kv_blocks.map_or("unbounded".to_string(), |b| {
+            format!("{b} blocks of {}, {} at peak", config.block_size, format_bytes(kv_peak))
+        });
         ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace) }, stop, |addr| {
             println!(
                 "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1; KV {blocks}, {} slots, {activations} activations)",

@@ -7,14 +7,14 @@
 //! and every open stream ends with `Event::Failed` (nobody waits forever).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use tokio::sync::mpsc as reply;
 
 use crate::ceiling::{CeilingKind, KvCeiling, KvRefusal};
 use crate::queue_gate::{QueueGate, QueueSlot};
-use crate::request::{Event, GenerationParams, RequestId};
+use crate::request::{Event, Failure, GenerationParams, RequestId};
 use crate::stats::{EngineStats, StatsSnapshot};
 use crate::validate::{InvalidRequest, validate};
 
@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub stats: Arc<EngineStats>,
     pub ceiling: KvCeiling,
     pub vocab: usize,
+    /// Cleared when the worker ends for any reason but a requested shutdown.
+    pub healthy: Arc<AtomicBool>,
 }
 
 /// Submits to and cancels in one engine; cheap to clone.
@@ -137,7 +139,13 @@ impl EngineHandle {
         &self.shared.ceiling
     }
 
-    /// Asks the worker to cancel everything and stop.
+    /// Whether the worker is serving: false once it has panicked or ended
+    /// without being asked to (a server's `/health` reports it).
+    pub fn is_healthy(&self) -> bool {
+        self.shared.healthy.load(Ordering::Acquire)
+    }
+
+    /// Asks the worker to end every request with [`Failure::Shutdown`] and stop.
     pub fn shutdown(&self) {
         let _ = self.shared.inbox.send(Msg::Shutdown);
     }
@@ -163,16 +171,16 @@ impl RequestStream {
         }
         match e {
             Some(ev) => {
-                if matches!(ev, Event::Finished { .. } | Event::Failed { .. }) {
+                if matches!(ev, Event::Finished { .. } | Event::Failed(_)) {
                     self.done = true;
                 }
                 Some(ev)
             }
             None => {
                 self.done = true;
-                Some(Event::Failed {
-                    message: "the engine stopped before the request finished".into(),
-                })
+                Some(Event::Failed(Failure::EngineDown(
+                    "its worker ended before the request finished".into(),
+                )))
             }
         }
     }

@@ -32,6 +32,6 @@ pub mod worker;
 
 pub use handle::{EngineHandle, RequestStream, SubmitError};
 pub use output::{FinishReason, OutputStage, TokenOutput};
-pub use request::{Event, GenerationParams, RequestId, TokenLogprob, Usage};
+pub use request::{Event, Failure, GenerationParams, RequestId, TokenLogprob, Usage};
 pub use stop::{StopMatcher, StopOutcome};
 pub use worker::{EngineConfig, StartError, start};

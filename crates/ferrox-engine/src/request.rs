@@ -108,6 +108,24 @@ pub enum Event {
         usage: Usage,
         text: String,
     },
-    /// The request failed after it was accepted (the engine stopped, a model error).
-    Failed { message: String },
+    /// The request failed after it was accepted.
+    Failed(Failure),
+}
+
+/// Why an accepted request failed (its terminal event, instead of `Finished`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The engine was shut down (the server's grace period ran out) before the
+    /// request finished.
+    #[error("the server shut down before the request finished; retry it")]
+    Shutdown,
+    /// The model's forward pass returned an error.
+    #[error("the model failed: {0}")]
+    Model(String),
+    /// The KV ledger could not give a step its pages.
+    #[error("KV pages: {0}")]
+    Kv(String),
+    /// The engine's worker panicked or is gone; the engine serves nothing more.
+    #[error("the engine stopped: {0}")]
+    EngineDown(String),
 }

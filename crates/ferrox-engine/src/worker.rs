@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use ferrox_models::decoder::{Decoder, Span, Want};
@@ -31,7 +31,7 @@ use crate::handle::{EngineHandle, Job, Msg, Shared};
 use crate::ledger::{KvLedger, LedgerConfig, PageNeed, PrefixHit};
 use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::{QueueGate, QueueSlot};
-use crate::request::{Event, RequestId, TokenLogprob, Usage};
+use crate::request::{Event, Failure, RequestId, TokenLogprob, Usage};
 use crate::scheduler::{Prefilling, admissions_first, admit_fifo, plan_continuations};
 use crate::stats::EngineStats;
 
@@ -130,6 +130,8 @@ struct Worker {
     peak: u64,
     /// Prompt chunks end on pages (decided once at start).
     paged_chunks: bool,
+    /// The handle's health flag, cleared if this worker ends unasked.
+    healthy: Arc<AtomicBool>,
 }
 
 /// Most remembered cancellations of requests not yet seen (oldest forgotten first).
@@ -241,6 +243,7 @@ pub fn start(
     EngineStats::set(&stats.kv_blocks_free, config.kv_blocks.unwrap_or(0) as u64);
     EngineStats::set(&stats.kv_block_size, config.block_size as u64);
     let (inbox, rx) = mpsc::channel();
+    let healthy = Arc::new(AtomicBool::new(true));
     let shared = Arc::new(Shared {
         inbox,
         next_id: AtomicU64::new(1),
@@ -248,6 +251,7 @@ pub fn start(
         stats: Arc::clone(&stats),
         ceiling,
         vocab: hp.vocab_size,
+        healthy: Arc::clone(&healthy),
     });
     let worker = Worker {
         store: KvStore::new(layout, config.block_size),
@@ -263,22 +267,59 @@ pub fn start(
         cursor: 0,
         peak: 0,
         paged_chunks,
+        healthy,
     };
     std::thread::Builder::new()
         .name("ferrox-engine".into())
-        .spawn(move || worker.run(rx))
+        .spawn(move || worker.serve(rx))
         .map_err(StartError::Thread)?;
     Ok(EngineHandle { shared })
 }
 
+/// The text of a panic's payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_string())
+}
+
 impl Worker {
-    fn run(mut self, rx: mpsc::Receiver<Msg>) {
+    /// Runs until shutdown or until every handle is gone. A panic anywhere in a
+    /// step (the forward pass included) is caught: every request held, queued or
+    /// still in the inbox fails with [`Failure::EngineDown`], the handle turns
+    /// unhealthy, and later submissions fail with `Stopped` (SPEC S1).
+    fn serve(mut self, rx: mpsc::Receiver<Msg>) {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&rx)));
+        let Err(payload) = run else { return };
+        self.healthy.store(false, Ordering::Release);
+        let failure =
+            Failure::EngineDown(format!("the worker panicked: {}", panic_text(&*payload)));
+        for job in std::mem::take(&mut self.queue) {
+            let _ = job.reply.send(Event::Failed(failure.clone()));
+        }
+        for (_, a) in std::mem::take(&mut self.running) {
+            let _ = a.reply.send(Event::Failed(failure.clone()));
+        }
+        while let Ok(m) = rx.try_recv() {
+            if let Msg::Job(job) = m {
+                let _ = job.reply.send(Event::Failed(failure.clone()));
+            }
+        }
+    }
+
+    fn run(&mut self, rx: &mpsc::Receiver<Msg>) {
         loop {
             let idle = self.queue.is_empty() && self.running.is_empty();
             let first = if idle {
                 match rx.recv() {
                     Ok(m) => Some(m),
-                    Err(_) => return,
+                    Err(_) => {
+                        // Every handle and stream is gone: nothing is left to serve.
+                        self.healthy.store(false, Ordering::Release);
+                        return;
+                    }
                 }
             } else {
                 None
@@ -525,7 +566,7 @@ impl Worker {
         for row in rows {
             match self.ledger.prepare(row.id, row.start, row.start + row.len) {
                 Ok(()) => ready.push(row),
-                Err(e) => self.fail(row.id, e.to_string()),
+                Err(e) => self.fail(row.id, Failure::Kv(e.to_string())),
             }
         }
         ready
@@ -555,7 +596,7 @@ impl Worker {
             Ok(l) => l,
             Err(e) => {
                 for r in rows {
-                    self.fail(r.id, format!("the model failed: {e}"));
+                    self.fail(r.id, Failure::Model(e.to_string()));
                 }
                 return;
             }
@@ -652,27 +693,21 @@ impl Worker {
         });
     }
 
-    fn fail(&mut self, id: RequestId, message: String) {
+    fn fail(&mut self, id: RequestId, failure: Failure) {
         if let Some(a) = self.release(id) {
-            let _ = a.reply.send(Event::Failed { message });
+            let _ = a.reply.send(Event::Failed(failure));
         }
     }
 
+    /// Ends every request, queued or running, with [`Failure::Shutdown`]: a cut-off
+    /// is never reported as a finish.
     fn shutdown(&mut self) {
         for job in std::mem::take(&mut self.queue) {
-            let usage = Usage {
-                prompt_tokens: job.prompt.len(),
-                ..Usage::default()
-            };
-            let _ = job.reply.send(Event::Finished {
-                reason: FinishReason::Cancelled,
-                usage,
-                text: String::new(),
-            });
+            let _ = job.reply.send(Event::Failed(Failure::Shutdown));
         }
         let ids: Vec<RequestId> = self.running.keys().copied().collect();
         for id in ids {
-            self.finish(id, FinishReason::Cancelled);
+            self.fail(id, Failure::Shutdown);
         }
         self.update_gauges();
     }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use ferrox_engine::OutputStage;
 use ferrox_engine::ceiling::CeilingKind;
 use ferrox_engine::{
-    EngineConfig, EngineHandle, Event, FinishReason, GenerationParams, SubmitError, Usage, start,
+    EngineConfig, EngineHandle, Event, Failure, FinishReason, GenerationParams, SubmitError, Usage,
+    start,
 };
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
@@ -573,13 +574,15 @@ fn after_shutdown_submissions_fail_and_nobody_waits_forever() {
     let s = h.submit(prompt(5, 50), long_greedy(3000)).unwrap();
     h.shutdown();
     let ev = s.collect_blocking();
-    assert!(matches!(
+    assert_eq!(
         ev.last(),
-        Some(Event::Finished {
-            reason: FinishReason::Cancelled,
-            ..
-        })
-    ));
+        Some(&Event::Failed(Failure::Shutdown)),
+        "a cut-off is a failure a client can see, never a finish"
+    );
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Finished { .. })),
+        "{ev:?}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(
         h.submit(prompt(3, 51), long_greedy(2)).err(),
@@ -716,9 +719,13 @@ fn a_dead_worker_answers_everyone_and_refuses_new_work() {
     let s = h.submit(prompt(5, 70), long_greedy(50)).unwrap();
     let ev = s.collect_blocking();
     assert!(
-        matches!(ev.last(), Some(Event::Failed { .. })),
+        matches!(ev.last(), Some(Event::Failed(Failure::EngineDown(m))) if m.contains("panicked")),
         "{:?}",
         ev.last()
+    );
+    assert!(
+        !h.is_healthy(),
+        "a panicked worker makes the engine unhealthy"
     );
     let mut refused = false;
     for _ in 0..200 {

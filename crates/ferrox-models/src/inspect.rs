@@ -267,6 +267,11 @@ impl fmt::Display for ModelReport {
             "  full-context requests fit  {} (max seqs {})",
             kv.full_context_requests_that_fit, p.max_seqs
         )?;
+        writeln!(
+            s,
+            "  memory at peak             {} (taken as pages are first used)",
+            format_bytes(p.total_bytes())
+        )?;
         f.write_str(&s)
     }
 }

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::request::{PromptInput, ValidRequest, parse_chat, parse_completion};
-use crate::state::AppState;
+use crate::state::{AppState, Phase};
 
 /// Which endpoint.
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -119,6 +119,11 @@ async fn handle(
     kind: Kind,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    if st.phase.get() == Phase::Draining {
+        return Err(ApiError::shutting_down(
+            "the server is shutting down and takes no new requests; retry elsewhere or later",
+        ));
+    }
     let v = json_body(body)?;
     let req = match kind {
         Kind::Chat => parse_chat(&v)?,
@@ -152,9 +157,15 @@ async fn handle(
     if req.stream {
         Ok(sse(st, kind, id, streams, req.include_usage, started).into_response())
     } else {
-        Ok(collect(st, kind, id, streams, started)
-            .await
-            .into_response())
+        let limit = st.limits.request_timeout;
+        let answer = collect(Arc::clone(&st), kind, id, streams, started);
+        match limit {
+            None => Ok(answer.await),
+            // On timeout the streams are dropped, which cancels the requests.
+            Some(l) => tokio::time::timeout(l, answer)
+                .await
+                .map_err(|_| request_timeout(l)),
+        }
     }
 }
 
@@ -217,7 +228,7 @@ impl Clock {
                     .observe((t - self.started).as_secs_f64());
                 st.metrics.finished(reason.as_str());
             }
-            Event::Failed { .. } => st.metrics.finished("error"),
+            Event::Failed(f) => st.metrics.failed(ApiError::from_failure(f).code),
         }
     }
 }
@@ -326,15 +337,7 @@ async fn collect(
                     add_usage(&mut total, &usage);
                     finish = Some(reason);
                 }
-                Event::Failed { message } => {
-                    return ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        "generation_failed",
-                        message,
-                    )
-                    .into_response();
-                }
+                Event::Failed(f) => return ApiError::from_failure(&f).into_response(),
             }
         }
         let reason = finish.map(FinishReason::as_str);
@@ -388,6 +391,37 @@ fn chunk(
     }
 }
 
+/// 504 `request_timeout`: the request ran past the server's wall-clock limit.
+fn request_timeout(limit: std::time::Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "server_error",
+        "request_timeout",
+        format!(
+            "the request ran longer than the server's limit of {} s (--request-timeout / FERROX_REQUEST_TIMEOUT) and was cancelled",
+            limit.as_secs_f64()
+        ),
+    )
+}
+
+/// How a stream ends: `[DONE]` after a complete answer; nothing more after an
+/// error event; a `request_timeout` error event when the deadline cut it.
+fn stream_tail(
+    failed: &std::sync::atomic::AtomicBool,
+    timed_out: &std::sync::atomic::AtomicBool,
+    limit: Option<std::time::Duration>,
+) -> Option<Result<SseEvent, Infallible>> {
+    use std::sync::atomic::Ordering::Acquire;
+    if failed.load(Acquire) {
+        return None;
+    }
+    let data = match limit {
+        Some(l) if timed_out.load(Acquire) => request_timeout(l).body().to_string(),
+        _ => "[DONE]".to_string(),
+    };
+    Some(Ok(SseEvent::default().data(data)))
+}
+
 fn sse(
     st: Arc<AppState>,
     kind: Kind,
@@ -416,7 +450,23 @@ fn sse(
         .collect();
     let mut announced = vec![false; n];
     let (mut done, mut total) = (0usize, Usage::default());
+    // After an error event the stream ends: no more chunks and no `[DONE]`, so
+    // no client mistakes a cut-off for a complete answer (S18).
+    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let failed_in = Arc::clone(&failed);
+    let failed_done = Arc::clone(&failed);
+    let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (timed_out_set, limit) = (Arc::clone(&timed_out), st.limits.request_timeout);
+    let deadline = async move {
+        match limit {
+            Some(l) => tokio::time::sleep(l).await,
+            None => std::future::pending().await,
+        }
+        timed_out_set.store(true, std::sync::atomic::Ordering::Release);
+    };
     let events = merged
+        .take_until(deadline)
+        .take_while(move |_| std::future::ready(!failed_in.load(std::sync::atomic::Ordering::Acquire)))
         .flat_map(move |(i, e)| {
             clocks[i].on_event(&st, &e);
             let mut out: Vec<Value> = Vec::new();
@@ -454,12 +504,16 @@ fn sse(
                         out.push(json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": u}));
                     }
                 }
-                Event::Failed { message } => {
-                    out.push(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "generation_failed", message).body());
+                Event::Failed(f) => {
+                    failed.store(true, std::sync::atomic::Ordering::Release);
+                    out.push(ApiError::from_failure(&f).body());
                 }
             }
             stream::iter(out.into_iter().map(|v| Ok(SseEvent::default().data(v.to_string()))))
         })
-        .chain(stream::once(async { Ok(SseEvent::default().data("[DONE]")) }));
+        .chain(
+            stream::once(async move { stream_tail(&failed_done, &timed_out, limit) })
+                .filter_map(std::future::ready),
+        );
     Sse::new(events).keep_alive(KeepAlive::new().interval(std::time::Duration::from_millis(500)))
 }

@@ -7,7 +7,10 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ferrox_engine::SubmitError;
+use ferrox_engine::{Failure, SubmitError};
+
+/// The code of a request cut off (or refused) because the server is shutting down.
+pub const SHUTTING_DOWN: &str = "server_shutting_down";
 use serde_json::{Value, json};
 
 /// An error answer.
@@ -89,6 +92,39 @@ impl ApiError {
                 e.to_string(),
             ),
         }
+    }
+
+    /// The error of an accepted request that failed: a shutdown cut-off is a 503
+    /// with `Retry-After` (another replica, or this one restarted, can serve it);
+    /// the rest are 500s.
+    pub fn from_failure(f: &Failure) -> ApiError {
+        match f {
+            Failure::Shutdown => ApiError::shutting_down(f.to_string()),
+            Failure::Model(_) | Failure::Kv(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "generation_failed",
+                f.to_string(),
+            ),
+            Failure::EngineDown(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "engine_failed",
+                f.to_string(),
+            ),
+        }
+    }
+
+    /// 503 `server_shutting_down` with `Retry-After: 1`.
+    pub fn shutting_down(message: impl Into<String>) -> ApiError {
+        let mut err = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            SHUTTING_DOWN,
+            message,
+        );
+        err.retry_after = Some(1);
+        err
     }
 
     /// The JSON body.

@@ -3,18 +3,23 @@
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
 //! * [`error`]: OpenAI-shaped errors; the only place refusals become statuses (S18).
 //! * [`completions`]: chat and text completions, JSON and SSE.
-//! * [`routes`]: the router, models, health, tokenize, metrics, auth.
+//! * [`routes`]: the router, models, health, tokenize, metrics.
+//! * [`auth`]: the API key (case-insensitive scheme, constant-time comparison).
 //! * [`metrics`]: Prometheus text (S19).
 //! * [`mod@serve`]: binding, readiness and graceful shutdown.
+//! * [`limits`]: header, body, idle and request timeouts; connection and body limits.
 
+pub mod auth;
 pub mod completions;
 pub mod error;
+pub mod limits;
 pub mod metrics;
 pub mod request;
 pub mod routes;
 pub mod serve;
 pub mod state;
 
+pub use limits::Limits;
 pub use routes::router;
 pub use serve::{ServeOptions, serve, serve_loading};
-pub use state::AppState;
+pub use state::{AppState, Lifecycle, Phase};

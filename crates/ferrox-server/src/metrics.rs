@@ -24,6 +24,10 @@ pub struct Metrics {
     pub queue_time: Histogram,
     pub requests: Family<Labels, Counter>,
     pub refusals: Family<Labels, Counter>,
+    /// Requests the engine cut off at shutdown, after the grace period.
+    pub cut_at_shutdown: Counter,
+    /// Requests that failed after they were accepted, shutdown cut-offs included.
+    pub failed: Family<Labels, Counter>,
 }
 
 struct EngineCollector(EngineHandle);
@@ -189,6 +193,8 @@ impl Metrics {
             queue_time: latency(),
             requests: Family::default(),
             refusals: Family::default(),
+            cut_at_shutdown: Counter::default(),
+            failed: Family::default(),
         };
         r.register(
             "ferrox_time_to_first_token_seconds",
@@ -220,6 +226,16 @@ impl Metrics {
             "Refused requests by error code",
             m.refusals.clone(),
         );
+        r.register(
+            "ferrox_requests_cut_at_shutdown",
+            "Requests still running when the shutdown grace period ran out",
+            m.cut_at_shutdown.clone(),
+        );
+        r.register(
+            "ferrox_failed_requests",
+            "Accepted requests that failed, by error code",
+            m.failed.clone(),
+        );
         r.register_collector(Box::new(EngineCollector(engine)));
         *m.registry.lock().expect("fresh mutex") = r;
         m
@@ -230,6 +246,16 @@ impl Metrics {
         self.requests
             .get_or_create(&vec![("finish_reason".to_string(), reason.to_string())])
             .inc();
+    }
+
+    /// Counts a request that failed after it was accepted.
+    pub fn failed(&self, code: &str) {
+        self.failed
+            .get_or_create(&vec![("code".to_string(), code.to_string())])
+            .inc();
+        if code == crate::error::SHUTTING_DOWN {
+            self.cut_at_shutdown.inc();
+        }
     }
 
     /// Counts a refusal.

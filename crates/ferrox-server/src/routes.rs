@@ -2,7 +2,6 @@
 //! 404s for unknown routes.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -16,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::completions::{self, json_body};
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Phase};
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 4 << 20;
@@ -33,17 +32,28 @@ async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
     )
 }
 
+/// 200 while serving; 503 while starting, once draining has begun (so a load
+/// balancer stops sending at once), and when the engine has failed.
 async fn health(State(st): State<Arc<AppState>>) -> Response {
-    if st.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
-    } else {
+    let unavailable = |code, message| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "server_error",
-            "loading",
-            "the model is loading",
+            code,
+            message,
         )
         .into_response()
+    };
+    if !st.engine.is_healthy() {
+        return unavailable("engine_failed", "the engine has failed and serves nothing");
+    }
+    match st.phase.get() {
+        Phase::Serving => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
+        Phase::Starting => unavailable("loading", "the model is loading"),
+        Phase::Draining => unavailable(
+            crate::error::SHUTTING_DOWN,
+            "the server is shutting down; in-flight requests are finishing",
+        ),
     }
 }
 
@@ -121,9 +131,8 @@ async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) 
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "));
-        if given != Some(key.as_str()) {
+            .and_then(|h| h.to_str().ok());
+        if !key.accepts(given) {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
@@ -151,6 +160,10 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_READ_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&st),
+            crate::limits::read_body,
+        ))
         .with_state(st)
 }
 

@@ -1,14 +1,48 @@
 //! What every handler shares: the engine handle, the tokenizer and chat template,
-//! the model's names, the API key and the metrics.
+//! the model's names, the API key, the metrics and where the server is in its life.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use ferrox_engine::EngineHandle;
 use ferrox_models::chat::{ChatMessage, ChatTemplate};
 use ferrox_models::{ModelError, Tokenizer};
 
+use crate::auth::ApiKey;
 use crate::metrics::Metrics;
+
+/// Where the server is in its life (what `/health` reports).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Bound, model still loading or engine not yet serving.
+    Starting,
+    /// Serving requests.
+    Serving,
+    /// A shutdown signal came: in-flight requests finish, new ones are refused.
+    Draining,
+}
+
+/// The server's [`Phase`], shared across threads.
+#[derive(Debug)]
+pub struct Lifecycle(AtomicU8);
+
+impl Lifecycle {
+    pub fn new(phase: Phase) -> Lifecycle {
+        Lifecycle(AtomicU8::new(phase as u8))
+    }
+
+    pub fn get(&self) -> Phase {
+        match self.0.load(Ordering::Acquire) {
+            0 => Phase::Starting,
+            1 => Phase::Serving,
+            _ => Phase::Draining,
+        }
+    }
+
+    pub fn set(&self, phase: Phase) {
+        self.0.store(phase as u8, Ordering::Release);
+    }
+}
 
 /// Shared server state.
 pub struct AppState {
@@ -19,11 +53,13 @@ pub struct AppState {
     pub model_id: String,
     /// Other names clients may use for the model.
     pub aliases: Vec<String>,
-    pub api_key: Option<String>,
+    pub api_key: Option<ApiKey>,
     /// `max_tokens` of requests that give none (capped by what the context leaves).
     pub default_max_tokens: usize,
     pub metrics: Metrics,
-    pub ready: AtomicBool,
+    pub phase: Lifecycle,
+    /// Timeouts and limits of the HTTP layer.
+    pub limits: crate::limits::Limits,
 }
 
 impl AppState {

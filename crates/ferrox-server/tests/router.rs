@@ -1,70 +1,26 @@
-//! The router in-process on a tiny model: error shapes (SPEC S18) and a failure
-//! after streaming began, which must end the SSE stream with an error event.
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+//! The router in-process on a tiny model: error shapes (SPEC S18), a failure
+//! after streaming began (an error event and no `[DONE]`), the API key (F4) and
+//! a panic in the forward pass.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use ferrox_engine::{EngineConfig, start};
-use ferrox_gguf::GgufFile;
-use ferrox_models::decoder::{Decoder, Logits, Span};
-use ferrox_models::kv_store::KvStore;
-use ferrox_models::testing::TinyModel;
-use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
-use ferrox_server::metrics::Metrics;
-use ferrox_server::{AppState, router};
+use ferrox_server::router;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-/// Fails (with an error, not a panic) from its `fail_at`-th forward call on.
-struct Failing {
-    inner: Transformer,
-    calls: AtomicUsize,
-    fail_at: usize,
-}
+mod common;
 
-impl Decoder for Failing {
-    fn forward(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
-        if self.calls.fetch_add(1, Ordering::SeqCst) + 1 >= self.fail_at {
-            return Err(ModelError::Forward("simulated device fault".into()));
-        }
-        self.inner.forward(cache, spans)
-    }
-    fn hyper_params(&self) -> &HyperParams {
-        self.inner.hyper_params()
-    }
-}
+use common::{Fault, Setup, state};
 
 fn app(fail_at: usize) -> axum::Router {
-    let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap();
-    let tokenizer = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
-    let decoder = Failing {
-        inner: Transformer::new(file(), 1).unwrap(),
-        calls: AtomicUsize::new(0),
-        fail_at,
+    let fault = match fail_at {
+        usize::MAX => Fault::None,
+        at => Fault::Error { at },
     };
-    let engine = start(
-        Box::new(decoder),
-        Arc::clone(&tokenizer),
-        EngineConfig {
-            kv_blocks: Some(64),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let state = AppState {
-        metrics: Metrics::new(engine.clone()),
-        engine,
-        tokenizer,
-        chat: None,
-        model_id: "tiny".into(),
-        aliases: vec![],
-        api_key: None,
-        default_max_tokens: 64,
-        ready: AtomicBool::new(true),
-    };
-    router(Arc::new(state))
+    router(state(Setup {
+        fault,
+        ..Setup::default()
+    }))
 }
 
 async fn post(app: axum::Router, path: &str, body: &str) -> (StatusCode, String) {
@@ -129,9 +85,12 @@ async fn a_failure_mid_stream_ends_with_an_error_event() {
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .collect();
-    assert!(events.len() >= 3, "{text}");
-    let (last, before) = (events[events.len() - 1], events[events.len() - 2]);
-    assert_eq!(last, "[DONE]");
+    assert!(events.len() >= 2, "{text}");
+    assert!(
+        !events.contains(&"[DONE]"),
+        "no [DONE] after an error: a client must not read a cut-off as complete: {text}"
+    );
+    let before = events[events.len() - 1];
     let err: serde_json::Value = serde_json::from_str(before).unwrap();
     assert_eq!(err["error"]["code"], "generation_failed", "{before}");
     assert!(
@@ -141,7 +100,7 @@ async fn a_failure_mid_stream_ends_with_an_error_event() {
             .contains("simulated device fault")
     );
     assert!(
-        events[..events.len() - 2]
+        events[..events.len() - 1]
             .iter()
             .any(|e| e.contains("\"text\"")),
         "tokens were streamed before the failure: {text}"
@@ -204,4 +163,65 @@ async fn a_repeated_long_prompt_reports_cached_tokens_and_metrics_show_hits() {
     assert!(metric(&m, "ferrox_kv_blocks_cached") >= (cached / 16) as f64);
     let ratio = metric(&m, "ferrox_kv_cache_usage_ratio");
     assert!((0.0..=1.0).contains(&ratio), "{ratio}");
+}
+
+async fn send(app: axum::Router, req: Request<Body>) -> (StatusCode, String) {
+    let resp = app.oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Issue F4: the `Bearer` scheme is matched in any case; a wrong key is a 401.
+#[tokio::test]
+async fn the_api_key_scheme_is_case_insensitive() {
+    let app = router(state(Setup {
+        api_key: Some("k3y"),
+        ..Setup::default()
+    }));
+    for (auth, want) in [
+        (Some("Bearer k3y"), StatusCode::OK),
+        (Some("bearer k3y"), StatusCode::OK),
+        (Some("BEARER k3y"), StatusCode::OK),
+        (Some("Bearer k3"), StatusCode::UNAUTHORIZED),
+        (None, StatusCode::UNAUTHORIZED),
+    ] {
+        let mut req = Request::get("/v1/models");
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let (s, text) = send(app.clone(), req.body(Body::empty()).unwrap()).await;
+        assert_eq!(s, want, "{auth:?}: {text}");
+    }
+}
+
+/// Issue 15 item 5: a panic inside the forward pass fails the request in flight
+/// with a 500 in OpenAI's shape, turns `/health` unhealthy, and later requests
+/// are refused at once: no client hangs.
+#[tokio::test]
+async fn a_panic_in_the_forward_pass_fails_requests_and_health() {
+    let app = router(state(Setup {
+        fault: Fault::Panic { at: 2 },
+        ..Setup::default()
+    }));
+    let body = r#"{"prompt": "abc", "max_tokens": 20, "ignore_eos": true}"#;
+    let (s, text) = post(app.clone(), "/v1/completions", body).await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "engine_failed", "{text}");
+    assert!(text.contains("simulated bug"), "{text}");
+    let health = send(
+        app.clone(),
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(health.0, StatusCode::SERVICE_UNAVAILABLE, "{}", health.1);
+    assert!(health.1.contains("engine_failed"), "{}", health.1);
+    let (s, text) = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        post(app, "/v1/completions", body),
+    )
+    .await
+    .expect("answered at once");
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{text}");
 }
