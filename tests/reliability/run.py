@@ -73,7 +73,7 @@ class Server:
         c = http.client.HTTPConnection(self.host, self.port, timeout=300)
         c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
         r = c.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -125,7 +125,7 @@ def soak(refs):
             i = (c * 7 + n) % len(PROMPTS)
             n += 1
             if n % 5 == 0:
-                stream = s.client.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPTS[i]}], temperature=0, max_tokens=200, stream=True)
+                stream = s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": PROMPTS[i]}], temperature=0, max_tokens=200, stream=True)
                 for _ in zip(range(2), stream):
                     pass
                 stream.close()
@@ -163,7 +163,7 @@ def storm(refs):
                     tally["wrong"] += 1
             elif status == 503:
                 tally["refused_503"] += 1
-                if "Retry-After" not in headers:
+                if "retry-after" not in headers:
                     tally["no_retry_after"] += 1
             else:
                 tally["other"] += 1
@@ -274,7 +274,7 @@ def shutdown(refs):
 
     def plain(k):
         status, headers, body = s.post({"prompt": PROMPTS[k], "max_tokens": 400, "ignore_eos": True}, "/v1/completions")
-        results[("plain", k)] = (status, headers.get("Retry-After"), body)
+        results[("plain", k)] = (status, headers.get("retry-after"), body)
 
     threads = [threading.Thread(target=stream, args=(k,)) for k in range(3)] + [threading.Thread(target=plain, args=(k,)) for k in range(3, 5)]
     for t in threads:

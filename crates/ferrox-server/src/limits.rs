@@ -9,7 +9,9 @@
 //!   streaming or not, never counts as idle).
 //! * Body: [`read_body`] buffers every body under one deadline for the whole
 //!   body (not per chunk, so a trickle cannot hold it open), and answers 413
-//!   from `Content-Length` before reading anything.
+//!   from a `Content-Length` over `BODY_READ_LIMIT` before reading anything
+//!   (bodies between the 4 MiB limit and that are read, then refused, so a
+//!   client still sending gets the 413 rather than a reset).
 //! * Connections: a semaphore in the accept loop (`serve`); beyond it new
 //!   connections wait in the kernel's backlog.
 //! * Wall clock: the completion handlers end a request at its deadline.
@@ -237,8 +239,10 @@ pub async fn read_body(State(st): State<Arc<AppState>>, req: Request, next: Next
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
+    // Up to BODY_READ_LIMIT the body is read (and refused after, by the handler)
+    // so that a client still sending sees the 413 instead of a reset.
     if let Some(n) = declared
-        && n > BODY_LIMIT as u64
+        && n > BODY_READ_LIMIT as u64
     {
         return too_large(format!(
             "request body too large: Content-Length {n} bytes, the limit is {BODY_LIMIT} bytes"
