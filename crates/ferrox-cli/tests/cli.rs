@@ -581,3 +581,34 @@ fn real_model_bench_serve_chat_reports_cached_tokens_per_turn() {
         }
     }
 }
+
+/// Issue 15 (F4, item 5): a setup that could only fail later is refused at
+/// start-up, naming the problem: an empty API key (which would lock every
+/// route), an unknown kernel level, and a KV budget larger than the memory the
+/// system has available (a page could otherwise be the allocation that runs
+/// the machine out of memory mid-request).
+#[test]
+fn serve_refuses_setups_that_would_fail_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_gguf(dir.path());
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "  \n").unwrap();
+    let key_file = key_file.to_str().unwrap().to_string();
+    for (args, env, says) in [
+        (vec!["--api-key", ""], vec![], "API key is empty"),
+        (vec!["--api-key", " "], vec![], "API key is empty"),
+        (
+            vec!["--api-key-file", key_file.as_str()],
+            vec![],
+            "API key is empty",
+        ),
+        (vec![], vec![("FERROX_ISA", "sse9")], "FERROX_ISA"),
+        (vec!["--kv-memory", "100TiB"], vec![], "available"),
+    ] {
+        let mut all = vec!["serve", "-m", model.as_str(), "--port", "0"];
+        all.extend(args.iter().copied());
+        let o = ferrox(&all, &env);
+        assert!(!o.status.success(), "{args:?} {env:?} started");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
