@@ -28,10 +28,7 @@ async fn post(app: axum::Router, path: &str, body: &str) -> (StatusCode, String)
         .header("content-type", "application/json")
         .body(Body::from(body.to_string()))
         .unwrap();
-    let resp = app.oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
+    send(app, req).await
 }
 
 /// SPEC S18: errors have the OpenAI shape with a string code.
