@@ -59,7 +59,8 @@ pub struct KvArgs {
 pub struct EngineArgs {
     #[command(flatten)]
     pub kv: KvArgs,
-    /// Requests that may wait for admission before new ones get 503.
+    /// Requests that may wait beyond --max-seqs running ones: new requests get
+    /// 503 queue_full once running plus waiting reach max-seqs + max-queue.
     #[arg(long, env = "FERROX_CB_MAX_QUEUE", value_parser = count_knob("FERROX_CB_MAX_QUEUE"), default_value_t = 512, value_name = "N")]
     pub max_queue: usize,
     /// KV blocks in the pool (instead of --kv-memory).
