@@ -37,33 +37,11 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The body as JSON, or the error naming what is wrong with it.
+/// The body as JSON, or the error naming what is wrong with it (its size was
+/// checked by the `limits::read_body` middleware).
 pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let bytes = body.map_err(|e| {
-        let status = e.status();
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                status,
-                "invalid_request_error",
-                "request_too_large",
-                format!("request body too large: {e}"),
-            )
-        } else {
-            ApiError::invalid(None, format!("cannot read the request body: {e}"))
-        }
-    })?;
-    if bytes.len() > crate::routes::BODY_LIMIT {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            "request_too_large",
-            format!(
-                "request body too large: {} bytes, the limit is {} bytes",
-                bytes.len(),
-                crate::routes::BODY_LIMIT
-            ),
-        ));
-    }
+    let bytes =
+        body.map_err(|e| ApiError::invalid(None, format!("cannot read the request body: {e}")))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
 }

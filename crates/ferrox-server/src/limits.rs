@@ -11,7 +11,8 @@
 //!   body (not per chunk, so a trickle cannot hold it open), and answers 413
 //!   from a `Content-Length` over `BODY_READ_LIMIT` before reading anything
 //!   (bodies between the 4 MiB limit and that are read, then refused, so a
-//!   client still sending gets the 413 rather than a reset).
+//!   client still sending gets the 413 rather than a reset). It is the one
+//!   place the body size is policed; handlers get a body already within it.
 //! * Connections: a semaphore in the accept loop (`serve`); beyond it new
 //!   connections wait in the kernel's backlog.
 //! * Wall clock: the completion handlers end a request at its deadline.
@@ -267,6 +268,10 @@ pub async fn read_body(State(st): State<Arc<AppState>>, req: Request, next: Next
         Ok(Err(e)) => {
             ApiError::invalid(None, format!("cannot read the request body: {e}")).into_response()
         }
+        Ok(Ok(bytes)) if bytes.len() > BODY_LIMIT => too_large(format!(
+            "request body too large: {} bytes, the limit is {BODY_LIMIT} bytes",
+            bytes.len()
+        )),
         Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
     }
 }

@@ -24,8 +24,6 @@ pub struct Metrics {
     pub queue_time: Histogram,
     pub requests: Family<Labels, Counter>,
     pub refusals: Family<Labels, Counter>,
-    /// Requests the engine cut off at shutdown, after the grace period.
-    pub cut_at_shutdown: Counter,
     /// Requests that failed after they were accepted, shutdown cut-offs included.
     pub failed: Family<Labels, Counter>,
 }
@@ -193,7 +191,6 @@ impl Metrics {
             queue_time: latency(),
             requests: Family::default(),
             refusals: Family::default(),
-            cut_at_shutdown: Counter::default(),
             failed: Family::default(),
         };
         r.register(
@@ -227,11 +224,6 @@ impl Metrics {
             m.refusals.clone(),
         );
         r.register(
-            "ferrox_requests_cut_at_shutdown",
-            "Requests still running when the shutdown grace period ran out",
-            m.cut_at_shutdown.clone(),
-        );
-        r.register(
             "ferrox_failed_requests",
             "Accepted requests that failed, by error code",
             m.failed.clone(),
@@ -253,9 +245,17 @@ impl Metrics {
         self.failed
             .get_or_create(&vec![("code".to_string(), code.to_string())])
             .inc();
-        if code == crate::error::SHUTTING_DOWN {
-            self.cut_at_shutdown.inc();
-        }
+    }
+
+    /// Requests cut off at shutdown after the grace period (the failures coded
+    /// `server_shutting_down`; a request refused while draining is a refusal).
+    pub fn cut_at_shutdown(&self) -> u64 {
+        self.failed
+            .get_or_create(&vec![(
+                "code".to_string(),
+                crate::error::SHUTTING_DOWN.to_string(),
+            )])
+            .get()
     }
 
     /// Counts a refusal.

@@ -159,7 +159,8 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(BODY_READ_LIMIT))
+        // The `read_body` middleware below polices the size (and the time).
+        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(
             Arc::clone(&st),
             crate::limits::read_body,

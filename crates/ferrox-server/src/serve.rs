@@ -181,7 +181,8 @@ pub async fn serve(
 /// returns once no request is in flight on any connection.
 async fn drain(state: &AppState, all: &Activity, grace: Duration) {
     state.phase.set(Phase::Draining);
-    let in_flight = state.engine.stats().running + state.engine.stats().queue_depth;
+    let stats = state.engine.stats();
+    let in_flight = stats.running + stats.queue_depth;
     eprintln!(
         "ferrox: shutting down: {in_flight} requests in flight get {} s to finish",
         grace.as_secs_f64()
@@ -197,7 +198,7 @@ async fn drain(state: &AppState, all: &Activity, grace: Duration) {
     }
     cutter.abort();
     state.engine.shutdown();
-    let cut = state.metrics.cut_at_shutdown.get();
+    let cut = state.metrics.cut_at_shutdown();
     if cut > 0 {
         eprintln!(
             "ferrox: cut off {cut} requests still running after the {} s grace period (each got a 503 or a stream error event)",

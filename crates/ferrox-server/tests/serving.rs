@@ -124,7 +124,7 @@ async fn a_shutdown_cut_off_is_never_reported_as_a_finish() {
     );
     assert!(plain.contains("server_shutting_down"), "{plain}");
     server.done.await.unwrap().unwrap();
-    assert_eq!(st.metrics.cut_at_shutdown.get(), 2);
+    assert_eq!(st.metrics.cut_at_shutdown(), 2);
 }
 
 /// `/health` on an open keep-alive connection.
@@ -165,7 +165,7 @@ async fn requests_that_finish_within_the_grace_period_are_served_whole() {
         "{streamed}"
     );
     server.done.await.unwrap().unwrap();
-    assert_eq!(st.metrics.cut_at_shutdown.get(), 0);
+    assert_eq!(st.metrics.cut_at_shutdown(), 0);
 }
 
 fn limited(limits: Limits) -> Arc<AppState> {
