@@ -81,6 +81,10 @@ impl EngineHandle {
         params: GenerationParams,
     ) -> Result<RequestStream, SubmitError> {
         let s = &self.shared;
+        // A failed worker may still be draining its inbox: refuse at once.
+        if !s.healthy.load(Ordering::Acquire) {
+            return Err(SubmitError::Stopped);
+        }
         if let Err(e) = validate(&prompt, &params, s.vocab) {
             EngineStats::add(&s.stats.refusals_invalid, 1);
             return Err(SubmitError::Invalid(e));
