@@ -119,7 +119,7 @@ impl ChatTemplate {
     }
 
     /// The template a model's metadata calls for: its own Jinja template, else the
-    /// built-in format of its architecture (Gemma 3), else `None`.
+    /// built-in format of its architecture (Gemma 2 and 3), else `None`.
     pub fn for_model(
         source: Option<&str>,
         architecture: Architecture,
@@ -128,7 +128,9 @@ impl ChatTemplate {
     ) -> Result<Option<ChatTemplate>, ModelError> {
         match (source, architecture) {
             (Some(s), _) => Ok(Some(ChatTemplate::jinja(s, bos, eos)?)),
-            (None, Architecture::Gemma3) => Ok(Some(ChatTemplate::GemmaTurns)),
+            (None, Architecture::Gemma2 | Architecture::Gemma3) => {
+                Ok(Some(ChatTemplate::GemmaTurns))
+            }
             (None, _) => Ok(None),
         }
     }

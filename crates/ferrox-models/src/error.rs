@@ -11,6 +11,14 @@ pub enum ModelError {
     UnsupportedArchitecture { found: String, supported: String },
     #[error("invalid hyper-parameter {key}: {reason}")]
     InvalidHyperParameter { key: String, reason: String },
+    #[error(
+        "tensor {name:?} is not part of the {architecture} architecture as ferrox implements it; \
+         refusing a model it would run wrong"
+    )]
+    UnusedTensor {
+        name: String,
+        architecture: &'static str,
+    },
     #[error("unknown model {name:?}; known models: {known}")]
     UnknownModel { name: String, known: String },
     #[error("invalid size {text:?}: {reason} (examples: 512MiB, 2GiB, 1.5GB, 1048576)")]

@@ -3,53 +3,16 @@
 //! Invariants: a `HyperParams` value is consistent (heads divide evenly, every
 //! count positive), so code downstream never re-checks it. Keys follow llama.cpp's
 //! `{arch}.{name}` convention; defaults are llama.cpp's where the file may omit a
-//! key (head dim = embedding / heads, KV heads = heads, Gemma 3's window pattern
-//! of one global layer in six and local RoPE base of 10000).
+//! key (head dim = embedding / heads, KV heads = heads, and the per-architecture
+//! defaults of [`ArchSpec`]). A key that would change the function but is not
+//! implemented (mixture of experts, an unknown RoPE scaling) is refused by name.
 
-use ferrox_gguf::Metadata;
+use ferrox_core::ops::rope::RopeScaling;
+use ferrox_gguf::{Metadata, Value};
 
+pub use crate::arch::{ArchSpec, Architecture};
+use crate::arch::{AttentionScale, Softcap, WindowRule};
 use crate::error::ModelError;
-
-/// A model architecture ferrox can run.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Architecture {
-    /// Llama family: Llama 2/3, SmolLM, Mistral (written as `llama`).
-    Llama,
-    /// Qwen2 / Qwen2.5: llama layout with QKV biases.
-    Qwen2,
-    /// Gemma 3: scaled embeddings, QK-norm, sandwich norms, GeGLU, sliding windows.
-    Gemma3,
-}
-
-impl Architecture {
-    /// Every supported architecture, by its GGUF name.
-    pub const ALL: [Architecture; 3] = [
-        Architecture::Llama,
-        Architecture::Qwen2,
-        Architecture::Gemma3,
-    ];
-
-    /// The `general.architecture` string.
-    pub fn gguf_name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::Gemma3 => "gemma3",
-        }
-    }
-
-    /// Parses `general.architecture`; an error lists what is supported.
-    pub fn from_gguf_name(name: &str) -> Result<Architecture, ModelError> {
-        Architecture::ALL
-            .into_iter()
-            .find(|a| a.gguf_name() == name)
-            .ok_or_else(|| ModelError::UnsupportedArchitecture {
-                found: name.to_string(),
-                supported: Architecture::ALL.map(|a| a.gguf_name()).join(", "),
-            })
-    }
-}
 
 /// How one layer attends.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -83,8 +46,25 @@ pub struct HyperParams {
     pub rope_freq_base_local: f32,
     /// Dimensions rotated by RoPE per head.
     pub rope_dim: usize,
+    /// How RoPE stretches positions (the file's `rope.scaling.*`).
+    #[serde(serialize_with = "as_text")]
+    pub rope_scaling: RopeScaling,
+    /// Scale of RoPE's cosines and sines (`rope.scaling.attn_factor`, LongRoPE).
+    pub rope_attn_factor: f32,
+    /// The context the model was trained on before scaling.
+    pub rope_orig_context: usize,
+    /// Multiplier of attention scores before the softmax.
+    pub attn_scale: f32,
+    /// Soft-cap of attention scores (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Soft-cap of the output logits (Gemma 2).
+    pub final_softcap: Option<f32>,
     /// Attention kind of each layer: `[n_layers]`.
     pub layers: Vec<AttentionKind>,
+}
+
+fn as_text<S: serde::Serializer>(v: &RopeScaling, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> ModelError {
@@ -144,50 +124,38 @@ impl HyperParams {
                 format!("{rope_dim} rotated of a {head_dim_k}-wide head"),
             ));
         }
-        if let Some(kind) = m.string_opt(&key("rope.scaling.type"))?
-            && kind != "none"
-        {
-            return Err(invalid(
-                &key("rope.scaling.type"),
-                format!(
-                    "RoPE scaling {kind:?} is not supported yet; ferrox runs unscaled RoPE only"
-                ),
-            ));
-        }
         let context_length = positive(m, &key("context_length"))?;
         let vocab_size = match m.count_opt(&key("vocab_size"))? {
             Some(n) => n,
             None => m.string_array("tokenizer.ggml.tokens")?.len(),
         };
+        refuse_experts(m, &key("expert_count"))?;
+        let spec = architecture.spec();
         let rms_eps = m
             .float_opt(&key("attention.layer_norm_rms_epsilon"))?
             .unwrap_or(1e-5) as f32;
-        let default_base = if architecture == Architecture::Gemma3 {
-            1_000_000.0
-        } else {
-            10_000.0
+        let rope_freq_base = m
+            .float_opt(&key("rope.freq_base"))?
+            .unwrap_or(spec.default_rope_base as f64) as f32;
+        let rope_orig_context = m
+            .count_opt(&key("rope.scaling.original_context_length"))?
+            .unwrap_or(context_length);
+        let rope_scaling = rope_scaling(m, &key, rope_orig_context)?;
+        let rope_attn_factor = m
+            .float_opt(&key("rope.scaling.attn_factor"))?
+            .unwrap_or(1.0) as f32;
+        let layers = layer_kinds(m, &key, spec.windows, n_layers)?;
+        let rope_freq_base_local = match spec.default_local_rope_base {
+            Some(local) => m
+                .float_opt(&key("rope.freq_base_swa"))?
+                .unwrap_or(local as f64) as f32,
+            None => rope_freq_base,
         };
-        let rope_freq_base = m.float_opt(&key("rope.freq_base"))?.unwrap_or(default_base) as f32;
-        let (layers, rope_freq_base_local) = match architecture {
-            Architecture::Gemma3 => {
-                let window = positive(m, &key("attention.sliding_window"))?;
-                // One full-attention layer in every `pattern`, the last of each group.
-                let pattern = m
-                    .count_opt(&key("attention.sliding_window_pattern"))?
-                    .unwrap_or(6)
-                    .max(1);
-                let layers = (0..n_layers)
-                    .map(|i| {
-                        if (i + 1) % pattern == 0 {
-                            AttentionKind::Full
-                        } else {
-                            AttentionKind::SlidingWindow { window }
-                        }
-                    })
-                    .collect();
-                (layers, 10_000.0)
+        let attn_scale = match spec.attention_scale {
+            AttentionScale::GemmaBig { layers } if layers == n_layers => {
+                1.0 / ((n_embd / n_heads) as f32).sqrt()
             }
-            _ => (vec![AttentionKind::Full; n_layers], rope_freq_base),
+            _ => 1.0 / (head_dim_k as f32).sqrt(),
         };
         Ok(HyperParams {
             architecture,
@@ -205,8 +173,19 @@ impl HyperParams {
             rope_freq_base,
             rope_freq_base_local,
             rope_dim,
+            rope_scaling,
+            rope_attn_factor,
+            rope_orig_context,
+            attn_scale,
+            attn_softcap: softcap(m, &key("attn_logit_softcapping"), spec.attn_softcap)?,
+            final_softcap: softcap(m, &key("final_logit_softcapping"), spec.final_softcap)?,
             layers,
         })
+    }
+
+    /// The architecture's table.
+    pub fn spec(&self) -> ArchSpec {
+        self.architecture.spec()
     }
 
     /// The sliding window, if any layer has one.
@@ -215,5 +194,136 @@ impl HyperParams {
             AttentionKind::SlidingWindow { window } => Some(*window),
             AttentionKind::Full => None,
         })
+    }
+}
+
+/// Mixture-of-experts feed-forwards are not implemented: refused by name.
+fn refuse_experts(m: &Metadata, key: &str) -> Result<(), ModelError> {
+    match m.count_opt(key)? {
+        None | Some(0) => Ok(()),
+        Some(n) => Err(invalid(
+            key,
+            format!("{n} experts: mixture-of-experts models are not supported yet"),
+        )),
+    }
+}
+
+/// The file's RoPE scaling: `rope.scaling.type` (llama.cpp's default "linear")
+/// and `rope.scaling.factor` (or the older `rope.scale_linear`).
+fn rope_scaling(
+    m: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    orig_context: usize,
+) -> Result<RopeScaling, ModelError> {
+    let kind = m
+        .string_opt(&key("rope.scaling.type"))?
+        .unwrap_or_else(|| "linear".into());
+    let factor = match m.float_opt(&key("rope.scaling.factor"))? {
+        Some(f) => f,
+        None => m.float_opt(&key("rope.scale_linear"))?.unwrap_or(0.0),
+    } as f32;
+    if !(factor.is_finite() && factor >= 0.0) {
+        return Err(invalid(
+            &key("rope.scaling.factor"),
+            format!("{factor} is not a scale"),
+        ));
+    }
+    let unscaled = factor == 0.0 || factor == 1.0;
+    if let Some(mul) = m.float_opt(&key("rope.scaling.yarn_log_multiplier"))?
+        && mul != 0.0
+    {
+        return Err(invalid(
+            &key("rope.scaling.yarn_log_multiplier"),
+            "YaRN with a log multiplier (DeepSeek) is not supported",
+        ));
+    }
+    let yarn_beta = |name: &str, default: f64| -> Result<f32, ModelError> {
+        Ok(m.float_opt(&key(name))?.unwrap_or(default) as f32)
+    };
+    Ok(match kind.as_str() {
+        "none" => RopeScaling::None,
+        "linear" | "longrope" if unscaled => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor },
+        "yarn" if unscaled => RopeScaling::None,
+        "yarn" => RopeScaling::Yarn {
+            factor,
+            orig_context,
+            beta_fast: yarn_beta("rope.scaling.yarn_beta_fast", 32.0)?,
+            beta_slow: yarn_beta("rope.scaling.yarn_beta_slow", 1.0)?,
+        },
+        other => {
+            return Err(invalid(
+                &key("rope.scaling.type"),
+                format!(
+                    "RoPE scaling {other:?} is not supported (none, linear, yarn, longrope are)"
+                ),
+            ));
+        }
+    })
+}
+
+/// Attention kind of every layer, from the window size and pattern keys.
+fn layer_kinds(
+    m: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    rule: WindowRule,
+    n_layers: usize,
+) -> Result<Vec<AttentionKind>, ModelError> {
+    let WindowRule::Pattern {
+        pattern,
+        default_window,
+    } = rule
+    else {
+        return Ok(vec![AttentionKind::Full; n_layers]);
+    };
+    let window = match (
+        m.count_opt(&key("attention.sliding_window"))?,
+        default_window,
+    ) {
+        (Some(0), _) | (None, None) => return Ok(vec![AttentionKind::Full; n_layers]),
+        (Some(w), _) | (None, Some(w)) => w,
+    };
+    let pattern_key = key("attention.sliding_window_pattern");
+    let windowed: Vec<bool> = match m.get(&pattern_key) {
+        Some(Value::Array(ferrox_gguf::Array::Bool(flags))) => {
+            if flags.len() != n_layers {
+                return Err(invalid(
+                    &pattern_key,
+                    format!("{} flags for {n_layers} layers", flags.len()),
+                ));
+            }
+            flags.clone()
+        }
+        _ => {
+            // One full-attention layer in every `pattern`, the last of each group.
+            // (A pattern of 0 makes every layer a window layer, as in llama.cpp.)
+            let pattern = m.count_opt(&pattern_key)?.unwrap_or(pattern);
+            (0..n_layers)
+                .map(|i| pattern == 0 || (i + 1) % pattern != 0)
+                .collect()
+        }
+    };
+    Ok(windowed
+        .into_iter()
+        .map(|w| {
+            if w {
+                AttentionKind::SlidingWindow { window }
+            } else {
+                AttentionKind::Full
+            }
+        })
+        .collect())
+}
+
+/// A soft-cap as the architecture reads it; 0 means none.
+fn softcap(m: &Metadata, key: &str, rule: Softcap) -> Result<Option<f32>, ModelError> {
+    let Softcap::Key { default } = rule else {
+        return Ok(None);
+    };
+    let cap = m.float_opt(key)?.map(|c| c as f32).or(default);
+    match cap {
+        Some(c) if !(c.is_finite() && c >= 0.0) => Err(invalid(key, format!("{c} is not a cap"))),
+        Some(c) if c > 0.0 => Ok(Some(c)),
+        _ => Ok(None),
     }
 }

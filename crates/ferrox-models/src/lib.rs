@@ -1,7 +1,8 @@
 //! ferrox-models: what a GGUF file means as a model.
 //!
 //! * [`activation_path`]: the fast integer-activation path or the exact f32 one.
-//! * [`hparams`]: architecture and hyper-parameters from metadata.
+//! * [`arch`]: the described table of every architecture.
+//! * [`hparams`]: hyper-parameters from metadata.
 //! * [`kv_plan`]: KV shape, request pricing, blocks from a memory budget (SPEC S7, S10).
 //! * [`inspect`]: the `ferrox inspect` report.
 //! * [`catalog`]: the models ferrox fetches by name, and the cache directory.
@@ -9,6 +10,7 @@
 //! * [`testing`]: locating real models and golden files from tests.
 
 pub mod activation_path;
+pub mod arch;
 pub mod byte_size;
 pub mod catalog;
 pub mod chat;
@@ -26,8 +28,9 @@ pub mod transformer;
 pub mod weights;
 
 pub use activation_path::ActivationPath;
+pub use arch::{ArchSpec, Architecture};
 pub use error::ModelError;
-pub use hparams::{Architecture, AttentionKind, HyperParams};
+pub use hparams::{AttentionKind, HyperParams};
 pub use kv_plan::{KvPlan, KvShape};
 pub use tokenizer::Tokenizer;
 pub use transformer::Transformer;

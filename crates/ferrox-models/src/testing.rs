@@ -138,7 +138,10 @@ impl TinyModel {
             .set(k("attention.value_length"), Value::U32(hd as u32))
             .set(k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
             .set(k("rope.freq_base"), Value::F32(10000.0));
-        if self.architecture == crate::Architecture::Gemma3 {
+        if matches!(
+            self.architecture,
+            crate::Architecture::Gemma2 | crate::Architecture::Gemma3
+        ) {
             w.set(
                 k("attention.sliding_window"),
                 Value::U32(self.window as u32),
@@ -187,46 +190,55 @@ impl TinyModel {
             )
             .expect("valid tensor");
         };
+        use crate::Architecture as A;
+        let arch = self.architecture;
         mat(&mut w, &mut rnd, "token_embd.weight".into(), d, vocab);
         for i in 0..self.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             vec_t(&mut w, &mut rnd, n("attn_norm"), d);
-            mat(&mut w, &mut rnd, n("attn_q"), d, nh * hd);
-            mat(&mut w, &mut rnd, n("attn_k"), d, nkv * hd);
-            mat(&mut w, &mut rnd, n("attn_v"), d, nkv * hd);
+            if arch == A::Phi3 {
+                mat(&mut w, &mut rnd, n("attn_qkv"), d, (nh + 2 * nkv) * hd);
+            } else {
+                mat(&mut w, &mut rnd, n("attn_q"), d, nh * hd);
+                mat(&mut w, &mut rnd, n("attn_k"), d, nkv * hd);
+                mat(&mut w, &mut rnd, n("attn_v"), d, nkv * hd);
+            }
             mat(&mut w, &mut rnd, n("attn_output"), nh * hd, d);
             vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
-            mat(&mut w, &mut rnd, n("ffn_gate"), d, ff);
-            mat(&mut w, &mut rnd, n("ffn_up"), d, ff);
+            if arch == A::Phi3 {
+                mat(&mut w, &mut rnd, n("ffn_up"), d, 2 * ff);
+            } else {
+                mat(&mut w, &mut rnd, n("ffn_gate"), d, ff);
+                mat(&mut w, &mut rnd, n("ffn_up"), d, ff);
+            }
             mat(&mut w, &mut rnd, n("ffn_down"), ff, d);
-            match self.architecture {
-                crate::Architecture::Gemma3 => {
-                    vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
-                    vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
-                    vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
-                    vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
+            if matches!(arch, A::Gemma3 | A::Qwen3) {
+                vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
+                vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
+            }
+            if matches!(arch, A::Gemma2 | A::Gemma3) {
+                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
+                vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
+            }
+            if arch == A::Qwen2 {
+                for (s, len) in [
+                    ("attn_q", nh * hd),
+                    ("attn_k", nkv * hd),
+                    ("attn_v", nkv * hd),
+                ] {
+                    let vals: Vec<f32> = (0..len).map(|_| 0.1 * rnd()).collect();
+                    w.add_tensor(
+                        format!("blk.{i}.{s}.bias"),
+                        DType::F32,
+                        &[len as u64],
+                        quantize(DType::F32, &vals).expect("f32"),
+                    )
+                    .expect("valid tensor");
                 }
-                crate::Architecture::Qwen2 => {
-                    for (s, len) in [
-                        ("attn_q", nh * hd),
-                        ("attn_k", nkv * hd),
-                        ("attn_v", nkv * hd),
-                    ] {
-                        let vals: Vec<f32> = (0..len).map(|_| 0.1 * rnd()).collect();
-                        w.add_tensor(
-                            format!("blk.{i}.{s}.bias"),
-                            DType::F32,
-                            &[len as u64],
-                            quantize(DType::F32, &vals).expect("f32"),
-                        )
-                        .expect("valid tensor");
-                    }
-                }
-                crate::Architecture::Llama => {}
             }
         }
         vec_t(&mut w, &mut rnd, "output_norm.weight".into(), d);
-        if self.architecture == crate::Architecture::Llama {
+        if matches!(arch, A::Llama | A::Phi3) {
             mat(&mut w, &mut rnd, "output.weight".into(), d, vocab);
         }
         w.to_bytes()

@@ -1,63 +1,55 @@
-//! The decoder-only transformer of the llama family (Llama, SmolLM, Mistral, Qwen2)
-//! and of Gemma 3, on f32 activations.
+//! The decoder-only transformer of every supported architecture, on f32
+//! activations, in named stages: [`Transformer::embed`], then per layer
+//! [`Transformer::attention`] and [`Transformer::mlp`], then the optional
+//! [`Transformer::head`]. What differs between architectures is read from their
+//! [`ArchSpec`] and from the weights the file has (llama.cpp's graphs for them):
 //!
-//! Per layer (llama.cpp's graph for these architectures):
-//! * `h = rmsnorm(x) * attn_norm`; `q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)`;
-//!   Gemma: per-head RMS QK-norm; RoPE (normal pairs for llama, NeoX for Qwen2 and
-//!   Gemma; Gemma's window layers use their own base);
-//! * causal attention with scale `1/sqrt(head_dim)`, over the last `window`
-//!   positions on window layers; `o = attn Wo` (Gemma: `rmsnorm(o) * post_attn_norm`);
+//! * embed: rows of `token_embd`, scaled by `sqrt(n_embd)` for Gemma;
+//! * attention: `h = rmsnorm(x) * attn_norm`; `q, k, v = h Wq (+bq), h Wk (+bk),
+//!   h Wv (+bv)`; per-head QK-norm (Qwen3, Gemma 3); RoPE (adjacent pairs for
+//!   llama, NeoX halves for the others; window layers may have their own base);
+//!   causal attention scaled by `attn_scale`, soft-capped (Gemma 2), over the last
+//!   `window` positions on window layers; `o = attn Wo (+bo)`, post-norm (Gemma);
 //!   `x += o`;
-//! * `h = rmsnorm(x) * ffn_norm`; `f = (act(h Wgate) * h Wup) Wdown`, act = SiLU
-//!   (llama) or tanh-GELU (Gemma) (Gemma: `rmsnorm(f) * post_ffw_norm`); `x += f`.
-//!
-//! Embeddings are scaled by `sqrt(n_embd)` for Gemma; logits are
-//! `rmsnorm(x) * output_norm` times the output matrix (tied to the embeddings when
-//! the file has no `output.weight`).
+//! * mlp: `h = rmsnorm(x) * ffn_norm`; `f = (act(h Wgate) * h Wup) Wdown`, act =
+//!   SiLU or tanh-GELU; post-norm (Gemma); `x += f`;
+//! * head: `rmsnorm(x) * output_norm` times the output matrix (tied to the
+//!   embeddings when the file has none), soft-capped (Gemma 2).
 //!
 //! Invariants: every per-token computation is independent of the other tokens in
 //! the call (matmul and attention reduce in fixed orders, SPEC S3), and attention
 //! reads KV in runs that end at page boundaries only, so a position's numbers do
 //! not depend on which pages (shared or private) hold its history.
 
-use ferrox_core::ops::activation::{Gate, gated};
+use ferrox_core::ops::activation::gated;
 use ferrox_core::ops::exp::exp_shifted;
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
-use ferrox_core::ops::rope::{self, RopeStyle};
+use ferrox_core::ops::rope::{self, RopeFreqs};
 use ferrox_core::ops::vector::{self, scaled_dots_heads, weighted_sum_heads};
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_matmul_many};
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
 
 use crate::activation_path::ActivationPath;
+use crate::arch::ArchSpec;
 use crate::decoder::{Decoder, Logits, Span, Want};
 use crate::error::ModelError;
-use crate::hparams::{Architecture, HyperParams};
+use crate::hparams::HyperParams;
 use crate::kv_store::{KvStore, LayerSlot};
-use crate::weights::{TensorRef, Weights};
+use crate::weights::{LayerWeights, Linear, Weights};
 
 /// A loaded model, ready to run.
 pub struct Transformer {
     file: GgufFile,
     hp: HyperParams,
+    spec: ArchSpec,
     weights: Weights,
     pool: rayon::ThreadPool,
-    rope_style: RopeStyle,
-    embd_scale: Option<f32>,
-    act: Gate,
     path: ActivationPath,
-    /// The repacked matrices of the integer path (`None` per matrix whose type has
-    /// no packed form, and for the f32 path).
-    packed: PackedWeights,
-}
-
-/// Repacked copies of every matrix the integer path multiplies by.
-#[derive(Default)]
-struct PackedWeights {
-    /// Per layer: wq, wk, wv, wo, gate, up, down.
-    layers: Vec<[Option<PackedMatrix>; 7]>,
-    output: Option<PackedMatrix>,
+    /// RoPE of full-attention layers, and of window layers when they differ.
+    rope_global: RopeFreqs,
+    rope_local: Option<RopeFreqs>,
 }
 
 /// An input of the matrix products: `n` rows of f32, and their quantized form on
@@ -84,6 +76,138 @@ struct Slot {
     pos: usize,
 }
 
+/// The tokens of one forward call, flattened span by span.
+struct Batch<'a> {
+    spans: &'a [Span<'a>],
+    slots: Vec<Slot>,
+    tokens: Vec<u32>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(spans: &'a [Span<'a>]) -> Batch<'a> {
+        let slots = spans
+            .iter()
+            .enumerate()
+            .flat_map(|(si, s)| {
+                (0..s.tokens.len()).map(move |i| Slot {
+                    span: si,
+                    index: i,
+                    pos: s.start + i,
+                })
+            })
+            .collect();
+        let tokens = spans
+            .iter()
+            .flat_map(|s| s.tokens.iter().copied())
+            .collect();
+        Batch {
+            spans,
+            slots,
+            tokens,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Tokens whose logits the spans want.
+    fn wanted(&self) -> Vec<usize> {
+        (0..self.len())
+            .filter(|&t| {
+                let s = self.slots[t];
+                let span = &self.spans[s.span];
+                match span.want {
+                    Want::Nothing => false,
+                    Want::All => true,
+                    Want::Last => s.index + 1 == span.tokens.len(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// RoPE cosines and sines of every token of a batch: `[n][pairs]` each.
+struct Angles {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    half: usize,
+}
+
+impl Angles {
+    fn new(freqs: &RopeFreqs, batch: &Batch<'_>) -> Angles {
+        let half = freqs.pairs();
+        let n = batch.len();
+        let (mut cos, mut sin) = (vec![0.0f32; n * half], vec![0.0f32; n * half]);
+        for (t, s) in batch.slots.iter().enumerate() {
+            freqs.angles(
+                s.pos,
+                &mut cos[t * half..(t + 1) * half],
+                &mut sin[t * half..(t + 1) * half],
+            );
+        }
+        Angles { cos, sin, half }
+    }
+
+    fn of(&self, t: usize) -> (&[f32], &[f32]) {
+        let r = t * self.half..(t + 1) * self.half;
+        (&self.cos[r.clone()], &self.sin[r])
+    }
+}
+
+/// Working buffers of one forward call, sized for its tokens.
+struct Scratch {
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    quantized: QuantizedRows,
+}
+
+impl Scratch {
+    fn new(hp: &HyperParams, n: usize) -> Scratch {
+        let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
+        Scratch {
+            h: vec![0.0; n * hp.n_embd],
+            q: vec![0.0; n * nh * dk],
+            k: vec![0.0; n * nkv * dk],
+            v: vec![0.0; n * nkv * dv],
+            att: vec![0.0; n * nh * dv],
+            o: vec![0.0; n * hp.n_embd],
+            g: vec![0.0; n * hp.n_ff],
+            u: vec![0.0; n * hp.n_ff],
+            quantized: QuantizedRows::default(),
+        }
+    }
+}
+
+/// Adds `bias` to every `bias.len()`-wide row of `out`.
+fn add_bias(out: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        out.chunks_exact_mut(b.len())
+            .for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+    }
+}
+
+/// `cap * tanh(x / cap)` on every value.
+fn softcap(values: &mut [f32], cap: Option<f32>) {
+    if let Some(c) = cap {
+        values.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
+    }
+}
+
+/// `x += rmsnorm(o) * norm` (or `x += o` without a norm).
+fn add_residual(x: &mut [f32], o: &mut [f32], norm: Option<&[f32]>, d: usize, eps: f32) {
+    if let Some(w) = norm {
+        o.chunks_exact_mut(d).for_each(|r| rms_norm(r, w, eps));
+    }
+    x.iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+}
+
 impl Transformer {
     /// Loads the model in `file`, running on `threads` threads, on the default
     /// (integer-activation) path.
@@ -98,58 +222,53 @@ impl Transformer {
         path: ActivationPath,
     ) -> Result<Transformer, ModelError> {
         let hp = HyperParams::from_metadata(&file.header().metadata)?;
-        let weights = Weights::load(&file, &hp)?;
+        let mut weights = Weights::load(&file, &hp)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(|i| format!("ferrox-compute-{i}"))
             .build()
             .map_err(|e| ModelError::KvPlan(format!("cannot start compute threads: {e}")))?;
-        let (rope_style, embd_scale, act) = match hp.architecture {
-            Architecture::Llama => (RopeStyle::Normal, None, Gate::Silu),
-            Architecture::Qwen2 => (RopeStyle::Neox, None, Gate::Silu),
-            Architecture::Gemma3 => (
-                RopeStyle::Neox,
-                Some((hp.n_embd as f32).sqrt()),
-                Gate::GeluTanh,
-            ),
-        };
-        let packed = match path {
-            ActivationPath::F32 => PackedWeights::default(),
-            ActivationPath::Int16 => {
-                let pack = |t: &TensorRef| PackedMatrix::pack(&t.matrix(&file), &pool);
-                PackedWeights {
-                    layers: weights
-                        .layers
-                        .iter()
-                        .map(|l| {
-                            [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].map(pack)
-                        })
-                        .collect(),
-                    output: pack(&weights.output),
-                }
+        if path == ActivationPath::Int16 {
+            let mut pack = |l: &mut Linear| {
+                l.packed = PackedMatrix::pack(&l.weight.matrix(&file), &pool);
+            };
+            for layer in &mut weights.layers {
+                layer.linears_mut().into_iter().for_each(&mut pack);
             }
+            pack(&mut weights.output);
+        }
+        let rope = |base: f32| {
+            RopeFreqs::new(
+                hp.rope_dim,
+                base,
+                hp.rope_scaling,
+                weights.rope_factors.as_deref(),
+                hp.rope_attn_factor,
+            )
         };
+        let rope_global = rope(hp.rope_freq_base);
+        let rope_local =
+            (hp.rope_freq_base_local != hp.rope_freq_base).then(|| rope(hp.rope_freq_base_local));
         Ok(Transformer {
+            spec: hp.spec(),
             file,
             hp,
             weights,
             pool,
-            rope_style,
-            embd_scale,
-            act,
             path,
-            packed,
+            rope_global,
+            rope_local,
         })
     }
 
     /// Bytes of the repacked weight copies (0 on the f32 path).
     pub fn packed_bytes(&self) -> usize {
-        let p = &self.packed;
-        p.layers
+        self.weights
+            .layers
             .iter()
-            .flatten()
-            .chain([&p.output])
-            .flatten()
+            .flat_map(LayerWeights::linears)
+            .chain([&self.weights.output])
+            .filter_map(|l| l.packed.as_ref())
             .map(PackedMatrix::byte_len)
             .sum()
     }
@@ -159,20 +278,24 @@ impl Transformer {
         self.path
     }
 
-    /// Quantizes `x` into `buf` when the integer path runs, and returns the input.
-    /// `consumers` are the packed forms of the matrices that take this input: it is
-    /// quantized only when one of them is packed.
+    /// The file the model was loaded from.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// Quantizes `x` into `buf` when the integer path runs and one of the
+    /// `consumers` (the maps that take this input) is packed, and returns the input.
     fn input<'a>(
         &self,
         x: &'a [f32],
         n: usize,
         cols: usize,
-        consumers: &[Option<PackedMatrix>],
+        consumers: &[&Linear],
         buf: &'a mut QuantizedRows,
     ) -> Input<'a> {
         let q = (self.path == ActivationPath::Int16
             && cols.is_multiple_of(ferrox_core::packed::BLOCK)
-            && consumers.iter().any(Option::is_some))
+            && consumers.iter().any(|l| l.packed.is_some()))
         .then(|| {
             buf.quantize(x, n, cols);
             &*buf
@@ -180,45 +303,35 @@ impl Transformer {
         Input { x, n, q }
     }
 
-    /// `out = input * W`, on the packed matrix when there is one.
-    fn project(
-        &self,
-        w: &TensorRef,
-        packed: Option<&PackedMatrix>,
-        input: &Input<'_>,
-        out: &mut [f32],
-    ) {
-        self.project_many(input, &mut [(w, packed, out)]);
-    }
-
-    /// [`Self::project`] for several matrices of the same input, in one parallel
+    /// `out = input * W (+ b)` for several maps of the same input, in one parallel
     /// region when all are packed.
-    fn project_many(
-        &self,
-        input: &Input<'_>,
-        jobs: &mut [(&TensorRef, Option<&PackedMatrix>, &mut [f32])],
-    ) {
-        if let Some(q) = input.q
-            && jobs.iter().all(|j| j.1.is_some())
-        {
-            let mut packed: Vec<(&PackedMatrix, &mut [f32])> = jobs
-                .iter_mut()
-                .filter_map(|(_, p, out)| p.map(|p| (p, &mut **out)))
-                .collect();
-            packed_matmul_many(&mut packed, q, &self.pool);
-            return;
-        }
-        for (w, p, out) in jobs.iter_mut() {
-            match (p, input.q) {
-                (Some(p), Some(q)) => packed_matmul(p, q, out, &self.pool),
-                _ => matmul(&w.matrix(&self.file), input.x, input.n, out, &self.pool),
+    fn project(&self, input: &Input<'_>, jobs: &mut [(&Linear, &mut [f32])]) {
+        match input.q {
+            Some(q) if jobs.iter().all(|j| j.0.packed.is_some()) => {
+                let mut packed: Vec<(&PackedMatrix, &mut [f32])> = jobs
+                    .iter_mut()
+                    .filter_map(|(l, out)| l.packed.as_ref().map(|p| (p, &mut **out)))
+                    .collect();
+                packed_matmul_many(&mut packed, q, &self.pool);
+            }
+            _ => {
+                for (l, out) in jobs.iter_mut() {
+                    match (&l.packed, input.q) {
+                        (Some(p), Some(q)) => packed_matmul(p, q, out, &self.pool),
+                        _ => matmul(
+                            &l.weight.matrix(&self.file),
+                            input.x,
+                            input.n,
+                            out,
+                            &self.pool,
+                        ),
+                    }
+                }
             }
         }
-    }
-
-    /// The file the model was loaded from.
-    pub fn file(&self) -> &GgufFile {
-        &self.file
+        for (l, out) in jobs.iter_mut() {
+            add_bias(out, l.bias.as_deref());
+        }
     }
 
     fn check(&self, store: &KvStore, spans: &[Span<'_>]) -> Result<(), ModelError> {
@@ -240,6 +353,217 @@ impl Transformer {
         Ok(())
     }
 
+    /// The embedding rows of the batch's tokens: `[n][n_embd]`.
+    fn embed(&self, batch: &Batch<'_>) -> Vec<f32> {
+        let d = self.hp.n_embd;
+        let embd = self.weights.token_embd.matrix(&self.file);
+        let scale = self.spec.scale_embeddings.then(|| (d as f32).sqrt());
+        let mut x = vec![0.0f32; batch.len() * d];
+        for (row, &t) in x.chunks_exact_mut(d).zip(&batch.tokens) {
+            embd.dequantize_row(t as usize, row);
+            if let Some(s) = scale {
+                row.iter_mut().for_each(|v| *v *= s);
+            }
+        }
+        x
+    }
+
+    /// One layer's attention block: `x += attention(x)`, writing the batch's KV.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        li: usize,
+        lw: &LayerWeights,
+        x: &mut [f32],
+        batch: &Batch<'_>,
+        angles: (&Angles, Option<&Angles>),
+        cache: &mut KvStore,
+        s: &mut Scratch,
+    ) {
+        let hp = &self.hp;
+        let (d, n) = (hp.n_embd, batch.len());
+        s.h.copy_from_slice(x);
+        s.h.chunks_exact_mut(d)
+            .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
+        let input = self.input(&s.h, n, d, &[&lw.q, &lw.k, &lw.v], &mut s.quantized);
+        self.project(
+            &input,
+            &mut [(&lw.q, &mut s.q), (&lw.k, &mut s.k), (&lw.v, &mut s.v)],
+        );
+        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+            rms_norm_each(&mut s.q, hp.head_dim_k, qn, hp.rms_eps);
+            rms_norm_each(&mut s.k, hp.head_dim_k, kn, hp.rms_eps);
+        }
+        let window = match cache.layout().layers[li] {
+            LayerSlot::Full(_) => None,
+            LayerSlot::Window(_, w) => Some(w),
+        };
+        // Window layers may turn with their own RoPE base (Gemma 3's local layers).
+        let angles = match (window, angles.1) {
+            (Some(_), Some(local)) => local,
+            _ => angles.0,
+        };
+        self.rope_and_store(li, batch, angles, cache, s);
+        self.attend(li, window, batch, cache, s);
+        let input = self.input(
+            &s.att,
+            n,
+            hp.n_heads * hp.head_dim_v,
+            &[&lw.o],
+            &mut s.quantized,
+        );
+        self.project(&input, &mut [(&lw.o, &mut s.o)]);
+        add_residual(x, &mut s.o, lw.attn_post_norm.as_deref(), d, hp.rms_eps);
+    }
+
+    /// Turns every token's queries and keys, and writes its keys and values.
+    fn rope_and_store(
+        &self,
+        li: usize,
+        batch: &Batch<'_>,
+        angles: &Angles,
+        cache: &mut KvStore,
+        s: &mut Scratch,
+    ) {
+        let hp = &self.hp;
+        let (qd, kd, vd) = (
+            hp.n_heads * hp.head_dim_k,
+            hp.n_kv_heads * hp.head_dim_k,
+            hp.n_kv_heads * hp.head_dim_v,
+        );
+        for (t, slot) in batch.slots.iter().enumerate() {
+            let (c, sn) = angles.of(t);
+            let style = self.spec.rope_style;
+            rope::apply(
+                &mut s.q[t * qd..(t + 1) * qd],
+                hp.head_dim_k,
+                hp.rope_dim,
+                style,
+                c,
+                sn,
+            );
+            rope::apply(
+                &mut s.k[t * kd..(t + 1) * kd],
+                hp.head_dim_k,
+                hp.rope_dim,
+                style,
+                c,
+                sn,
+            );
+            cache.write(
+                batch.spans[slot.span].pages,
+                li,
+                slot.pos,
+                &s.k[t * kd..(t + 1) * kd],
+                &s.v[t * vd..(t + 1) * vd],
+            );
+        }
+    }
+
+    /// Causal attention of every token over its sequence's KV: `s.att`.
+    fn attend(
+        &self,
+        li: usize,
+        window: Option<usize>,
+        batch: &Batch<'_>,
+        cache: &KvStore,
+        s: &mut Scratch,
+    ) {
+        let hp = &self.hp;
+        let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
+        let (qd, group) = (nh * dk, nh / nkv);
+        let (scale, cap) = (hp.attn_scale, hp.attn_softcap);
+        let q = &s.q;
+        // One task per token and KV head: its query heads read each key and value
+        // once; every head keeps its own order (SPEC S3).
+        s.att
+            .par_chunks_mut(group * dv)
+            .enumerate()
+            .for_each_init(Vec::new, |scores, (i, out)| {
+                let (t, kvh) = (i / nkv, i % nkv);
+                let slot = batch.slots[t];
+                let seq = batch.spans[slot.span].pages;
+                let lo = window.map_or(0, |w| (slot.pos + 1).saturating_sub(w));
+                let n_keys = slot.pos + 1 - lo;
+                let qs = &q[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
+                scores.clear();
+                scores.resize(group * n_keys, 0.0);
+                let mut j = 0;
+                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, keys, _| {
+                    scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
+                    j += keys.len() / dk;
+                });
+                softcap(scores, cap);
+                for sc in scores.chunks_exact_mut(n_keys) {
+                    let max = vector::max(sc);
+                    exp_shifted(sc, max);
+                }
+                out.fill(0.0);
+                let mut j = 0;
+                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, _, values| {
+                    let m = values.len() / dv;
+                    weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
+                    j += m;
+                });
+                for (g, o) in out.chunks_exact_mut(dv).enumerate() {
+                    let inv = 1.0 / vector::sum(&scores[g * n_keys..(g + 1) * n_keys]);
+                    o.iter_mut().for_each(|x| *x *= inv);
+                }
+            });
+    }
+
+    /// One layer's feed-forward block: `x += mlp(x)`.
+    fn mlp(&self, lw: &LayerWeights, x: &mut [f32], n: usize, s: &mut Scratch) {
+        let hp = &self.hp;
+        let d = hp.n_embd;
+        s.h.copy_from_slice(x);
+        s.h.chunks_exact_mut(d)
+            .for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
+        let input = self.input(&s.h, n, d, &[&lw.gate, &lw.up], &mut s.quantized);
+        self.project(&input, &mut [(&lw.gate, &mut s.g), (&lw.up, &mut s.u)]);
+        // Element-wise, so splitting it across threads changes no value.
+        let act = self.spec.gate;
+        s.g.par_chunks_mut(4096)
+            .zip(s.u.par_chunks(4096))
+            .for_each(|(gc, uc)| gated(gc, uc, act));
+        let input = self.input(&s.g, n, hp.n_ff, &[&lw.down], &mut s.quantized);
+        self.project(&input, &mut [(&lw.down, &mut s.o)]);
+        add_residual(x, &mut s.o, lw.ffn_post_norm.as_deref(), d, hp.rms_eps);
+    }
+
+    /// The hidden states after the last layer: `[tokens][n_embd]`, token by token
+    /// in span order, before the output norm.
+    fn hidden(&self, cache: &mut KvStore, batch: &Batch<'_>) -> Vec<f32> {
+        let mut x = self.embed(batch);
+        let global = Angles::new(&self.rope_global, batch);
+        let local = self.rope_local.as_ref().map(|f| Angles::new(f, batch));
+        let mut scratch = Scratch::new(&self.hp, batch.len());
+        for (li, lw) in self.weights.layers.iter().enumerate() {
+            let angles = (&global, local.as_ref());
+            self.attention(li, lw, &mut x, batch, angles, cache, &mut scratch);
+            self.mlp(lw, &mut x, batch.len(), &mut scratch);
+        }
+        x
+    }
+
+    /// Logits of the `wanted` tokens of the hidden states `x`: `[wanted][vocab]`.
+    fn head(&self, x: &[f32], wanted: &[usize]) -> Vec<f32> {
+        let hp = &self.hp;
+        let d = hp.n_embd;
+        let mut rows = vec![0.0f32; wanted.len() * d];
+        for (r, &t) in rows.chunks_exact_mut(d).zip(wanted) {
+            r.copy_from_slice(&x[t * d..(t + 1) * d]);
+            rms_norm(r, &self.weights.output_norm, hp.rms_eps);
+        }
+        let mut logits = vec![0.0f32; wanted.len() * hp.vocab_size];
+        let output = &self.weights.output;
+        let mut quantized = QuantizedRows::default();
+        let input = self.input(&rows, wanted.len(), d, &[output], &mut quantized);
+        self.project(&input, &mut [(output, &mut logits)]);
+        softcap(&mut logits, hp.final_softcap);
+        logits
+    }
+
     /// Runs every span. Returns the logits of the wanted tokens, one row per
     /// `(span, index)` pushed on `keys`, in slot order (span by span, token by token).
     fn round(
@@ -248,240 +572,33 @@ impl Transformer {
         spans: &[Span<'_>],
         keys: &mut Vec<(usize, usize)>,
     ) -> Vec<f32> {
-        let hp = &self.hp;
-        let d = hp.n_embd;
-        let slots: Vec<Slot> = spans
-            .iter()
-            .enumerate()
-            .flat_map(|(si, s)| {
-                (0..s.tokens.len()).map(move |i| Slot {
-                    span: si,
-                    index: i,
-                    pos: s.start + i,
-                })
-            })
-            .collect();
-        let n = slots.len();
-        if n == 0 {
+        let batch = Batch::new(spans);
+        if batch.len() == 0 {
             return Vec::new();
         }
-        let tokens: Vec<u32> = spans
-            .iter()
-            .flat_map(|s| s.tokens.iter().copied())
-            .collect();
-        let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
-        let (qd, kd, vd) = (nh * dk, nkv * dk, nkv * dv);
-        let embd = self.weights.token_embd.matrix(&self.file);
-        let mut x = vec![0.0f32; n * d];
-        for (row, &t) in x.chunks_exact_mut(d).zip(&tokens) {
-            embd.dequantize_row(t as usize, row);
-            if let Some(s) = self.embd_scale {
-                row.iter_mut().for_each(|v| *v *= s);
-            }
-        }
-        let mut h = vec![0.0f32; n * d];
-        let (mut q, mut k, mut v) = (
-            vec![0.0f32; n * qd],
-            vec![0.0f32; n * kd],
-            vec![0.0f32; n * vd],
-        );
-        let mut att = vec![0.0f32; n * nh * dv];
-        let mut o = vec![0.0f32; n * d];
-        let (mut g, mut u) = (vec![0.0f32; n * hp.n_ff], vec![0.0f32; n * hp.n_ff]);
-        let half = hp.rope_dim / 2;
-        // RoPE angles of every token, once per base (not once per layer).
-        let table = |base: f32| {
-            let (mut cos, mut sin) = (vec![0.0f32; n * half], vec![0.0f32; n * half]);
-            for (t, s) in slots.iter().enumerate() {
-                rope::angles(
-                    s.pos,
-                    hp.rope_dim,
-                    base,
-                    &mut cos[t * half..(t + 1) * half],
-                    &mut sin[t * half..(t + 1) * half],
-                );
-            }
-            (cos, sin)
-        };
-        let global_angles = table(hp.rope_freq_base);
-        let local_angles =
-            (hp.rope_freq_base_local != hp.rope_freq_base).then(|| table(hp.rope_freq_base_local));
-        let scale = 1.0 / (dk as f32).sqrt();
-        let group = nh / nkv;
-        let mut qbuf = QuantizedRows::default();
-        let none: [Option<PackedMatrix>; 7] = Default::default();
-        for (li, lw) in self.weights.layers.iter().enumerate() {
-            let p = self.packed.layers.get(li).unwrap_or(&none);
-            h.copy_from_slice(&x);
-            h.chunks_exact_mut(d)
-                .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
-            let input = self.input(&h, n, d, &p[..3], &mut qbuf);
-            self.project_many(
-                &input,
-                &mut [
-                    (&lw.wq, p[0].as_ref(), &mut q),
-                    (&lw.wk, p[1].as_ref(), &mut k),
-                    (&lw.wv, p[2].as_ref(), &mut v),
-                ],
-            );
-            for (buf, bias, w) in [
-                (&mut q, &lw.bq, qd),
-                (&mut k, &lw.bk, kd),
-                (&mut v, &lw.bv, vd),
-            ] {
-                if let Some(b) = bias {
-                    buf.chunks_exact_mut(w)
-                        .for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
-                }
-            }
-            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                rms_norm_each(&mut q, dk, qn, hp.rms_eps);
-                rms_norm_each(&mut k, dk, kn, hp.rms_eps);
-            }
-            // Window layers turn with their own RoPE base (Gemma 3's local layers).
-            let window = match cache.layout().layers[li] {
-                LayerSlot::Full(_) => None,
-                LayerSlot::Window(_, w) => Some(w),
-            };
-            let (cos, sin) = match (window, &local_angles) {
-                (Some(_), Some(local)) => local,
-                _ => &global_angles,
-            };
-            for (t, s) in slots.iter().enumerate() {
-                let (c, sn) = (
-                    &cos[t * half..(t + 1) * half],
-                    &sin[t * half..(t + 1) * half],
-                );
-                rope::apply(
-                    &mut q[t * qd..(t + 1) * qd],
-                    dk,
-                    hp.rope_dim,
-                    self.rope_style,
-                    c,
-                    sn,
-                );
-                rope::apply(
-                    &mut k[t * kd..(t + 1) * kd],
-                    dk,
-                    hp.rope_dim,
-                    self.rope_style,
-                    c,
-                    sn,
-                );
-                cache.write(
-                    spans[s.span].pages,
-                    li,
-                    s.pos,
-                    &k[t * kd..(t + 1) * kd],
-                    &v[t * vd..(t + 1) * vd],
-                );
-            }
-            let cache_ref: &KvStore = cache;
-            let q_ref = &q;
-            self.pool.install(|| {
-                // One task per token and KV head: its query heads read each key
-                // and value once; every head keeps its own order (SPEC S3).
-                att.par_chunks_mut(group * dv).enumerate().for_each_init(
-                    Vec::new,
-                    |scores, (i, out)| {
-                        let (t, kvh) = (i / nkv, i % nkv);
-                        let s = slots[t];
-                        let seq = spans[s.span].pages;
-                        let lo = window.map_or(0, |w| (s.pos + 1).saturating_sub(w));
-                        let n_keys = s.pos + 1 - lo;
-                        let qs = &q_ref[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
-                        scores.clear();
-                        scores.resize(group * n_keys, 0.0);
-                        let mut j = 0;
-                        cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, keys, _| {
-                            scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
-                            j += keys.len() / dk;
-                        });
-                        for sc in scores.chunks_exact_mut(n_keys) {
-                            let max = vector::max(sc);
-                            exp_shifted(sc, max);
-                        }
-                        out.fill(0.0);
-                        let mut j = 0;
-                        cache_ref.for_each_run(seq, li, kvh, lo, s.pos + 1, |_, _, values| {
-                            let m = values.len() / dv;
-                            weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
-                            j += m;
-                        });
-                        for (g, o) in out.chunks_exact_mut(dv).enumerate() {
-                            let inv = 1.0 / vector::sum(&scores[g * n_keys..(g + 1) * n_keys]);
-                            o.iter_mut().for_each(|x| *x *= inv);
-                        }
-                    },
-                );
-            });
-            let input = self.input(&att, n, nh * dv, &p[3..4], &mut qbuf);
-            self.project(&lw.wo, p[3].as_ref(), &input, &mut o);
-            if let Some(w) = &lw.attn_post_norm {
-                o.chunks_exact_mut(d)
-                    .for_each(|r| rms_norm(r, w, hp.rms_eps));
-            }
-            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-            h.copy_from_slice(&x);
-            h.chunks_exact_mut(d)
-                .for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
-            let input = self.input(&h, n, d, &p[4..6], &mut qbuf);
-            self.project_many(
-                &input,
-                &mut [
-                    (&lw.w_gate, p[4].as_ref(), &mut g),
-                    (&lw.w_up, p[5].as_ref(), &mut u),
-                ],
-            );
-            // Element-wise, so splitting it across threads changes no value.
-            let act = self.act;
-            g.par_chunks_mut(4096)
-                .zip(u.par_chunks(4096))
-                .for_each(|(gc, uc)| gated(gc, uc, act));
-            let input = self.input(&g, n, hp.n_ff, &p[6..7], &mut qbuf);
-            self.project(&lw.w_down, p[6].as_ref(), &input, &mut o);
-            if let Some(w) = &lw.ffn_post_norm {
-                o.chunks_exact_mut(d)
-                    .for_each(|r| rms_norm(r, w, hp.rms_eps));
-            }
-            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-        }
-        let wanted: Vec<usize> = (0..n)
-            .filter(|&t| {
-                let s = slots[t];
-                let span = &spans[s.span];
-                match span.want {
-                    Want::Nothing => false,
-                    Want::All => true,
-                    Want::Last => s.index + 1 == span.tokens.len(),
-                }
-            })
-            .collect();
+        let x = self.hidden(cache, &batch);
+        let wanted = batch.wanted();
         if wanted.is_empty() {
             return Vec::new();
         }
-        let mut rows = vec![0.0f32; wanted.len() * d];
-        for (r, &t) in rows.chunks_exact_mut(d).zip(&wanted) {
-            r.copy_from_slice(&x[t * d..(t + 1) * d]);
-            rms_norm(r, &self.weights.output_norm, hp.rms_eps);
-        }
-        let vocab = hp.vocab_size;
-        let mut logits = vec![0.0f32; wanted.len() * vocab];
-        let input = self.input(
-            &rows,
-            wanted.len(),
-            d,
-            std::slice::from_ref(&self.packed.output),
-            &mut qbuf,
+        keys.extend(
+            wanted
+                .iter()
+                .map(|&t| (batch.slots[t].span, batch.slots[t].index)),
         );
-        self.project(
-            &self.weights.output,
-            self.packed.output.as_ref(),
-            &input,
-            &mut logits,
-        );
-        keys.extend(wanted.iter().map(|&t| (slots[t].span, slots[t].index)));
-        logits
+        self.head(&x, &wanted)
+    }
+
+    /// The final hidden states of every token of `spans` (before the output
+    /// norm), writing their KV as [`Decoder::forward`] does: `[tokens][n_embd]`.
+    pub fn hidden_states(
+        &self,
+        store: &mut KvStore,
+        spans: &[Span<'_>],
+    ) -> Result<Vec<f32>, ModelError> {
+        self.check(store, spans)?;
+        let batch = Batch::new(spans);
+        Ok(self.pool.install(|| self.hidden(store, &batch)))
     }
 }
 

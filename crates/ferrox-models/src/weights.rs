@@ -1,18 +1,27 @@
-//! The tensors of a transformer, found by their GGUF names and checked against
-//! the hyper-parameters once, at load.
+//! The tensors of a transformer, found by their GGUF names as the architecture's
+//! table ([`ArchSpec`]) says, and checked against the hyper-parameters once, at
+//! load.
 //!
 //! Invariants: every matrix's shape is checked here (`[cols = in, rows = out]` in
-//! ggml order), so the forward pass never meets a mismatched weight; norm vectors
-//! are small and kept as f32; matrices stay quantized in the mmap and are reached
-//! through [`TensorRef`] offsets (no self-reference into the file).
+//! ggml order), so the forward pass never meets a mismatched weight; fused
+//! matrices (Phi-3's `attn_qkv` and gate-up `ffn_up`) are split into row ranges of
+//! the same bytes, so the forward pass sees one shape of layer; norm vectors and
+//! biases are small and kept as f32; matrices stay quantized in the mmap and are
+//! reached through [`TensorRef`] offsets. Every tensor of the file must be used:
+//! one that is not means the file holds something ferrox would ignore, and it is
+//! refused by name rather than run wrong.
+
+use std::collections::BTreeSet;
 
 use ferrox_core::DType;
 use ferrox_core::kernels::reference;
 use ferrox_core::ops::matmul::Matrix;
+use ferrox_core::packed::PackedMatrix;
 use ferrox_gguf::GgufFile;
 
+use crate::arch::{ArchSpec, RopeFactors};
 use crate::error::ModelError;
-use crate::hparams::{Architecture, HyperParams};
+use crate::hparams::HyperParams;
 
 /// Where a weight matrix lies in the file.
 #[derive(Clone, Copy, Debug)]
@@ -37,37 +46,91 @@ impl TensorRef {
         )
         .expect("checked at load")
     }
+
+    /// Rows `from..from + rows` of this matrix (rows are whole blocks).
+    fn rows(&self, from: usize, rows: usize) -> TensorRef {
+        assert!(from + rows <= self.rows, "row range inside the matrix");
+        let row_bytes = self.len / self.rows;
+        TensorRef {
+            rows,
+            offset: self.offset + from * row_bytes,
+            len: rows * row_bytes,
+            ..*self
+        }
+    }
+}
+
+/// A linear map: a weight matrix, its repacked form for the integer path (set by
+/// the model once loaded) and an optional bias.
+#[derive(Debug)]
+pub struct Linear {
+    pub weight: TensorRef,
+    pub packed: Option<PackedMatrix>,
+    /// `[rows]`
+    pub bias: Option<Vec<f32>>,
+}
+
+impl Linear {
+    fn new(weight: TensorRef, bias: Option<Vec<f32>>) -> Linear {
+        Linear {
+            weight,
+            packed: None,
+            bias,
+        }
+    }
 }
 
 /// The weights of one layer.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,              // [n_embd]
-    pub wq: TensorRef,                    // [n_embd] -> [n_heads * head_dim_k]
-    pub wk: TensorRef,                    // [n_embd] -> [n_kv_heads * head_dim_k]
-    pub wv: TensorRef,                    // [n_embd] -> [n_kv_heads * head_dim_v]
-    pub bq: Option<Vec<f32>>,             // [n_heads * head_dim_k]
-    pub bk: Option<Vec<f32>>,             // [n_kv_heads * head_dim_k]
-    pub bv: Option<Vec<f32>>,             // [n_kv_heads * head_dim_v]
+    pub q: Linear,                        // [n_embd] -> [n_heads * head_dim_k]
+    pub k: Linear,                        // [n_embd] -> [n_kv_heads * head_dim_k]
+    pub v: Linear,                        // [n_embd] -> [n_kv_heads * head_dim_v]
     pub q_norm: Option<Vec<f32>>,         // [head_dim_k]
     pub k_norm: Option<Vec<f32>>,         // [head_dim_k]
-    pub wo: TensorRef,                    // [n_heads * head_dim_v] -> [n_embd]
+    pub o: Linear,                        // [n_heads * head_dim_v] -> [n_embd]
     pub attn_post_norm: Option<Vec<f32>>, // [n_embd]
     pub ffn_norm: Vec<f32>,               // [n_embd]
-    pub w_gate: TensorRef,                // [n_embd] -> [n_ff]
-    pub w_up: TensorRef,                  // [n_embd] -> [n_ff]
-    pub w_down: TensorRef,                // [n_ff] -> [n_embd]
+    pub gate: Linear,                     // [n_embd] -> [n_ff]
+    pub up: Linear,                       // [n_embd] -> [n_ff]
+    pub down: Linear,                     // [n_ff] -> [n_embd]
     pub ffn_post_norm: Option<Vec<f32>>,  // [n_embd]
 }
 
+impl LayerWeights {
+    /// Every linear map of the layer, in the order the forward pass meets them.
+    pub fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        [
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.o,
+            &mut self.gate,
+            &mut self.up,
+            &mut self.down,
+        ]
+    }
+
+    /// [`Self::linears_mut`], shared.
+    pub fn linears(&self) -> [&Linear; 7] {
+        [
+            &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
+        ]
+    }
+}
+
 /// Every weight of the model.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Weights {
     pub token_embd: TensorRef, // [n_embd] x vocab rows
     pub layers: Vec<LayerWeights>,
     pub output_norm: Vec<f32>, // [n_embd]
     /// The output projection: `output.weight`, or the embeddings when tied.
-    pub output: TensorRef, // [n_embd] -> [vocab]
+    pub output: Linear, // [n_embd] -> [vocab]
+    /// Per-pair RoPE frequency factors (`rope_freqs`, or LongRoPE's long or short
+    /// set): `[rope_dim / 2]`.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 fn wrong(name: &str, reason: String) -> ModelError {
@@ -77,110 +140,219 @@ fn wrong(name: &str, reason: String) -> ModelError {
     }
 }
 
-fn matrix(file: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<TensorRef, ModelError> {
-    let t = file.tensor(name)?;
-    let shape = t.shape();
-    if shape.len() != 2 || shape[0] as usize != cols || shape[1] as usize != rows {
-        return Err(wrong(
-            name,
-            format!("shape {shape:?}, expected [{cols}, {rows}]"),
-        ));
-    }
-    Ok(TensorRef {
-        dtype: t.dtype(),
-        rows,
-        cols,
-        offset: t.info.file_offset,
-        len: t.data.len(),
-    })
+/// Finds tensors by name and remembers which were used.
+struct Loader<'a> {
+    file: &'a GgufFile,
+    used: BTreeSet<String>,
 }
 
-fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-    let t = file.tensor(name)?;
-    if t.info.n_elements() != len as u64 {
-        return Err(wrong(
-            name,
-            format!("shape {:?}, expected [{len}]", t.shape()),
-        ));
+impl Loader<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.file.header().tensor_info(name).is_some()
     }
-    let mut v = vec![0.0; len];
-    reference::dequantize(t.dtype(), t.data, &mut v).map_err(|e| wrong(name, e.to_string()))?;
-    Ok(v)
-}
 
-fn optional_vector(
-    file: &GgufFile,
-    name: &str,
-    len: usize,
-) -> Result<Option<Vec<f32>>, ModelError> {
-    match file.header().tensor_info(name) {
-        None => Ok(None),
-        Some(_) => vector(file, name, len).map(Some),
+    fn matrix(&mut self, name: &str, cols: usize, rows: usize) -> Result<TensorRef, ModelError> {
+        let t = self.file.tensor(name)?;
+        let shape = t.shape();
+        if shape.len() != 2 || shape[0] as usize != cols || shape[1] as usize != rows {
+            return Err(wrong(
+                name,
+                format!("shape {shape:?}, expected [{cols}, {rows}]"),
+            ));
+        }
+        self.used.insert(name.to_string());
+        Ok(TensorRef {
+            dtype: t.dtype(),
+            rows,
+            cols,
+            offset: t.info.file_offset,
+            len: t.data.len(),
+        })
+    }
+
+    fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let t = self.file.tensor(name)?;
+        if t.info.n_elements() != len as u64 {
+            return Err(wrong(
+                name,
+                format!("shape {:?}, expected [{len}]", t.shape()),
+            ));
+        }
+        let mut v = vec![0.0; len];
+        reference::dequantize(t.dtype(), t.data, &mut v).map_err(|e| wrong(name, e.to_string()))?;
+        self.used.insert(name.to_string());
+        Ok(v)
+    }
+
+    fn optional_vector(&mut self, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        if self.has(name) {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `vector` when `present`, else `None` (the tensor must then be absent).
+    fn vector_if(
+        &mut self,
+        present: bool,
+        name: &str,
+        len: usize,
+    ) -> Result<Option<Vec<f32>>, ModelError> {
+        if present {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// A linear map `name` with its optional `.bias`.
+    fn linear(&mut self, name: &str, cols: usize, rows: usize) -> Result<Linear, ModelError> {
+        let w = self.matrix(&format!("{name}.weight"), cols, rows)?;
+        let b = self.optional_vector(&format!("{name}.bias"), rows)?;
+        Ok(Linear::new(w, b))
+    }
+
+    /// A fused linear map split into parts of `rows[i]` output rows each.
+    fn split<const N: usize>(
+        &mut self,
+        name: &str,
+        cols: usize,
+        rows: [usize; N],
+    ) -> Result<[Linear; N], ModelError> {
+        let fused = self.linear(name, cols, rows.iter().sum())?;
+        let mut from = 0;
+        Ok(rows.map(|r| {
+            let part = Linear::new(
+                fused.weight.rows(from, r),
+                fused.bias.as_ref().map(|b| b[from..from + r].to_vec()),
+            );
+            from += r;
+            part
+        }))
+    }
+
+    /// Every tensor of the file was used, or the first that was not is named.
+    fn all_used(&self, hp: &HyperParams) -> Result<(), ModelError> {
+        match self
+            .file
+            .header()
+            .tensors
+            .iter()
+            .map(|t| t.name.as_str())
+            .find(|n| !self.used.contains(*n))
+        {
+            None => Ok(()),
+            Some(name) => Err(ModelError::UnusedTensor {
+                name: name.to_string(),
+                architecture: hp.architecture.gguf_name(),
+            }),
+        }
     }
 }
 
 impl Weights {
-    /// Finds and checks every tensor the architecture needs.
+    /// Finds and checks every tensor the architecture needs, and refuses any
+    /// tensor it does not.
     pub fn load(file: &GgufFile, hp: &HyperParams) -> Result<Weights, ModelError> {
-        let (d, ff) = (hp.n_embd, hp.n_ff);
-        let (q_dim, k_dim, v_dim) = (
-            hp.n_heads * hp.head_dim_k,
-            hp.n_kv_heads * hp.head_dim_k,
-            hp.n_kv_heads * hp.head_dim_v,
-        );
-        let gemma = hp.architecture == Architecture::Gemma3;
-        let mut layers = Vec::with_capacity(hp.n_layers);
-        for i in 0..hp.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            let b = |s: &str| format!("blk.{i}.{s}.bias");
-            layers.push(LayerWeights {
-                attn_norm: vector(file, &n("attn_norm"), d)?,
-                wq: matrix(file, &n("attn_q"), d, q_dim)?,
-                wk: matrix(file, &n("attn_k"), d, k_dim)?,
-                wv: matrix(file, &n("attn_v"), d, v_dim)?,
-                bq: optional_vector(file, &b("attn_q"), q_dim)?,
-                bk: optional_vector(file, &b("attn_k"), k_dim)?,
-                bv: optional_vector(file, &b("attn_v"), v_dim)?,
-                q_norm: if gemma {
-                    Some(vector(file, &n("attn_q_norm"), hp.head_dim_k)?)
-                } else {
-                    None
-                },
-                k_norm: if gemma {
-                    Some(vector(file, &n("attn_k_norm"), hp.head_dim_k)?)
-                } else {
-                    None
-                },
-                wo: matrix(file, &n("attn_output"), hp.n_heads * hp.head_dim_v, d)?,
-                attn_post_norm: if gemma {
-                    Some(vector(file, &n("post_attention_norm"), d)?)
-                } else {
-                    None
-                },
-                ffn_norm: vector(file, &n("ffn_norm"), d)?,
-                w_gate: matrix(file, &n("ffn_gate"), d, ff)?,
-                w_up: matrix(file, &n("ffn_up"), d, ff)?,
-                w_down: matrix(file, &n("ffn_down"), ff, d)?,
-                ffn_post_norm: if gemma {
-                    Some(vector(file, &n("post_ffw_norm"), d)?)
-                } else {
-                    None
-                },
-            });
-        }
-        if file.header().tensor_info("rope_freqs.weight").is_some() {
-            return Err(wrong("rope_freqs.weight", "per-dimension RoPE frequency factors (Llama 3.1-style scaling) are not supported yet".into()));
-        }
-        let token_embd = matrix(file, "token_embd.weight", d, hp.vocab_size)?;
-        let output = match file.header().tensor_info("output.weight") {
-            Some(_) => matrix(file, "output.weight", d, hp.vocab_size)?,
-            None => token_embd,
+        let spec = hp.spec();
+        let mut l = Loader {
+            file,
+            used: BTreeSet::new(),
         };
-        Ok(Weights {
+        let layers = (0..hp.n_layers)
+            .map(|i| layer(&mut l, hp, &spec, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let d = hp.n_embd;
+        let token_embd = l.matrix("token_embd.weight", d, hp.vocab_size)?;
+        let output = if spec.own_output && l.has("output.weight") {
+            l.linear("output", d, hp.vocab_size)?
+        } else {
+            Linear::new(token_embd, None)
+        };
+        let rope_factors = rope_factors(&mut l, hp, &spec)?;
+        let weights = Weights {
             token_embd,
             layers,
-            output_norm: vector(file, "output_norm.weight", d)?,
+            output_norm: l.vector("output_norm.weight", d)?,
             output,
-        })
+            rope_factors,
+        };
+        l.all_used(hp)?;
+        Ok(weights)
+    }
+}
+
+/// The weights of layer `i`.
+fn layer(
+    l: &mut Loader<'_>,
+    hp: &HyperParams,
+    spec: &ArchSpec,
+    i: usize,
+) -> Result<LayerWeights, ModelError> {
+    let (d, ff) = (hp.n_embd, hp.n_ff);
+    let (q_dim, k_dim, v_dim) = (
+        hp.n_heads * hp.head_dim_k,
+        hp.n_kv_heads * hp.head_dim_k,
+        hp.n_kv_heads * hp.head_dim_v,
+    );
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let [q, k, v] = if l.has(&n("attn_qkv.weight")) {
+        l.split(&n("attn_qkv"), d, [q_dim, k_dim, v_dim])?
+    } else {
+        [
+            l.linear(&n("attn_q"), d, q_dim)?,
+            l.linear(&n("attn_k"), d, k_dim)?,
+            l.linear(&n("attn_v"), d, v_dim)?,
+        ]
+    };
+    let [gate, up] = if spec.fused_gate_up {
+        l.split(&n("ffn_up"), d, [ff, ff])?
+    } else {
+        [
+            l.linear(&n("ffn_gate"), d, ff)?,
+            l.linear(&n("ffn_up"), d, ff)?,
+        ]
+    };
+    let w = |s: &str| n(&format!("{s}.weight"));
+    Ok(LayerWeights {
+        attn_norm: l.vector(&w("attn_norm"), d)?,
+        q,
+        k,
+        v,
+        q_norm: l.vector_if(spec.qk_norm, &w("attn_q_norm"), hp.head_dim_k)?,
+        k_norm: l.vector_if(spec.qk_norm, &w("attn_k_norm"), hp.head_dim_k)?,
+        o: l.linear(&n("attn_output"), hp.n_heads * hp.head_dim_v, d)?,
+        attn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_attention_norm"), d)?,
+        ffn_norm: l.vector(&w("ffn_norm"), d)?,
+        gate,
+        up,
+        down: l.linear(&n("ffn_down"), ff, d)?,
+        ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
+    })
+}
+
+/// The per-pair RoPE factors the architecture reads, if the file has them.
+/// LongRoPE takes the long set when the model runs past its original context
+/// (ferrox serves the whole `context_length`), as llama.cpp does for a context
+/// that long.
+fn rope_factors(
+    l: &mut Loader<'_>,
+    hp: &HyperParams,
+    spec: &ArchSpec,
+) -> Result<Option<Vec<f32>>, ModelError> {
+    let pairs = hp.rope_dim / 2;
+    match spec.rope_factors {
+        RopeFactors::None => Ok(None),
+        RopeFactors::Freqs => l.optional_vector("rope_freqs.weight", pairs),
+        RopeFactors::LongShort => {
+            let long = l.optional_vector("rope_factors_long.weight", pairs)?;
+            let short = l.optional_vector("rope_factors_short.weight", pairs)?;
+            Ok(if hp.context_length > hp.rope_orig_context {
+                long
+            } else {
+                short
+            })
+        }
     }
 }

@@ -230,22 +230,63 @@ fn real_model_smollm2_logits_are_batch_invariant() {
     check_decode_batching(&m, &prompts, 260);
 }
 
-#[test]
-fn rope_scaling_that_is_not_implemented_is_refused_by_name() {
-    use ferrox_gguf::{GgufFile, Value};
+/// The tiny llama model with `meta` set and an extra F32 tensor per `extra`, loaded.
+fn load_edited(meta: &[(&str, ferrox_gguf::Value)], extra: &[(&str, usize)]) -> String {
+    use ferrox_gguf::GgufFile;
     let bytes = TinyModel::new(Architecture::Llama).gguf();
     let file = GgufFile::from_bytes(bytes).unwrap();
     let mut w = ferrox_gguf::GgufWriter::new();
     for (k, v) in file.header().metadata.iter() {
         w.set(k, v.clone());
     }
-    w.set("llama.rope.scaling.type", Value::String("yarn".into()));
+    for (k, v) in meta {
+        w.set(*k, v.clone());
+    }
     for t in file.tensors() {
         w.add_tensor(t.info.name.clone(), t.dtype(), t.shape(), t.data.to_vec())
             .unwrap();
     }
-    let e = Transformer::new(GgufFile::from_bytes(w.to_bytes()).unwrap(), 1)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("rope.scaling.type") && e.contains("yarn"), "{e}");
+    for (name, len) in extra {
+        let data = vec![0u8; 4 * len];
+        w.add_tensor(
+            name.to_string(),
+            ferrox_core::DType::F32,
+            &[*len as u64],
+            data,
+        )
+        .unwrap();
+    }
+    match Transformer::new(GgufFile::from_bytes(w.to_bytes()).unwrap(), 1) {
+        Ok(_) => "loaded".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn what_is_not_implemented_is_refused_by_name() {
+    use ferrox_gguf::Value;
+    let e = load_edited(
+        &[("llama.rope.scaling.type", Value::String("dynamic".into()))],
+        &[],
+    );
+    assert!(
+        e.contains("rope.scaling.type") && e.contains("dynamic"),
+        "{e}"
+    );
+    let e = load_edited(&[("llama.expert_count", Value::U32(8))], &[]);
+    assert!(e.contains("mixture-of-experts"), "{e}");
+    let e = load_edited(&[], &[("blk.1.attn_q_norm.weight", 8)]);
+    assert!(
+        e.contains("blk.1.attn_q_norm.weight") && e.contains("llama"),
+        "{e}"
+    );
+    // What is implemented loads: YaRN, linear scaling and llama3 frequency factors.
+    let yarn = [
+        ("llama.rope.scaling.type", Value::String("yarn".into())),
+        ("llama.rope.scaling.factor", Value::F32(4.0)),
+    ];
+    assert_eq!(load_edited(&yarn, &[]), "loaded");
+    assert_eq!(load_edited(&[], &[("rope_freqs.weight", 4)]), "loaded");
+    let e = load_edited(&[], &[("rope_freqs.weight", 3)]);
+    assert!(e.contains("rope_freqs.weight"), "{e}");
 }

@@ -3,8 +3,8 @@
 //! Two pairings, as ggml names them: `Normal` rotates adjacent pairs
 //! `(x[2i], x[2i+1])` (llama family GGUFs, whose Q/K weights the converter
 //! permuted); `Neox` rotates `(x[i], x[i + d/2])` (Qwen2, Gemma). Pair `i` of a
-//! `d`-dim rotated span turns by `pos * base^(-2i/d)`; angles are computed in f64
-//! and rounded once, so a position's rotation never depends on its batch.
+//! `d`-dim rotated span turns by `pos * base^(-2i/d)`, changed by the scalings and
+//! frequency factors of [`RopeFreqs`].
 
 /// How dimensions pair up for rotation.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -13,12 +13,130 @@ pub enum RopeStyle {
     Neox,
 }
 
-/// Cosines and sines of one position: `[rope_dim / 2]` each.
-pub fn angles(pos: usize, rope_dim: usize, base: f32, cos: &mut [f32], sin: &mut [f32]) {
-    for i in 0..rope_dim / 2 {
-        let theta = pos as f64 * (base as f64).powf(-2.0 * i as f64 / rope_dim as f64);
-        cos[i] = theta.cos() as f32;
-        sin[i] = theta.sin() as f32;
+/// How positions stretch beyond the trained context (ggml's `rope_yarn`).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Every angle divided by `factor` (position interpolation).
+    Linear { factor: f32 },
+    /// YaRN: pairs that turn slowly are interpolated by `factor`, fast ones
+    /// extrapolated, with a linear ramp between the correction dimensions that
+    /// `orig_context`, `beta_fast` and `beta_slow` give; magnitudes scaled by
+    /// `1 + 0.1 ln(factor)` when `factor > 1` (llama.cpp's net scale).
+    Yarn {
+        factor: f32,
+        orig_context: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+    },
+}
+
+impl std::fmt::Display for RopeScaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RopeScaling::None => write!(f, "none"),
+            RopeScaling::Linear { factor } => write!(f, "linear x{factor}"),
+            RopeScaling::Yarn {
+                factor,
+                orig_context,
+                ..
+            } => write!(f, "yarn x{factor} of {orig_context}"),
+        }
+    }
+}
+
+/// The angular frequency of every rotated pair of one RoPE variant, and the
+/// factor its cosines and sines are scaled by.
+///
+/// Pair `i` of a `dim`-wide rotated span turns by `pos * w[i]`, with
+/// `w[i] = base^(-2i/dim) / factors[i]` then scaled as [`RopeScaling`] says
+/// (llama3 and LongRoPE models give `factors` as a tensor). Frequencies and angles
+/// are computed in f64 and rounded once, so a position's rotation never depends
+/// on its batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeFreqs {
+    freqs: Vec<f64>,
+    mscale: f64,
+}
+
+impl RopeFreqs {
+    /// The frequencies of a `dim`-wide rotated span (`dim` even).
+    ///
+    /// Panics when `factors` is given with a length other than `dim / 2`.
+    pub fn new(
+        dim: usize,
+        base: f32,
+        scaling: RopeScaling,
+        factors: Option<&[f32]>,
+        attn_factor: f32,
+    ) -> RopeFreqs {
+        let half = dim / 2;
+        if let Some(f) = factors {
+            assert_eq!(f.len(), half, "one frequency factor per rotated pair");
+        }
+        let base = base as f64;
+        let mut mscale = attn_factor as f64;
+        let ramp = match scaling {
+            RopeScaling::Yarn {
+                factor,
+                orig_context,
+                beta_fast,
+                beta_slow,
+            } => {
+                if factor > 1.0 {
+                    mscale *= 1.0 + 0.1 * (factor as f64).ln();
+                }
+                let corr = |beta: f32| {
+                    dim as f64
+                        * (orig_context as f64 / (beta as f64 * 2.0 * std::f64::consts::PI)).ln()
+                        / (2.0 * base.ln())
+                };
+                let low = corr(beta_fast).floor().max(0.0);
+                let high = corr(beta_slow).ceil().min(dim as f64 - 1.0);
+                Some((low, high, 1.0 / factor as f64))
+            }
+            _ => None,
+        };
+        let freqs = (0..half)
+            .map(|i| {
+                let mut w = base.powf(-2.0 * i as f64 / dim as f64);
+                if let Some(f) = factors {
+                    w /= f[i] as f64;
+                }
+                match (scaling, ramp) {
+                    (RopeScaling::Linear { factor }, _) => w / factor as f64,
+                    (RopeScaling::Yarn { .. }, Some((low, high, scale))) => {
+                        // 1 on pairs that keep their trained angle, 0 on interpolated ones.
+                        let y = (i as f64 - low) / (high - low).max(0.001);
+                        let keep = 1.0 - y.clamp(0.0, 1.0);
+                        w * (scale * (1.0 - keep) + keep)
+                    }
+                    _ => w,
+                }
+            })
+            .collect();
+        RopeFreqs { freqs, mscale }
+    }
+
+    /// Plain RoPE of a `dim`-wide span with `base`.
+    pub fn plain(dim: usize, base: f32) -> RopeFreqs {
+        RopeFreqs::new(dim, base, RopeScaling::None, None, 1.0)
+    }
+
+    /// Rotated pairs.
+    pub fn pairs(&self) -> usize {
+        self.freqs.len()
+    }
+
+    /// Cosines and sines of position `pos`, scaled: `[pairs]` each.
+    pub fn angles(&self, pos: usize, cos: &mut [f32], sin: &mut [f32]) {
+        assert!(cos.len() >= self.freqs.len() && sin.len() >= self.freqs.len());
+        for (i, &w) in self.freqs.iter().enumerate() {
+            let theta = pos as f64 * w;
+            cos[i] = (theta.cos() * self.mscale) as f32;
+            sin[i] = (theta.sin() * self.mscale) as f32;
+        }
     }
 }
 
@@ -52,12 +170,13 @@ mod tests {
     #[test]
     fn rotation_preserves_norms_and_position_zero_is_identity() {
         let (mut c, mut s) = (vec![0.0; 4], vec![0.0; 4]);
-        angles(0, 8, 10000.0, &mut c, &mut s);
+        let freqs = RopeFreqs::plain(8, 10000.0);
+        freqs.angles(0, &mut c, &mut s);
         let mut x: Vec<f32> = (0..8).map(|i| i as f32).collect();
         let orig = x.clone();
         apply(&mut x, 8, 8, RopeStyle::Neox, &c, &s);
         assert_eq!(x, orig);
-        angles(7, 8, 10000.0, &mut c, &mut s);
+        freqs.angles(7, &mut c, &mut s);
         for style in [RopeStyle::Normal, RopeStyle::Neox] {
             let mut y = orig.clone();
             apply(&mut y, 8, 8, style, &c, &s);
@@ -66,5 +185,40 @@ mod tests {
             assert!((n0 - n1).abs() < 1e-3);
             assert_ne!(y, orig);
         }
+    }
+
+    #[test]
+    fn linear_scaling_divides_every_angle_and_factors_divide_their_pair() {
+        let plain = RopeFreqs::plain(8, 10000.0);
+        let linear = RopeFreqs::new(8, 10000.0, RopeScaling::Linear { factor: 4.0 }, None, 1.0);
+        let factors = RopeFreqs::new(
+            8,
+            10000.0,
+            RopeScaling::None,
+            Some(&[1.0, 2.0, 1.0, 8.0]),
+            1.0,
+        );
+        for i in 0..4 {
+            assert!((linear.freqs[i] * 4.0 - plain.freqs[i]).abs() < 1e-15);
+        }
+        assert_eq!(factors.freqs[0], plain.freqs[0]);
+        assert!((factors.freqs[3] * 8.0 - plain.freqs[3]).abs() < 1e-15);
+    }
+
+    #[test]
+    fn yarn_keeps_fast_pairs_interpolates_slow_ones_and_scales_magnitude() {
+        let scaling = RopeScaling::Yarn {
+            factor: 4.0,
+            orig_context: 64,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        };
+        let plain = RopeFreqs::plain(64, 10000.0);
+        let yarn = RopeFreqs::new(64, 10000.0, scaling, None, 1.0);
+        assert_eq!(yarn.freqs[0], plain.freqs[0]);
+        assert!((yarn.freqs[31] * 4.0 - plain.freqs[31]).abs() < 1e-15);
+        let (mut c, mut s) = (vec![0.0; 32], vec![0.0; 32]);
+        yarn.angles(0, &mut c, &mut s);
+        assert!((c[0] as f64 - (1.0 + 0.1 * 4f64.ln())).abs() < 1e-6);
     }
 }

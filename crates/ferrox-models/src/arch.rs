@@ -1,0 +1,223 @@
+//! What each architecture is, as one described table: the parts a forward pass
+//! switches on (norms, biases, activation, RoPE pairing, soft-caps, window
+//! pattern, fused matrices, tied head). Adding an architecture is a row here plus
+//! whatever is truly new.
+//!
+//! Facts follow llama.cpp's model definitions (`src/models/*.cpp`) for the same
+//! GGUF keys and tensor names.
+
+use ferrox_core::ops::activation::Gate;
+use ferrox_core::ops::rope::RopeStyle;
+
+use crate::error::ModelError;
+
+/// A model architecture ferrox can run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Llama family: Llama 2/3.x, SmolLM, Mistral (written as `llama`).
+    Llama,
+    /// Qwen2 / Qwen2.5: llama layout with QKV biases, NeoX RoPE.
+    Qwen2,
+    /// Qwen3 (dense): per-head QK-norm, no biases.
+    Qwen3,
+    /// Phi-3 / 3.5 / 4: fused QKV and gate-up, LongRoPE factors.
+    Phi3,
+    /// Gemma 2: sandwich norms, GeGLU, soft-capped attention and logits,
+    /// alternating sliding windows.
+    Gemma2,
+    /// Gemma 3: Gemma 2's layout with QK-norm, five window layers in six and a
+    /// separate RoPE base for them.
+    Gemma3,
+}
+
+/// Where the sliding-window layers are, when the file does not list them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WindowRule {
+    /// Every layer attends to every earlier position (a window key in the file
+    /// is not honoured, as llama.cpp does not honour it for this architecture).
+    None,
+    /// One full layer in every `pattern`, the last of each group, when the file
+    /// has a window; `default_window` when the architecture always has one.
+    Pattern {
+        pattern: usize,
+        default_window: Option<usize>,
+    },
+}
+
+/// How attention scores are scaled.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AttentionScale {
+    /// `1 / sqrt(head_dim)`.
+    HeadDim,
+    /// Gemma: `1 / sqrt(n_embd / n_heads)` for the 27B shape (this many
+    /// layers), else `1 / sqrt(head_dim)`.
+    GemmaBig { layers: usize },
+}
+
+/// The described table of one architecture.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ArchSpec {
+    pub rope_style: RopeStyle,
+    pub gate: Gate,
+    /// Embeddings multiplied by `sqrt(n_embd)`.
+    pub scale_embeddings: bool,
+    /// Per-head RMS norms of queries and keys (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// RMS norms after attention and after the feed-forward
+    /// (`post_attention_norm`, `post_ffw_norm`).
+    pub sandwich_norms: bool,
+    /// The feed-forward's `ffn_up` holds the gate rows, then the up rows.
+    pub fused_gate_up: bool,
+    /// The output head may be `output.weight` (else the embeddings).
+    pub own_output: bool,
+    /// RoPE base when the file gives none.
+    pub default_rope_base: f32,
+    /// RoPE base of window layers when the file gives none (`None`: the global).
+    pub default_local_rope_base: Option<f32>,
+    pub windows: WindowRule,
+    pub attention_scale: AttentionScale,
+    /// Soft-cap of attention scores (`attention.` ... `attn_logit_softcapping`).
+    pub attn_softcap: Softcap,
+    /// Soft-cap of the output logits (`final_logit_softcapping`).
+    pub final_softcap: Softcap,
+    /// Tensors of per-pair RoPE factors it may carry: `rope_freqs` (llama3
+    /// scaling) or `rope_factors_long` / `_short` (LongRoPE).
+    pub rope_factors: RopeFactors,
+}
+
+/// Whether values are soft-capped, `cap * tanh(x / cap)`.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Softcap {
+    /// Never (a key in the file is not honoured, as llama.cpp does not).
+    Never,
+    /// As the key says; `default` when the file has no key; 0 means none.
+    Key { default: Option<f32> },
+}
+
+/// Which per-pair RoPE factor tensors an architecture reads.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RopeFactors {
+    None,
+    /// `rope_freqs.weight` (Llama 3.1+).
+    Freqs,
+    /// `rope_factors_long.weight` / `rope_factors_short.weight` (Phi-3 LongRoPE).
+    LongShort,
+}
+
+const LLAMA: ArchSpec = ArchSpec {
+    rope_style: RopeStyle::Normal,
+    gate: Gate::Silu,
+    scale_embeddings: false,
+    qk_norm: false,
+    sandwich_norms: false,
+    fused_gate_up: false,
+    own_output: true,
+    default_rope_base: 10_000.0,
+    default_local_rope_base: None,
+    windows: WindowRule::None,
+    attention_scale: AttentionScale::HeadDim,
+    attn_softcap: Softcap::Never,
+    final_softcap: Softcap::Never,
+    rope_factors: RopeFactors::Freqs,
+};
+
+const GEMMA2: ArchSpec = ArchSpec {
+    rope_style: RopeStyle::Neox,
+    gate: Gate::GeluTanh,
+    scale_embeddings: true,
+    qk_norm: false,
+    sandwich_norms: true,
+    fused_gate_up: false,
+    own_output: false,
+    default_rope_base: 10_000.0,
+    default_local_rope_base: None,
+    windows: WindowRule::Pattern {
+        pattern: 2,
+        default_window: Some(4096),
+    },
+    attention_scale: AttentionScale::GemmaBig { layers: 46 },
+    attn_softcap: Softcap::Key {
+        default: Some(50.0),
+    },
+    final_softcap: Softcap::Key {
+        default: Some(30.0),
+    },
+    rope_factors: RopeFactors::None,
+};
+
+impl Architecture {
+    /// Every supported architecture.
+    pub const ALL: [Architecture; 6] = [
+        Architecture::Llama,
+        Architecture::Qwen2,
+        Architecture::Qwen3,
+        Architecture::Phi3,
+        Architecture::Gemma2,
+        Architecture::Gemma3,
+    ];
+
+    /// The `general.architecture` string.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
+            Architecture::Phi3 => "phi3",
+            Architecture::Gemma2 => "gemma2",
+            Architecture::Gemma3 => "gemma3",
+        }
+    }
+
+    /// Parses `general.architecture`; an error lists what is supported.
+    pub fn from_gguf_name(name: &str) -> Result<Architecture, ModelError> {
+        Architecture::ALL
+            .into_iter()
+            .find(|a| a.gguf_name() == name)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture {
+                found: name.to_string(),
+                supported: Architecture::ALL.map(|a| a.gguf_name()).join(", "),
+            })
+    }
+
+    /// The architecture's table.
+    pub fn spec(self) -> ArchSpec {
+        match self {
+            Architecture::Llama => LLAMA,
+            Architecture::Qwen2 => ArchSpec {
+                rope_style: RopeStyle::Neox,
+                default_rope_base: 1_000_000.0,
+                rope_factors: RopeFactors::None,
+                ..LLAMA
+            },
+            Architecture::Qwen3 => ArchSpec {
+                rope_style: RopeStyle::Neox,
+                qk_norm: true,
+                default_rope_base: 1_000_000.0,
+                rope_factors: RopeFactors::None,
+                ..LLAMA
+            },
+            Architecture::Phi3 => ArchSpec {
+                rope_style: RopeStyle::Neox,
+                fused_gate_up: true,
+                rope_factors: RopeFactors::LongShort,
+                ..LLAMA
+            },
+            Architecture::Gemma2 => GEMMA2,
+            Architecture::Gemma3 => ArchSpec {
+                qk_norm: true,
+                own_output: false,
+                default_rope_base: 1_000_000.0,
+                default_local_rope_base: Some(10_000.0),
+                windows: WindowRule::Pattern {
+                    pattern: 6,
+                    default_window: None,
+                },
+                attention_scale: AttentionScale::GemmaBig { layers: 62 },
+                attn_softcap: Softcap::Never,
+                final_softcap: Softcap::Key { default: None },
+                ..GEMMA2
+            },
+        }
+    }
+}
