@@ -98,7 +98,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let t_load = Instant::now();
-    let model = Model::load_with(&path, threads, a.path.activations)?;
+    let mut model = Model::load_with(&path, threads, a.path.activations)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let packed_mib = model.transformer.packed_bytes() as f64 / (1 << 20) as f64;
     let hp = model.transformer.hyper_params();
@@ -109,6 +109,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             hp.context_length
         );
     }
+    model.transformer.limit_context(ctx);
     let mut ids = match (&model.chat, a.no_cnv) {
         (Some(_), false) => {
             let mut msgs = Vec::new();

@@ -70,7 +70,67 @@ pub struct ModelReport {
     pub n_tensors: usize,
     pub n_parameters: u64,
     pub tensor_types: BTreeMap<String, TypeCount>,
+    /// What the forward pass does for this model beyond the plain llama layer.
+    pub features: Vec<String>,
     pub kv: KvReport,
+}
+
+/// The architecture features of a model, from its table, hyper-parameters and
+/// tensor names, in words.
+fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let spec = hp.spec();
+    let mut f = vec![format!(
+        "{} feed-forward",
+        match spec.gate {
+            ferrox_core::ops::activation::Gate::Silu => "SwiGLU",
+            ferrox_core::ops::activation::Gate::GeluTanh => "GeGLU (tanh)",
+        }
+    )];
+    f.push(format!(
+        "RoPE {} pairs, scaling {}",
+        match spec.rope_style {
+            ferrox_core::ops::rope::RopeStyle::Normal => "adjacent",
+            ferrox_core::ops::rope::RopeStyle::Neox => "NeoX half-split",
+        },
+        hp.rope_scaling
+    ));
+    if has("rope_freqs.weight") {
+        f.push("RoPE frequency factors (llama3)".into());
+    }
+    if has("rope_factors_long.weight") {
+        f.push(format!(
+            "LongRoPE factors (long past {} positions), magnitude x{}",
+            hp.rope_orig_context, hp.rope_attn_factor
+        ));
+    }
+    if has("blk.0.attn_qkv.weight") {
+        f.push("fused QKV".into());
+    }
+    if spec.fused_gate_up {
+        f.push("fused gate-up".into());
+    }
+    if has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias") {
+        f.push("QKV biases".into());
+    }
+    if spec.qk_norm {
+        f.push("QK-norm".into());
+    }
+    if spec.sandwich_norms {
+        f.push("post-attention and post-feed-forward norms".into());
+    }
+    if spec.scale_embeddings {
+        f.push("embeddings scaled by sqrt(n_embd)".into());
+    }
+    if let Some(c) = hp.attn_softcap {
+        f.push(format!("attention soft-cap {c}"));
+    }
+    if let Some(c) = hp.final_softcap {
+        f.push(format!("logit soft-cap {c}"));
+    }
+    if !(spec.own_output && has("output.weight")) {
+        f.push("output head tied to the embeddings".into());
+    }
+    f
 }
 
 impl ModelReport {
@@ -124,6 +184,7 @@ impl ModelReport {
             n_tensors: h.tensors.len(),
             n_parameters: h.tensors.iter().map(|t| t.n_elements()).sum(),
             tensor_types,
+            features: features(&hp, &|n| h.tensor_info(n).is_some()),
             kv: KvReport {
                 element_bytes: kv.element_bytes,
                 by_layer_kind,
@@ -192,6 +253,7 @@ impl fmt::Display for ModelReport {
             }
         )?;
         writeln!(s, "rms epsilon:     {:e}", hp.rms_eps)?;
+        writeln!(s, "features:        {}", self.features.join("; "))?;
         match hp.sliding_window() {
             Some(w) => writeln!(
                 s,

@@ -185,6 +185,26 @@ impl Scratch {
     }
 }
 
+/// The RoPE of full-attention layers, and of window layers when their base differs,
+/// for sequences of at most `context` positions.
+fn ropes(hp: &HyperParams, weights: &Weights, context: usize) -> (RopeFreqs, Option<RopeFreqs>) {
+    let factors = weights
+        .rope_factors
+        .for_context(context, hp.rope_orig_context);
+    let rope = |base: f32| {
+        RopeFreqs::new(
+            hp.rope_dim,
+            base,
+            hp.rope_scaling,
+            factors,
+            hp.rope_attn_factor,
+        )
+    };
+    let local =
+        (hp.rope_freq_base_local != hp.rope_freq_base).then(|| rope(hp.rope_freq_base_local));
+    (rope(hp.rope_freq_base), local)
+}
+
 /// Adds `bias` to every `bias.len()`-wide row of `out`.
 fn add_bias(out: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias {
@@ -237,18 +257,7 @@ impl Transformer {
             }
             pack(&mut weights.output);
         }
-        let rope = |base: f32| {
-            RopeFreqs::new(
-                hp.rope_dim,
-                base,
-                hp.rope_scaling,
-                weights.rope_factors.as_deref(),
-                hp.rope_attn_factor,
-            )
-        };
-        let rope_global = rope(hp.rope_freq_base);
-        let rope_local =
-            (hp.rope_freq_base_local != hp.rope_freq_base).then(|| rope(hp.rope_freq_base_local));
+        let (rope_global, rope_local) = ropes(&hp, &weights, hp.context_length);
         Ok(Transformer {
             spec: hp.spec(),
             file,
@@ -259,6 +268,17 @@ impl Transformer {
             rope_global,
             rope_local,
         })
+    }
+
+    /// Serves sequences of at most `context` positions (the model's whole context
+    /// unless set): this picks LongRoPE's factor set, as llama.cpp does by its
+    /// context per sequence. Panics past the model's context.
+    pub fn limit_context(&mut self, context: usize) {
+        assert!(
+            context <= self.hp.context_length,
+            "within the model's context"
+        );
+        (self.rope_global, self.rope_local) = ropes(&self.hp, &self.weights, context);
     }
 
     /// Bytes of the repacked weight copies (0 on the f32 path).

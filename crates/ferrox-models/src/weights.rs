@@ -128,9 +128,31 @@ pub struct Weights {
     pub output_norm: Vec<f32>, // [n_embd]
     /// The output projection: `output.weight`, or the embeddings when tied.
     pub output: Linear, // [n_embd] -> [vocab]
-    /// Per-pair RoPE frequency factors (`rope_freqs`, or LongRoPE's long or short
-    /// set): `[rope_dim / 2]`.
-    pub rope_factors: Option<Vec<f32>>,
+    /// Per-pair RoPE frequency factors, `[rope_dim / 2]` each.
+    pub rope_factors: RopeFactorSets,
+}
+
+/// The per-pair RoPE factor tensors of a model.
+#[derive(Debug, Default)]
+pub struct RopeFactorSets {
+    /// `rope_freqs` (Llama 3.1+): always applied.
+    pub freqs: Option<Vec<f32>>,
+    /// LongRoPE's `rope_factors_long` and `rope_factors_short`.
+    pub long: Option<Vec<f32>>,
+    pub short: Option<Vec<f32>>,
+}
+
+impl RopeFactorSets {
+    /// The factors a model serving sequences of up to `context` positions turns
+    /// by: LongRoPE's long set past the original context `orig`, else the short
+    /// set (llama.cpp's choice by its context per sequence).
+    pub fn for_context(&self, context: usize, orig: usize) -> Option<&[f32]> {
+        self.freqs.as_deref().or(if context > orig {
+            self.long.as_deref()
+        } else {
+            self.short.as_deref()
+        })
+    }
 }
 
 fn wrong(name: &str, reason: String) -> ModelError {
@@ -332,27 +354,23 @@ fn layer(
     })
 }
 
-/// The per-pair RoPE factors the architecture reads, if the file has them.
-/// LongRoPE takes the long set when the model runs past its original context
-/// (ferrox serves the whole `context_length`), as llama.cpp does for a context
-/// that long.
+/// The per-pair RoPE factor tensors the architecture reads, if the file has them.
 fn rope_factors(
     l: &mut Loader<'_>,
     hp: &HyperParams,
     spec: &ArchSpec,
-) -> Result<Option<Vec<f32>>, ModelError> {
+) -> Result<RopeFactorSets, ModelError> {
     let pairs = hp.rope_dim / 2;
-    match spec.rope_factors {
-        RopeFactors::None => Ok(None),
-        RopeFactors::Freqs => l.optional_vector("rope_freqs.weight", pairs),
-        RopeFactors::LongShort => {
-            let long = l.optional_vector("rope_factors_long.weight", pairs)?;
-            let short = l.optional_vector("rope_factors_short.weight", pairs)?;
-            Ok(if hp.context_length > hp.rope_orig_context {
-                long
-            } else {
-                short
-            })
-        }
-    }
+    Ok(match spec.rope_factors {
+        RopeFactors::None => RopeFactorSets::default(),
+        RopeFactors::Freqs => RopeFactorSets {
+            freqs: l.optional_vector("rope_freqs.weight", pairs)?,
+            ..Default::default()
+        },
+        RopeFactors::LongShort => RopeFactorSets {
+            freqs: None,
+            long: l.optional_vector("rope_factors_long.weight", pairs)?,
+            short: l.optional_vector("rope_factors_short.weight", pairs)?,
+        },
+    })
 }

@@ -158,7 +158,7 @@ impl Tokenizer {
             eos,
             add_bos: m
                 .bool_opt("tokenizer.ggml.add_bos_token")?
-                .unwrap_or(is_spm),
+                .unwrap_or(is_spm || bos_by_default(m)?),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
             end_of_generation,
         })
@@ -225,6 +225,8 @@ impl Tokenizer {
                     out.push(id);
                     prev_special = true;
                 }
+                // No text, no tokens (not even SentencePiece's space prefix).
+                Fragment::Text("") => {}
                 Fragment::Text(t) => {
                     match &self.algorithm {
                         Algorithm::SentencePiece { add_space_prefix } => {
@@ -340,4 +342,13 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32], render_special: bool) -> String {
         String::from_utf8_lossy(&self.decode_bytes(ids, render_special)).into_owned()
     }
+}
+
+/// Whether a byte-level BPE vocabulary adds BOS when its metadata does not say:
+/// the Llama 3 pre-tokenizer names do in llama.cpp (`llama-vocab.cpp`).
+fn bos_by_default(m: &Metadata) -> Result<bool, ModelError> {
+    Ok(matches!(
+        m.string_opt("tokenizer.ggml.pre")?.as_deref(),
+        Some("llama3" | "llama-v3" | "llama-bpe")
+    ))
 }

@@ -10,6 +10,41 @@ use std::path::PathBuf;
 
 use crate::catalog;
 
+pub mod family;
+pub mod golden;
+
+/// The folder of llama.cpp reference files (vocab GGUFs with their test vectors,
+/// chat templates) that `scripts/fetch-llama-refs` unpacks from the
+/// llama-cpp-python sdist: `FERROX_LLAMA_REFS`, else `llama-cpp-refs` in the
+/// model cache.
+pub fn llama_refs_dir() -> PathBuf {
+    std::env::var_os("FERROX_LLAMA_REFS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| catalog::models_dir().join("llama-cpp-refs"))
+}
+
+/// llama.cpp's `models/ggml-vocab-NAME.gguf`, or `None` (with the reason printed).
+pub fn vocab_file(name: &str) -> Option<PathBuf> {
+    let path = llama_refs_dir().join(format!("ggml-vocab-{name}.gguf"));
+    if path.is_file() {
+        Some(path)
+    } else {
+        absent(
+            &format!("vocab file {}", path.display()),
+            "run scripts/fetch-llama-refs, or set FERROX_LLAMA_REFS",
+        )
+    }
+}
+
+/// The GGUF whose tokenizer family `f` copies, or `None` (reason printed).
+pub fn family_vocab(f: &family::Family) -> Option<ferrox_gguf::GgufFile> {
+    let path = match f.vocab {
+        family::VocabSource::VocabFile(name) => vocab_file(name)?,
+        family::VocabSource::CatalogModel(name) => real_model(name)?,
+    };
+    Some(ferrox_gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}
+
 fn required() -> bool {
     std::env::var("FERROX_REQUIRE_MODELS").is_ok_and(|v| v == "1")
 }

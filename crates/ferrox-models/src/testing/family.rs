@@ -1,0 +1,416 @@
+//! Random-weight GGUFs of the families ferrox supports, for checking the forward
+//! pass where no real checkpoint can be downloaded.
+//!
+//! Each [`Family`] is shaped like a real model of its family: every metadata key
+//! and tensor name of that model (RoPE scaling keys and factor tensors, soft-caps,
+//! windows, fused matrices, biases, QK-norms, tied or own head), the real
+//! tokenizer copied from a vocab-only GGUF, and shapes shrunk to a 64-wide
+//! embedding and two layers. The bytes are a pure function of the family, the
+//! [`Variant`] and the vocabulary file, so the golden outputs made once from
+//! them (by llama.cpp and by the float64 reference, `scripts/families/`) stay
+//! valid: a test regenerates the file and checks its sha256 first.
+
+use std::f64::consts::PI;
+
+use ferrox_core::DType;
+use ferrox_core::kernels::reference::quantize;
+use ferrox_gguf::{GgufFile, GgufWriter, Value};
+
+use crate::Architecture;
+
+/// Where a family's tokenizer comes from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum VocabSource {
+    /// `ggml-vocab-NAME.gguf` of llama.cpp's `models/` folder.
+    VocabFile(&'static str),
+    /// The tokenizer of a catalog model.
+    CatalogModel(&'static str),
+}
+
+/// How the matrices are stored.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// Every matrix Q8_0.
+    Q8,
+    /// Matrices cycle through Q4_0, Q5_1, F16, Q4_1, Q5_0 and BF16.
+    Mixed,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 2] = [Variant::Q8, Variant::Mixed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Q8 => "q8_0",
+            Variant::Mixed => "mixed",
+        }
+    }
+
+    fn types(self) -> &'static [DType] {
+        match self {
+            Variant::Q8 => &[DType::Q8_0],
+            Variant::Mixed => &[
+                DType::Q4_0,
+                DType::Q5_1,
+                DType::F16,
+                DType::Q4_1,
+                DType::Q5_0,
+                DType::BF16,
+            ],
+        }
+    }
+}
+
+/// A family's shape and the real model it copies.
+#[derive(Copy, Clone, Debug)]
+pub struct Family {
+    /// File stem, e.g. `llama3`.
+    pub name: &'static str,
+    /// The real model whose keys and tensor names it carries.
+    pub like: &'static str,
+    pub arch: Architecture,
+    pub vocab: VocabSource,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    /// Per-head width (Qwen3 and Gemma 2 give it explicitly, wider than
+    /// `n_embd / n_heads`).
+    pub head_dim: usize,
+    pub context_length: usize,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+}
+
+const N_EMBD: usize = 64;
+const N_FF: usize = 128;
+const N_LAYERS: usize = 2;
+/// Embedding values are uniform in `[-EMBD_SCALE, EMBD_SCALE)` (standard
+/// deviation 0.5): logits of a tied head then spread by about 4.
+const EMBD_SCALE: f32 = 0.87;
+
+/// Every family, one per supported architecture shape.
+pub const FAMILIES: [Family; 5] = [
+    Family {
+        name: "llama3",
+        like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
+        arch: Architecture::Llama,
+        vocab: VocabSource::VocabFile("llama-bpe"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 16,
+        context_length: 131_072,
+        rope_base: 500_000.0,
+        rms_eps: 1e-5,
+    },
+    Family {
+        name: "qwen2",
+        like: "Qwen2.5 7B Instruct with YaRN (QKV biases, tied head)",
+        arch: Architecture::Qwen2,
+        vocab: VocabSource::VocabFile("qwen2"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 16,
+        context_length: 131_072,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+    },
+    Family {
+        name: "qwen3",
+        like: "Qwen3 0.6B (QK-norm, 128-wide heads of a 1024 embedding, tied head)",
+        arch: Architecture::Qwen3,
+        vocab: VocabSource::VocabFile("qwen2"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        context_length: 40_960,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+    },
+    Family {
+        name: "phi3",
+        like: "Phi-3.5 mini instruct (fused QKV and gate-up, LongRoPE)",
+        arch: Architecture::Phi3,
+        vocab: VocabSource::VocabFile("phi-3"),
+        n_heads: 4,
+        n_kv_heads: 4,
+        head_dim: 16,
+        context_length: 131_072,
+        rope_base: 10_000.0,
+        rms_eps: 1e-5,
+    },
+    Family {
+        name: "gemma2",
+        like: "Gemma 2 2B it (soft-caps, alternating windows, 256-wide heads)",
+        arch: Architecture::Gemma2,
+        vocab: VocabSource::CatalogModel("gemma3-270m"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        context_length: 8192,
+        rope_base: 10_000.0,
+        rms_eps: 1e-6,
+    },
+];
+
+/// A deterministic stream of uniform values in [-1, 1).
+struct Uniform(u64);
+
+impl Uniform {
+    fn next(&mut self) -> f32 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn values(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
+        (0..n).map(|_| offset + scale * self.next()).collect()
+    }
+}
+
+/// Llama 3.1's RoPE frequency factors (the converter's formula): factor 32, low
+/// and high frequency factors 1 and 4, original context 8192.
+fn llama3_factors(dim: usize, base: f32) -> Vec<f32> {
+    let (factor, low, high, old_ctx) = (32.0f64, 1.0f64, 4.0f64, 8192.0f64);
+    let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
+    (0..dim / 2)
+        .map(|i| {
+            let freq = 1.0 / (base as f64).powf(2.0 * i as f64 / dim as f64);
+            let wavelen = 2.0 * PI / freq;
+            (if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }) as f32
+        })
+        .collect()
+}
+
+struct Builder {
+    w: GgufWriter,
+    rnd: Uniform,
+    types: &'static [DType],
+    picked: usize,
+}
+
+impl Builder {
+    fn tensor(&mut self, name: String, dtype: DType, shape: &[usize], values: &[f32]) {
+        let shape: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
+        let bytes = quantize(dtype, values).expect("family shapes are whole blocks");
+        self.w
+            .add_tensor(name, dtype, &shape, bytes)
+            .expect("valid tensor");
+    }
+
+    /// A `[cols] -> [rows]` matrix with values of standard deviation `1/sqrt(cols)`.
+    fn matrix(&mut self, name: String, cols: usize, rows: usize) {
+        self.matrix_scaled(name, cols, rows, (3.0 / cols as f32).sqrt());
+    }
+
+    /// A matrix of values uniform in `[-scale, scale)`.
+    fn matrix_scaled(&mut self, name: String, cols: usize, rows: usize, scale: f32) {
+        let dtype = self.types[self.picked % self.types.len()];
+        self.picked += 1;
+        let v = self.rnd.values(cols * rows, scale, 0.0);
+        self.tensor(name, dtype, &[cols, rows], &v);
+    }
+
+    fn vector(&mut self, name: String, len: usize, scale: f32, offset: f32) {
+        let v = self.rnd.values(len, scale, offset);
+        self.tensor(name, DType::F32, &[len], &v);
+    }
+}
+
+impl Family {
+    /// The family by name.
+    pub fn find(name: &str) -> Option<Family> {
+        FAMILIES.into_iter().find(|f| f.name == name)
+    }
+
+    /// File name of a variant: `family-llama3-q8_0.gguf`.
+    pub fn file_name(&self, variant: Variant) -> String {
+        format!("family-{}-{}.gguf", self.name, variant.name())
+    }
+
+    /// The GGUF bytes of `variant`, with the tokenizer of `vocab`.
+    pub fn gguf(&self, variant: Variant, vocab: &GgufFile) -> Vec<u8> {
+        let seed = self
+            .name
+            .bytes()
+            .chain(variant.name().bytes())
+            .fold(0xF3_u64, |h, b| h.wrapping_mul(0x100_0000_01B3) ^ b as u64);
+        let mut b = Builder {
+            w: GgufWriter::new(),
+            rnd: Uniform(seed),
+            types: variant.types(),
+            picked: 0,
+        };
+        let n_vocab = self.metadata(&mut b.w, vocab);
+        let embd_type = b.types[0];
+        let embd = b.rnd.values(N_EMBD * n_vocab, EMBD_SCALE, 0.0);
+        b.tensor(
+            "token_embd.weight".into(),
+            embd_type,
+            &[N_EMBD, n_vocab],
+            &embd,
+        );
+        for i in 0..N_LAYERS {
+            self.layer(&mut b, i);
+        }
+        b.vector("output_norm.weight".into(), N_EMBD, 0.2, 1.0);
+        self.globals(&mut b, n_vocab);
+        b.w.to_bytes()
+    }
+
+    /// Writes every metadata key; returns the vocabulary size.
+    fn metadata(&self, w: &mut GgufWriter, vocab: &GgufFile) -> usize {
+        let m = &vocab.header().metadata;
+        let n_vocab = m
+            .string_array("tokenizer.ggml.tokens")
+            .expect("a vocabulary")
+            .len();
+        let a = self.arch.gguf_name();
+        let k = |s: &str| format!("{a}.{s}");
+        let u = |n: usize| Value::U32(n as u32);
+        w.set("general.architecture", Value::String(a.into()))
+            .set(
+                "general.name",
+                Value::String(format!("ferrox random {} (like {})", self.name, self.like)),
+            )
+            .set("general.file_type", Value::U32(7))
+            .set("general.quantization_version", Value::U32(2))
+            .set(k("block_count"), u(N_LAYERS))
+            .set(k("context_length"), u(self.context_length))
+            .set(k("embedding_length"), u(N_EMBD))
+            .set(k("feed_forward_length"), u(N_FF))
+            .set(k("attention.head_count"), u(self.n_heads))
+            .set(k("attention.head_count_kv"), u(self.n_kv_heads))
+            .set(k("rope.freq_base"), Value::F32(self.rope_base))
+            .set(
+                k("attention.layer_norm_rms_epsilon"),
+                Value::F32(self.rms_eps),
+            );
+        match self.arch {
+            Architecture::Llama => {
+                w.set(k("vocab_size"), u(n_vocab))
+                    .set(k("rope.dimension_count"), u(self.head_dim))
+                    .set(k("attention.key_length"), u(self.head_dim))
+                    .set(k("attention.value_length"), u(self.head_dim));
+            }
+            Architecture::Qwen2 => {
+                w.set(k("rope.scaling.type"), Value::String("yarn".into()))
+                    .set(k("rope.scaling.factor"), Value::F32(4.0))
+                    .set(k("rope.scaling.original_context_length"), u(32_768));
+            }
+            Architecture::Qwen3 | Architecture::Gemma2 => {
+                w.set(k("attention.key_length"), u(self.head_dim))
+                    .set(k("attention.value_length"), u(self.head_dim));
+            }
+            Architecture::Phi3 => {
+                let scale = self.context_length as f64 / 4096.0;
+                let attn = (1.0 + scale.ln() / 4096f64.ln()).sqrt();
+                w.set(k("rope.scaling.original_context_length"), u(4096))
+                    .set(k("rope.dimension_count"), u(self.head_dim))
+                    .set(k("rope.scaling.attn_factor"), Value::F32(attn as f32))
+                    .set(k("attention.sliding_window"), u(262_144));
+            }
+            Architecture::Gemma3 => unreachable!("Gemma 3 is checked on the real model"),
+        }
+        if self.arch == Architecture::Gemma2 {
+            w.set(k("attention.sliding_window"), u(8))
+                .set(k("attn_logit_softcapping"), Value::F32(50.0))
+                .set(k("final_logit_softcapping"), Value::F32(30.0));
+        }
+        for (key, value) in m.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+            w.set(key, value.clone());
+        }
+        n_vocab
+    }
+
+    fn layer(&self, b: &mut Builder, i: usize) {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let (q, kv) = (
+            self.n_heads * self.head_dim,
+            self.n_kv_heads * self.head_dim,
+        );
+        b.vector(n("attn_norm"), N_EMBD, 0.2, 1.0);
+        if self.arch == Architecture::Phi3 {
+            b.matrix(n("attn_qkv"), N_EMBD, q + 2 * kv);
+        } else {
+            b.matrix(n("attn_q"), N_EMBD, q);
+            b.matrix(n("attn_k"), N_EMBD, kv);
+            b.matrix(n("attn_v"), N_EMBD, kv);
+        }
+        if self.arch == Architecture::Qwen2 {
+            for (s, len) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                b.vector(format!("blk.{i}.{s}.bias"), len, 0.3, 0.0);
+            }
+        }
+        if self.arch == Architecture::Qwen3 {
+            b.vector(n("attn_q_norm"), self.head_dim, 0.2, 1.0);
+            b.vector(n("attn_k_norm"), self.head_dim, 0.2, 1.0);
+        }
+        b.matrix(n("attn_output"), q, N_EMBD);
+        b.vector(n("ffn_norm"), N_EMBD, 0.2, 1.0);
+        if self.arch == Architecture::Phi3 {
+            b.matrix(n("ffn_up"), N_EMBD, 2 * N_FF);
+        } else {
+            b.matrix(n("ffn_gate"), N_EMBD, N_FF);
+            b.matrix(n("ffn_up"), N_EMBD, N_FF);
+        }
+        b.matrix(n("ffn_down"), N_FF, N_EMBD);
+        if self.arch == Architecture::Gemma2 {
+            b.vector(n("post_attention_norm"), N_EMBD, 0.2, 1.0);
+            b.vector(n("post_ffw_norm"), N_EMBD, 0.2, 1.0);
+        }
+    }
+
+    /// The output head and RoPE factor tensors.
+    fn globals(&self, b: &mut Builder, n_vocab: usize) {
+        let pairs = self.head_dim / 2;
+        match self.arch {
+            Architecture::Llama => {
+                let f = llama3_factors(self.head_dim, self.rope_base);
+                b.tensor("rope_freqs.weight".into(), DType::F32, &[pairs], &f);
+            }
+            Architecture::Phi3 => {
+                // As wide as the embeddings, so the logits are as peaked as a
+                // tied head's (greedy steps are then far from ties).
+                b.matrix_scaled("output.weight".into(), N_EMBD, n_vocab, EMBD_SCALE);
+                let long: Vec<f32> = (0..pairs).map(|i| 1.0 + 3.0 * i as f32).collect();
+                let short: Vec<f32> = (0..pairs).map(|i| 1.0 + 0.05 * i as f32).collect();
+                b.tensor(
+                    "rope_factors_long.weight".into(),
+                    DType::F32,
+                    &[pairs],
+                    &long,
+                );
+                b.tensor(
+                    "rope_factors_short.weight".into(),
+                    DType::F32,
+                    &[pairs],
+                    &short,
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama3_factors_match_the_converter_at_the_ends() {
+        let f = llama3_factors(128, 500_000.0);
+        assert_eq!(f[0], 1.0);
+        assert_eq!(f[63], 32.0);
+        assert!(f.iter().all(|&x| (1.0..=32.0).contains(&x)));
+    }
+}

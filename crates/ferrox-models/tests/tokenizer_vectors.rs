@@ -1,0 +1,88 @@
+//! ferrox's tokenizers against llama.cpp's own test vectors: the vocab-only GGUFs
+//! of real models in llama.cpp's `models/` folder with their
+//! `.inp` / `.out` pairs (inputs split by `__ggml_vocab_test__`, ids per line),
+//! tokenized as `tests/test-tokenizer-0.cpp` does: no special tokens added, none
+//! parsed. Every vector of every family ferrox supports must match.
+
+use ferrox_gguf::GgufFile;
+use ferrox_models::Tokenizer;
+use ferrox_models::testing::{llama_refs_dir, vocab_file};
+
+/// `(input, expected ids)` of `ggml-vocab-NAME.gguf.{inp,out}`.
+fn vectors(name: &str) -> Vec<(String, Vec<u32>)> {
+    let base = llama_refs_dir().join(format!("ggml-vocab-{name}.gguf"));
+    let read = |ext: &str| {
+        let p = base.with_extension(format!("gguf.{ext}"));
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    let (inp, out) = (read("inp"), read("out"));
+    let sep = "\n__ggml_vocab_test__\n";
+    let mut inputs = Vec::new();
+    let mut rest = inp.as_str();
+    while !rest.is_empty() {
+        match rest.find(sep) {
+            Some(i) => {
+                inputs.push(rest[..i].to_string());
+                rest = &rest[i + sep.len()..];
+            }
+            None => {
+                inputs.push(rest.to_string());
+                rest = "";
+            }
+        }
+    }
+    let outputs: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(inputs.len(), outputs.len(), "{name}: inputs and outputs");
+    inputs.into_iter().zip(outputs).collect()
+}
+
+fn check(name: &str) {
+    let Some(path) = vocab_file(name) else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_metadata(&file.header().metadata).unwrap();
+    let cases = vectors(name);
+    let failed: Vec<String> = cases
+        .iter()
+        .filter_map(|(text, want)| {
+            let got = tok.encode(text, false, false);
+            (&got != want).then(|| format!("{text:?}: got {got:?}, want {want:?}"))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{name}: {} of {} vectors differ:\n{}",
+        failed.len(),
+        cases.len(),
+        failed.join("\n")
+    );
+}
+
+#[test]
+fn llama3_bpe_vectors() {
+    check("llama-bpe");
+}
+
+#[test]
+fn qwen2_vectors() {
+    check("qwen2");
+}
+
+#[test]
+fn phi3_vectors() {
+    check("phi-3");
+}
+
+#[test]
+fn llama_spm_vectors() {
+    check("llama-spm");
+}
+
+#[test]
+fn gpt2_vectors() {
+    check("gpt-2");
+}

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The float64 reference of ferrox's supported families: the exact function a
+GGUF defines, written from llama.cpp's graphs (src/models/{llama,qwen2,qwen3,
+phi3,gemma2}.cpp and ggml's rope_yarn), independent of ferrox's code.
+
+Every weight is dequantized with the gguf package (gguf-py); all arithmetic is
+float64 with no activation quantization. For each prompt (token ids) it writes
+the greedy continuation and the top-5 natural-log probabilities of every step.
+
+    reference.py MODEL.gguf PROMPTS.jsonl OUT.jsonl [--context N]
+
+PROMPTS.jsonl rows carry {"prompt", "prompt_ids"}; OUT rows add {"ids", "top5"},
+with top5 entries {"id", "logprob"} as in tests/golden.
+The context (default: the model's) picks LongRoPE's factor set, as llama.cpp's -c.
+"""
+import json
+import math
+import sys
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+STEPS = 32
+
+
+class Model:
+    def __init__(self, path, context=None):
+        r = GGUFReader(path)
+        self.meta = {}
+        for k, f in r.fields.items():
+            if k.startswith("tokenizer.ggml.tokens") or k.startswith("tokenizer.ggml.merges"):
+                continue
+            try:
+                v = f.contents()
+            except Exception:
+                continue
+            self.meta[k] = v
+        self.t = {}
+        for t in r.tensors:
+            w = dequantize(t.data, t.tensor_type).astype(np.float64)
+            shape = [int(x) for x in t.shape]
+            self.t[t.name] = w.reshape(list(reversed(shape))) if len(shape) > 1 else w.reshape(-1)
+        m = self.meta
+        a = self.arch = m["general.architecture"]
+        g = lambda k, d=None: m.get(f"{a}.{k}", d)
+        self.n_layer = g("block_count")
+        self.d = g("embedding_length")
+        self.nh = g("attention.head_count")
+        self.nkv = g("attention.head_count_kv", self.nh)
+        self.dk = g("attention.key_length", self.d // self.nh)
+        self.dv = g("attention.value_length", self.dk)
+        self.eps = g("attention.layer_norm_rms_epsilon", 1e-5)
+        self.n_ctx_train = g("context_length")
+        self.context = context or self.n_ctx_train
+        self.rope_dim = g("rope.dimension_count", self.dk)
+        default_base = {"qwen2": 1e6, "qwen3": 1e6}.get(a, 1e4)
+        self.base = g("rope.freq_base", default_base)
+        self.orig_ctx = g("rope.scaling.original_context_length", self.n_ctx_train)
+        self.neox = a != "llama"
+        # RoPE scaling as llama.cpp reads it (default "linear" with factor 1).
+        kind = g("rope.scaling.type", "linear")
+        factor = g("rope.scaling.factor", 0.0) or 1.0
+        self.freq_scale = 1.0 / factor
+        self.ext = 1.0 if kind == "yarn" else 0.0
+        attn_factor = g("rope.scaling.attn_factor", 1.0)
+        if self.ext:
+            mscale = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+            attn_factor *= mscale / (1.0 + 0.1 * math.log(factor))
+            attn_factor *= 1.0 + 0.1 * math.log(1.0 / self.freq_scale)
+        self.mscale = attn_factor
+        self.ff = None
+        if "rope_freqs.weight" in self.t:
+            self.ff = self.t["rope_freqs.weight"]
+        elif "rope_factors_long.weight" in self.t:
+            long = self.context > self.orig_ctx
+            self.ff = self.t["rope_factors_long.weight" if long else "rope_factors_short.weight"]
+        # Gemma: windows, soft-caps, scaled embeddings, attention scale.
+        self.gemma = a == "gemma2"
+        self.window = None
+        if self.gemma:
+            self.window = g("attention.sliding_window", 4096)
+        self.attn_cap = g("attn_logit_softcapping", 50.0) if self.gemma else None
+        self.final_cap = g("final_logit_softcapping", 30.0) if self.gemma else None
+        self.scale = 1.0 / math.sqrt(self.dk)
+
+    def is_swa(self, il):
+        return self.gemma and il % 2 == 0
+
+    def angles(self, pos):
+        n = self.rope_dim
+        i = np.arange(n // 2)
+        theta_extrap = pos * self.base ** (-2.0 * i / n)
+        if self.ff is not None:
+            theta_extrap = theta_extrap / self.ff
+        theta_interp = self.freq_scale * theta_extrap
+        theta = theta_interp
+        if self.ext:
+            def corr(beta):
+                return n * math.log(self.orig_ctx / (beta * 2 * math.pi)) / (2 * math.log(self.base))
+            low = max(0.0, math.floor(corr(32.0)))
+            high = min(n - 1.0, math.ceil(corr(1.0)))
+            y = (i - low) / max(0.001, high - low)
+            ramp = (1 - np.clip(y, 0, 1)) * self.ext
+            theta = theta_interp * (1 - ramp) + theta_extrap * ramp
+        return np.cos(theta) * self.mscale, np.sin(theta) * self.mscale
+
+    def rope(self, x, pos):
+        # x: [heads, dk]
+        c, s = self.angles(pos)
+        n = self.rope_dim
+        y = x.copy()
+        if self.neox:
+            a, b = x[:, : n // 2], x[:, n // 2 : n]
+            y[:, : n // 2] = a * c - b * s
+            y[:, n // 2 : n] = a * s + b * c
+        else:
+            a, b = x[:, 0:n:2], x[:, 1:n:2]
+            y[:, 0:n:2] = a * c - b * s
+            y[:, 1:n:2] = a * s + b * c
+        return y
+
+    def norm(self, x, w):
+        return x / np.sqrt(np.mean(x * x) + self.eps) * w
+
+    def lin(self, name, x):
+        y = self.t[name + ".weight"] @ x
+        if name + ".bias" in self.t:
+            y = y + self.t[name + ".bias"]
+        return y
+
+    def act(self, g):
+        if self.gemma:
+            return 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
+        return g / (1 + np.exp(-g))
+
+    def qkv(self, p, h):
+        qd, kd = self.nh * self.dk, self.nkv * self.dk
+        if p + "attn_qkv.weight" in self.t:
+            f = self.lin(p + "attn_qkv", h)
+            return f[:qd], f[qd : qd + kd], f[qd + kd :]
+        return self.lin(p + "attn_q", h), self.lin(p + "attn_k", h), self.lin(p + "attn_v", h)
+
+    def step(self, token, pos, cache):
+        x = self.t["token_embd.weight"][token].copy()
+        if self.gemma:
+            x = x * math.sqrt(self.d)
+        for il in range(self.n_layer):
+            p = f"blk.{il}."
+            h = self.norm(x, self.t[p + "attn_norm.weight"])
+            q, k, v = self.qkv(p, h)
+            q = q.reshape(self.nh, self.dk)
+            k = k.reshape(self.nkv, self.dk)
+            v = v.reshape(self.nkv, self.dv)
+            if p + "attn_q_norm.weight" in self.t:
+                q = np.stack([self.norm(r, self.t[p + "attn_q_norm.weight"]) for r in q])
+                k = np.stack([self.norm(r, self.t[p + "attn_k_norm.weight"]) for r in k])
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            cache[il].append((k, v))
+            lo = 0
+            if self.is_swa(il):
+                lo = max(0, pos + 1 - self.window)
+            ks = np.stack([c[0] for c in cache[il][lo:]])  # [n, nkv, dk]
+            vs = np.stack([c[1] for c in cache[il][lo:]])
+            group = self.nh // self.nkv
+            out = np.zeros((self.nh, self.dv))
+            for hd in range(self.nh):
+                kvh = hd // group
+                sc = ks[:, kvh, :] @ q[hd] * self.scale
+                if self.attn_cap:
+                    sc = self.attn_cap * np.tanh(sc / self.attn_cap)
+                sc = np.exp(sc - sc.max())
+                sc /= sc.sum()
+                out[hd] = sc @ vs[:, kvh, :]
+            o = self.lin(p + "attn_output", out.reshape(-1))
+            if p + "post_attention_norm.weight" in self.t:
+                o = self.norm(o, self.t[p + "post_attention_norm.weight"])
+            x = x + o
+            h = self.norm(x, self.t[p + "ffn_norm.weight"])
+            if p + "ffn_gate.weight" in self.t:
+                gate, up = self.lin(p + "ffn_gate", h), self.lin(p + "ffn_up", h)
+            else:
+                gu = self.lin(p + "ffn_up", h)
+                gate, up = gu[: len(gu) // 2], gu[len(gu) // 2 :]
+            f = self.lin(p + "ffn_down", self.act(gate) * up)
+            if p + "post_ffw_norm.weight" in self.t:
+                f = self.norm(f, self.t[p + "post_ffw_norm.weight"])
+            x = x + f
+        h = self.norm(x, self.t["output_norm.weight"])
+        out = self.t.get("output.weight", self.t["token_embd.weight"])
+        logits = out @ h
+        if self.final_cap:
+            logits = self.final_cap * np.tanh(logits / self.final_cap)
+        return logits
+
+
+def log_softmax(z):
+    m = z.max()
+    return z - m - math.log(np.exp(z - m).sum())
+
+
+def run(model, prompt_ids):
+    cache = [[] for _ in range(model.n_layer)]
+    for pos, t in enumerate(prompt_ids):
+        logits = model.step(t, pos, cache)
+    ids, top5 = [], []
+    pos = len(prompt_ids)
+    for _ in range(STEPS):
+        lp = log_softmax(logits)
+        order = np.argsort(-lp, kind="stable")[:5]
+        top5.append([{"id": int(i), "logprob": float(lp[i])} for i in order])
+        nxt = int(order[0])
+        ids.append(nxt)
+        logits = model.step(nxt, pos, cache)
+        pos += 1
+    return ids, top5
+
+
+def main():
+    args = sys.argv[1:]
+    context = None
+    if "--context" in args:
+        i = args.index("--context")
+        context = int(args[i + 1])
+        del args[i : i + 2]
+    path, prompts, out = args
+    model = Model(path, context)
+    with open(prompts) as f, open(out, "w") as o:
+        for line in f:
+            row = json.loads(line)
+            ids, top5 = run(model, row["prompt_ids"])
+            o.write(json.dumps({"prompt": row["prompt"], "prompt_ids": row["prompt_ids"], "ids": ids, "top5": top5}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
