@@ -1,7 +1,6 @@
 //! The decoder-only transformer of every supported architecture, on f32
-//! activations, in named stages: [`Transformer::embed`], then per layer
-//! [`Transformer::attention`] and [`Transformer::mlp`], then the optional
-//! [`Transformer::head`]. What differs between architectures is read from their
+//! activations, in named stages: `embed`, then per layer `attention` and `mlp`,
+//! then the optional `head` ([`Transformer::hidden_states`] stops before it). What differs between architectures is read from their
 //! [`ArchSpec`] and from the weights the file has (llama.cpp's graphs for them):
 //!
 //! * embed: rows of `token_embd`, scaled by `sqrt(n_embd)` for Gemma;
