@@ -80,7 +80,8 @@ fn inspect_of_an_unsupported_architecture_lists_the_supported_ones() {
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
     assert!(
-        e.contains("unsupported architecture \"mamba\"") && e.contains("llama, qwen2, gemma3"),
+        e.contains("unsupported architecture \"mamba\"")
+            && e.contains("llama, qwen2, qwen3, phi3, gemma2, gemma3"),
         "{e}"
     );
 }
