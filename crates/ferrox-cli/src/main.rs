@@ -176,9 +176,10 @@ fn run(cli: Cli) -> Result<()> {
                     ""
                 };
                 println!(
-                    "{:<14} {:>10}  {}{default}\n{:<14} {state}",
+                    "{:<14} {:>10}  {:<8} {}{default}\n{:<14} {state}",
                     m.name,
                     format_bytes(m.size),
+                    m.kind.label(),
                     m.description,
                     ""
                 );

@@ -119,7 +119,13 @@ pub fn run(a: RunArgs) -> Result<()> {
             msgs.push(ChatMessage::new("user", &text));
             model.chat_ids(&msgs, true)?
         }
-        _ => model.prompt_ids(&text),
+        (None, false) => {
+            eprintln!(
+                "note: the model has no chat template; the prompt is used as raw text (a base model continues it)"
+            );
+            model.prompt_ids(&text)
+        }
+        (_, true) => model.prompt_ids(&text),
     };
     if ids.is_empty() {
         // SPEC S6: an empty prompt still runs one forward pass, on BOS (or token 0).

@@ -323,6 +323,15 @@ fn run_generates_deterministically_on_a_tiny_model_and_reports_speed() {
         seeded("5"),
         "the same seed gives the same text"
     );
+    // Without --no-cnv, a model with no chat template says so.
+    let raw = ferrox(&["run", "-m", p, "-p", "abc", "-n", "2"], &[]);
+    assert!(raw.status.success());
+    assert!(
+        stderr(&raw).contains("no chat template"),
+        "{}",
+        stderr(&raw)
+    );
+    assert!(!e.contains("no chat template"), "{e}");
 }
 
 #[test]

@@ -107,6 +107,42 @@ pub struct BlockQ3K {
     pub d: [u8; 2],
 }
 
+/// 32 values: `x = d * IQ4_NL_VALUES[q]`, `q` a nibble (non-linear 4-bit grid).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct BlockIq4Nl {
+    pub d: [u8; 2],
+    pub qs: [u8; QK / 2],
+}
+
+/// 256 values in 8 groups of 32: `x = d * (ls - 32) * IQ4_NL_VALUES[q]`, the
+/// 6-bit `ls` of group `g` split into `scales_l` (low 4 bits) and `scales_h`
+/// (high 2 bits).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct BlockIq4Xs {
+    pub d: [u8; 2],
+    pub scales_h: [u8; 2],
+    pub scales_l: [u8; QK_K / 64],
+    pub qs: [u8; QK_K / 2],
+}
+
+impl Default for BlockIq4Xs {
+    fn default() -> Self {
+        BlockIq4Xs {
+            d: [0; 2],
+            scales_h: [0; 2],
+            scales_l: [0; QK_K / 64],
+            qs: [0; QK_K / 2],
+        }
+    }
+}
+
+/// The 16 values of the IQ4_NL / IQ4_XS grid (ggml's `kvalues_iq4nl`).
+pub const IQ4_NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
 /// 256 values in 8 groups of 32: `x = d * sc * q - dmin * m`, `q` a nibble,
 /// 6-bit `sc` and `m` packed in 12 bytes.
 #[repr(C)]
@@ -170,6 +206,8 @@ const _: () = {
     assert!(size_of::<BlockQ8_1>() == DType::Q8_1.block_bytes());
     assert!(size_of::<BlockQ2K>() == DType::Q2_K.block_bytes());
     assert!(size_of::<BlockQ3K>() == DType::Q3_K.block_bytes());
+    assert!(size_of::<BlockIq4Nl>() == DType::IQ4_NL.block_bytes());
+    assert!(size_of::<BlockIq4Xs>() == DType::IQ4_XS.block_bytes());
     assert!(size_of::<BlockQ4K>() == DType::Q4_K.block_bytes());
     assert!(size_of::<BlockQ5K>() == DType::Q5_K.block_bytes());
     assert!(size_of::<BlockQ6K>() == DType::Q6_K.block_bytes());
@@ -185,6 +223,8 @@ const _: () = {
     assert!(align_of::<BlockQ4K>() == 1);
     assert!(align_of::<BlockQ5K>() == 1);
     assert!(align_of::<BlockQ6K>() == 1);
+    assert!(align_of::<BlockIq4Nl>() == 1);
+    assert!(align_of::<BlockIq4Xs>() == 1);
 };
 
 /// A block stored in files: alignment 1, every bit pattern valid.
@@ -217,6 +257,8 @@ byte_block!(
     BlockQ4K => DType::Q4_K,
     BlockQ5K => DType::Q5_K,
     BlockQ6K => DType::Q6_K,
+    BlockIq4Nl => DType::IQ4_NL,
+    BlockIq4Xs => DType::IQ4_XS,
 );
 
 /// Views `bytes` as whole blocks of `B`; an error when the length is not a

@@ -33,12 +33,14 @@ pub enum DType {
     Q5_K,
     Q6_K,
     Q8_K,
+    IQ4_NL,
+    IQ4_XS,
     BF16,
 }
 
 impl DType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [DType; 15] = [
+    pub const ALL: [DType; 17] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -53,6 +55,8 @@ impl DType {
         DType::Q5_K,
         DType::Q6_K,
         DType::Q8_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
         DType::BF16,
     ];
 
@@ -73,6 +77,8 @@ impl DType {
             DType::Q5_K => 13,
             DType::Q6_K => 14,
             DType::Q8_K => 15,
+            DType::IQ4_NL => 20,
+            DType::IQ4_XS => 23,
             DType::BF16 => 30,
         }
     }
@@ -95,10 +101,8 @@ impl DType {
             17 => "IQ2_XS",
             18 => "IQ3_XXS",
             19 => "IQ1_S",
-            20 => "IQ4_NL",
             21 => "IQ3_S",
             22 => "IQ2_S",
-            23 => "IQ4_XS",
             24 => "I8",
             25 => "I16",
             26 => "I32",
@@ -129,6 +133,8 @@ impl DType {
             DType::Q5_K => "Q5_K",
             DType::Q6_K => "Q6_K",
             DType::Q8_K => "Q8_K",
+            DType::IQ4_NL => "IQ4_NL",
+            DType::IQ4_XS => "IQ4_XS",
             DType::BF16 => "BF16",
         }
     }
@@ -144,10 +150,20 @@ impl DType {
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => QK,
-            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q8_K => {
-                QK_K
-            }
+            DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q8_1
+            | DType::IQ4_NL => QK,
+            DType::Q2_K
+            | DType::Q3_K
+            | DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K
+            | DType::Q8_K
+            | DType::IQ4_XS => QK_K,
         }
     }
 
@@ -168,6 +184,8 @@ impl DType {
             DType::Q5_K => 176,
             DType::Q6_K => 210,
             DType::Q8_K => 292,
+            DType::IQ4_NL => 18,
+            DType::IQ4_XS => 136,
         }
     }
 

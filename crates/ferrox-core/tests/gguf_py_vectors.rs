@@ -54,6 +54,8 @@ fn reference_kernels_match_gguf_py_bit_for_bit() {
         DType::Q5_K,
         DType::F16,
         DType::BF16,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
     ] {
         assert!(seen.contains(&t), "no vector for {t}");
     }

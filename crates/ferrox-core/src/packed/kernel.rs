@@ -217,15 +217,18 @@ pub(crate) mod tests {
     use crate::packed::{PackedMatrix, QuantizedRows};
 
     /// Every type with a packed format.
-    pub(crate) const TYPES: [DType; 8] = [
+    pub(crate) const TYPES: [DType; 11] = [
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::Q3_K,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
     ];
 
     /// Every level's build: lengths are checked before any SIMD read, in every

@@ -22,10 +22,12 @@
 use rayon::prelude::*;
 
 use crate::blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of,
-    f16_le,
+    BlockIq4Nl, BlockIq4Xs, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1,
+    BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le,
 };
 use crate::dtype::DType;
+use crate::kernels::reference::iquants::{iq4_nl_group, iq4_xs_group, iq4_xs_scale};
+use crate::kernels::reference::kquants::q3k_scales;
 use crate::kernels::reference::kquants::scale_min_k4;
 use crate::ops::matmul::Matrix;
 
@@ -77,7 +79,9 @@ impl Format {
             DType::Q5_0 | DType::Q5_1 => f(Quants::Nibble5, true, false, true),
             DType::Q5_K => f(Quants::Nibble5, true, false, false),
             DType::Q8_0 => f(Quants::Byte, false, false, true),
-            DType::Q6_K => f(Quants::Byte, false, true, false),
+            DType::Q6_K | DType::Q3_K => f(Quants::Byte, false, true, false),
+            DType::IQ4_NL => f(Quants::Byte, false, false, true),
+            DType::IQ4_XS => f(Quants::Byte, false, false, false),
             _ => None,
         }
     }
@@ -231,6 +235,34 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 ],
                 0.0,
             )
+        }
+        DType::Q3_K => {
+            let k = &blocks_of::<BlockQ3K>(row).expect("whole blocks")[sub];
+            // Values 32 g .. 32 g + 32 of the block: 2-bit lows at shift 2 (g % 4)
+            // of bytes 32 (g / 4) .., high bit (set: no -4) in bit 4 (g / 4) + g % 4.
+            let (h, p) = (g / 4, g % 4);
+            let mask = 1u8 << (4 * h + p);
+            for (i, v) in w.iter_mut().enumerate() {
+                let low = ((k.qs[32 * h + i] >> (2 * p)) & 3) as i8;
+                *v = low - if k.hmask[i] & mask != 0 { 0 } else { 4 };
+            }
+            let (d, scales) = (f16_le(k.d), q3k_scales(&k.scales));
+            (
+                [d * scales[2 * g] as f32, d * scales[2 * g + 1] as f32],
+                0.0,
+            )
+        }
+        DType::IQ4_NL => {
+            let k = &blocks_of::<BlockIq4Nl>(row).expect("whole blocks")[b];
+            w = iq4_nl_group(k);
+            let d = f16_le(k.d);
+            ([d, d], 0.0)
+        }
+        DType::IQ4_XS => {
+            let k = &blocks_of::<BlockIq4Xs>(row).expect("whole blocks")[sub];
+            w = iq4_xs_group(k, g);
+            let dl = f16_le(k.d) * iq4_xs_scale(k, g) as f32;
+            ([dl, dl], 0.0)
         }
         other => panic!("{other} has no packed format"),
     };

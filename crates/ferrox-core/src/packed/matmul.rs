@@ -162,9 +162,12 @@ mod tests {
         for t in [
             DType::Q4_1,
             DType::Q5_0,
+            DType::Q3_K,
             DType::Q4_K,
             DType::Q6_K,
             DType::Q8_0,
+            DType::IQ4_NL,
+            DType::IQ4_XS,
         ] {
             let (rows, cols, n) = (37, 512, 9);
             let bytes: Vec<u8> = (0..rows)

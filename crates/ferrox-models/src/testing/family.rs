@@ -34,15 +34,18 @@ pub enum Variant {
     Q8,
     /// Matrices cycle through Q4_0, Q5_1, F16, Q4_1, Q5_0 and BF16.
     Mixed,
+    /// Every matrix IQ4_NL (the non-linear 4-bit grid).
+    Iq4Nl,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 2] = [Variant::Q8, Variant::Mixed];
+    pub const ALL: [Variant; 3] = [Variant::Q8, Variant::Mixed, Variant::Iq4Nl];
 
     pub fn name(self) -> &'static str {
         match self {
             Variant::Q8 => "q8_0",
             Variant::Mixed => "mixed",
+            Variant::Iq4Nl => "iq4_nl",
         }
     }
 
@@ -57,6 +60,7 @@ impl Variant {
                 DType::Q5_0,
                 DType::BF16,
             ],
+            Variant::Iq4Nl => &[DType::IQ4_NL],
         }
     }
 }

@@ -9,10 +9,12 @@
 //! * `quantize(t, x)` exists for every weight type a test needs (floats and the
 //!   32-value family); K-quant weights in tests are made from random blocks.
 //! * `dot(t, w, a)` multiplies one row of weights of type `t` with activations
-//!   quantized by `quantize_activations(t, x)` (Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1
-//!   for Q4_1 / Q5_1, Q8_K for the K family, plain f32 for float weights).
+//!   quantized by `quantize_activations(t, x)` (Q8_0 for Q4_0 / Q5_0 / Q8_0 /
+//!   IQ4_NL, Q8_1 for Q4_1 / Q5_1, Q8_K for the K family and IQ4_XS, plain f32 for
+//!   float weights).
 
 pub mod float;
+pub mod iquants;
 pub mod kdot;
 pub mod kquants;
 pub mod legacy;
@@ -59,6 +61,8 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Cor
         DType::Q4_K => kquants::dequantize_q4_k(blocks::blocks_of(bytes)?, out),
         DType::Q5_K => kquants::dequantize_q5_k(blocks::blocks_of(bytes)?, out),
         DType::Q6_K => kquants::dequantize_q6_k(blocks::blocks_of(bytes)?, out),
+        DType::IQ4_NL => iquants::dequantize_iq4_nl(blocks::blocks_of(bytes)?, out),
+        DType::IQ4_XS => iquants::dequantize_iq4_xs(blocks::blocks_of(bytes)?, out),
         DType::Q8_K => {
             return Err(CoreError::Unsupported {
                 what: "file dequantize",
@@ -102,6 +106,7 @@ pub fn quantize(dtype: DType, x: &[f32]) -> Result<Vec<u8>, CoreError> {
         DType::Q5_1 => via_blocks!(legacy::quantize_q5_1),
         DType::Q8_0 => via_blocks!(legacy::quantize_q8_0),
         DType::Q8_1 => via_blocks!(legacy::quantize_q8_1),
+        DType::IQ4_NL => via_blocks!(iquants::quantize_iq4_nl),
         _ => {
             return Err(CoreError::Unsupported {
                 what: "reference quantize",
@@ -141,11 +146,15 @@ impl Activations {
 pub fn activation_type(weight: DType) -> DType {
     match weight {
         DType::F32 | DType::F16 | DType::BF16 => DType::F32,
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => DType::Q8_1,
-        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q8_K => {
-            DType::Q8_K
-        }
+        DType::Q2_K
+        | DType::Q3_K
+        | DType::Q4_K
+        | DType::Q5_K
+        | DType::Q6_K
+        | DType::Q8_K
+        | DType::IQ4_XS => DType::Q8_K,
     }
 }
 
@@ -201,6 +210,8 @@ pub fn dot(weight: DType, w: &[u8], a: &Activations) -> Result<f32, CoreError> {
         (DType::Q4_K, Activations::Q8K(x)) => kdot::dot_q4_k_q8_k(blocks::blocks_of(w)?, x),
         (DType::Q5_K, Activations::Q8K(x)) => kdot::dot_q5_k_q8_k(blocks::blocks_of(w)?, x),
         (DType::Q6_K, Activations::Q8K(x)) => kdot::dot_q6_k_q8_k(blocks::blocks_of(w)?, x),
+        (DType::IQ4_NL, Activations::Q8_0(x)) => iquants::dot_iq4_nl_q8_0(blocks::blocks_of(w)?, x),
+        (DType::IQ4_XS, Activations::Q8K(x)) => iquants::dot_iq4_xs_q8_k(blocks::blocks_of(w)?, x),
         _ => return Err(mismatch()),
     })
 }

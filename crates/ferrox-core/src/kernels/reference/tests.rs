@@ -29,7 +29,8 @@ fn random_block(rng: &mut ChaCha8Rng, dtype: DType) -> Vec<u8> {
             put(2, dmin);
         }
         DType::Q6_K => put(208, d),
-        _ => unreachable!("only K-quant weights are made from random blocks"),
+        DType::IQ4_NL | DType::IQ4_XS => put(0, d),
+        _ => unreachable!("only K-quant and IQ4 weights are made from random blocks"),
     }
     b
 }
@@ -62,7 +63,7 @@ fn activation_values(a: &Activations) -> Vec<f32> {
     out
 }
 
-const WEIGHT_TYPES: [DType; 13] = [
+const WEIGHT_TYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -76,6 +77,8 @@ const WEIGHT_TYPES: [DType; 13] = [
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
 ];
 
 #[test]
@@ -90,6 +93,8 @@ fn quantize_then_dequantize_stays_within_the_type_error_bound() {
         DType::Q5_1 => 1.0 / 31.0 + 1e-3,
         DType::Q4_0 => 1.0 / 8.0 + 1e-3,
         DType::Q4_1 => 1.0 / 15.0 + 1e-3,
+        // Grid steps of up to 24 of 127, and 127 above the top point 113.
+        DType::IQ4_NL => 14.0 / 127.0 + 1e-3,
         _ => unreachable!(),
     };
     let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -103,6 +108,7 @@ fn quantize_then_dequantize_stays_within_the_type_error_bound() {
         DType::Q5_1,
         DType::Q8_0,
         DType::Q8_1,
+        DType::IQ4_NL,
     ] {
         for nb in ODD_BLOCK_COUNTS {
             let n = nb * t.block_len().max(32);
