@@ -4,6 +4,7 @@ mod bench_chat;
 mod bench_cmd;
 mod bench_serve;
 mod fetch;
+mod hf;
 mod knobs;
 mod model_ref;
 mod run_cmd;
@@ -53,9 +54,12 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Load-test an OpenAI-compatible server: latency percentiles and throughput.
     BenchServe(bench_serve::BenchServeArgs),
-    /// Fetch catalog models into the cache (default: the default model).
+    /// Fetch models into the cache (default: the default model): catalog names,
+    /// or Hugging Face Hub models (hf.co/USER/REPO[:QUANT], USER/REPO/FILE.gguf;
+    /// HF_ENDPOINT, HF_TOKEN and HF_HOME are honoured).
     Pull {
-        /// Catalog names.
+        /// Catalog names or Hub references.
+        #[arg(value_name = "MODEL")]
         names: Vec<String>,
     },
     /// List the catalog and what is cached.
@@ -127,6 +131,10 @@ fn run(cli: Cli) -> Result<()> {
             };
             let dir = catalog::models_dir();
             for name in names {
+                if let Some(r) = hf::HfRef::parse(&name) {
+                    println!("{name} {}", hf::fetch(&r)?.display());
+                    continue;
+                }
                 let model = catalog::find(&name)?;
                 let path = fetch::fetch(model, &dir)?;
                 let sha = fetch::sha256_file(&path)?;
