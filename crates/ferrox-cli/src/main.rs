@@ -55,7 +55,7 @@ enum Command {
     /// Load-test an OpenAI-compatible server: latency percentiles and throughput.
     BenchServe(bench_serve::BenchServeArgs),
     /// Fetch models into the cache (default: the default model): catalog names,
-    /// or Hugging Face Hub models (hf.co/USER/REPO[:QUANT], USER/REPO/FILE.gguf;
+    /// or Hugging Face Hub models (hf.co/USER/REPO, hf.co/USER/REPO:QUANT, USER/REPO/FILE.gguf;
     /// HF_ENDPOINT, HF_TOKEN and HF_HOME are honoured).
     Pull {
         /// Catalog names or Hub references.

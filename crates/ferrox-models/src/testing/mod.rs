@@ -120,7 +120,7 @@ pub fn golden_rows(name: &str) -> Option<Vec<serde_json::Value>> {
 pub struct TinyModel {
     pub architecture: crate::Architecture,
     pub n_layers: usize,
-    /// Gemma 3: sliding window and one full layer in `pattern` (0: none).
+    /// Gemma 2 and 3: sliding window and one full layer in `pattern` (0: none).
     pub window: usize,
     pub pattern: usize,
     pub seed: u64,
