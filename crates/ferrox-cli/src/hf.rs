@@ -33,6 +33,10 @@ pub enum HfError {
     },
     #[error("{repo} has several .gguf files; name one with :QUANT or /FILE.gguf: {files}")]
     Ambiguous { repo: String, files: String },
+    #[error(
+        "{file} is one part of a split GGUF; ferrox loads single-file GGUFs only (merge the parts with llama-gguf-split --merge)"
+    )]
+    Split { file: String },
     #[error("Hugging Face Hub: {0}")]
     Api(#[from] ApiError),
     #[error("{file}: sha256 {got} does not match the Hub's {want}; the download was deleted")]
@@ -135,8 +139,28 @@ fn collect_gguf(root: &Path, dir: &Path, out: &mut Vec<String>) {
     }
 }
 
-/// The file `pick` names among `files` (all of the repository's files).
+/// Whether `file` is a part of a split GGUF (`NAME-00001-of-00003.gguf`).
+fn is_split_part(file: &str) -> bool {
+    let stem = file.trim_end_matches(".gguf");
+    let mut parts = stem.rsplitn(3, '-');
+    let (Some(total), Some(of), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    of == "of" && digits(total) && rest.rsplit('-').next().is_some_and(digits)
+}
+
+/// The file `pick` names among `files` (all of the repository's files); split
+/// GGUF parts are refused.
 fn choose(repo: &str, pick: &Pick, files: &[String]) -> Result<String, HfError> {
+    let file = choose_any(repo, pick, files)?;
+    if is_split_part(&file) {
+        return Err(HfError::Split { file });
+    }
+    Ok(file)
+}
+
+fn choose_any(repo: &str, pick: &Pick, files: &[String]) -> Result<String, HfError> {
     let ggufs: Vec<&String> = files.iter().filter(|f| f.ends_with(".gguf")).collect();
     let list = |v: &[&String]| v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
     let matching = |q: &str| -> Vec<&String> {
@@ -178,6 +202,7 @@ pub fn fetch(r: &HfRef) -> Result<PathBuf, HfError> {
     let repo = Repo::new(r.repo.clone(), RepoType::Model);
     let cached = cache().repo(repo.clone());
     let file = match &r.pick {
+        Pick::File(f) if is_split_part(f) => return Err(HfError::Split { file: f.clone() }),
         Pick::File(f) => f.clone(),
         pick => match choose(&r.repo, pick, &cached_files(&r.repo)) {
             Ok(f) => f,
@@ -274,6 +299,16 @@ mod tests {
         ] {
             assert_eq!(HfRef::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn split_gguf_parts_are_refused_by_name() {
+        assert!(is_split_part("m-Q4_K_M-00001-of-00003.gguf"));
+        assert!(!is_split_part("m-Q4_K_M.gguf"));
+        assert!(!is_split_part("of-00003.gguf"));
+        let files = vec!["big/m-Q8_0-00001-of-00002.gguf".to_string()];
+        let e = choose("a/b", &Pick::Quant("Q8_0".into()), &files).unwrap_err();
+        assert!(e.to_string().contains("split GGUF"), "{e}");
     }
 
     #[test]
