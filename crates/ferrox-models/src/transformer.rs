@@ -1,7 +1,8 @@
 //! The decoder-only transformer of every supported architecture, on f32
 //! activations, in named stages: `embed`, then per layer `attention` and `mlp`,
-//! then the optional `head` ([`Transformer::hidden_states`] stops before it). What differs between architectures is read from their
-//! [`ArchSpec`] and from the weights the file has (llama.cpp's graphs for them):
+//! then `head`, which is optional (`hidden` stops before it). What differs
+//! between architectures is read from their [`ArchSpec`] and from the weights
+//! the file has (llama.cpp's graphs for them):
 //!
 //! * embed: rows of `token_embd`, scaled by `sqrt(n_embd)` for Gemma;
 //! * attention: `h = rmsnorm(x) * attn_norm`; `q, k, v = h Wq (+bq), h Wk (+bk),
@@ -552,21 +553,20 @@ impl Transformer {
 
     /// The hidden states after the last layer: `[tokens][n_embd]`, token by token
     /// in span order, before the output norm.
-    fn hidden(&self, cache: &mut KvStore, batch: &Batch<'_>) -> Vec<f32> {
+    fn hidden(&self, cache: &mut KvStore, batch: &Batch<'_>, scratch: &mut Scratch) -> Vec<f32> {
         let mut x = self.embed(batch);
         let global = Angles::new(&self.rope_global, batch);
         let local = self.rope_local.as_ref().map(|f| Angles::new(f, batch));
-        let mut scratch = Scratch::new(&self.hp, batch.len());
         for (li, lw) in self.weights.layers.iter().enumerate() {
             let angles = (&global, local.as_ref());
-            self.attention(li, lw, &mut x, batch, angles, cache, &mut scratch);
-            self.mlp(lw, &mut x, batch.len(), &mut scratch);
+            self.attention(li, lw, &mut x, batch, angles, cache, scratch);
+            self.mlp(lw, &mut x, batch.len(), scratch);
         }
         x
     }
 
     /// Logits of the `wanted` tokens of the hidden states `x`: `[wanted][vocab]`.
-    fn head(&self, x: &[f32], wanted: &[usize]) -> Vec<f32> {
+    fn head(&self, x: &[f32], wanted: &[usize], quantized: &mut QuantizedRows) -> Vec<f32> {
         let hp = &self.hp;
         let d = hp.n_embd;
         let mut rows = vec![0.0f32; wanted.len() * d];
@@ -576,8 +576,7 @@ impl Transformer {
         }
         let mut logits = vec![0.0f32; wanted.len() * hp.vocab_size];
         let output = &self.weights.output;
-        let mut quantized = QuantizedRows::default();
-        let input = self.input(&rows, wanted.len(), d, &[output], &mut quantized);
+        let input = self.input(&rows, wanted.len(), d, &[output], quantized);
         self.project(&input, &mut [(output, &mut logits)]);
         softcap(&mut logits, hp.final_softcap);
         logits
@@ -595,7 +594,8 @@ impl Transformer {
         if batch.len() == 0 {
             return Vec::new();
         }
-        let x = self.hidden(cache, &batch);
+        let mut scratch = Scratch::new(&self.hp, batch.len());
+        let x = self.hidden(cache, &batch, &mut scratch);
         let wanted = batch.wanted();
         if wanted.is_empty() {
             return Vec::new();
@@ -605,19 +605,7 @@ impl Transformer {
                 .iter()
                 .map(|&t| (batch.slots[t].span, batch.slots[t].index)),
         );
-        self.head(&x, &wanted)
-    }
-
-    /// The final hidden states of every token of `spans` (before the output
-    /// norm), writing their KV as [`Decoder::forward`] does: `[tokens][n_embd]`.
-    pub fn hidden_states(
-        &self,
-        store: &mut KvStore,
-        spans: &[Span<'_>],
-    ) -> Result<Vec<f32>, ModelError> {
-        self.check(store, spans)?;
-        let batch = Batch::new(spans);
-        Ok(self.pool.install(|| self.hidden(store, &batch)))
+        self.head(&x, &wanted, &mut scratch.quantized)
     }
 }
 

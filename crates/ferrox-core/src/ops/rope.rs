@@ -119,11 +119,6 @@ impl RopeFreqs {
         RopeFreqs { freqs, mscale }
     }
 
-    /// Plain RoPE of a `dim`-wide span with `base`.
-    pub fn plain(dim: usize, base: f32) -> RopeFreqs {
-        RopeFreqs::new(dim, base, RopeScaling::None, None, 1.0)
-    }
-
     /// Rotated pairs.
     pub fn pairs(&self) -> usize {
         self.freqs.len()
@@ -166,6 +161,12 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl RopeFreqs {
+        fn plain(dim: usize, base: f32) -> RopeFreqs {
+            RopeFreqs::new(dim, base, RopeScaling::None, None, 1.0)
+        }
+    }
 
     #[test]
     fn rotation_preserves_norms_and_position_zero_is_identity() {

@@ -128,7 +128,17 @@ impl Tokenizer {
                 });
             }
         };
-        let is_spm = matches!(algorithm, Algorithm::SentencePiece { .. });
+        // BOS when the metadata is silent, as llama.cpp defaults it: SentencePiece
+        // vocabularies and the Llama 3 pre-tokenizer names (the same names for
+        // which it ignores merges).
+        let bos_by_default = matches!(
+            algorithm,
+            Algorithm::SentencePiece { .. }
+                | Algorithm::BytePairs {
+                    ignore_merges: true,
+                    ..
+                }
+        );
         let bos = id_key(m, "tokenizer.ggml.bos_token_id", n)?;
         let eos = id_key(m, "tokenizer.ggml.eos_token_id", n)?;
         let mut end_of_generation: Vec<u32> = [
@@ -158,7 +168,7 @@ impl Tokenizer {
             eos,
             add_bos: m
                 .bool_opt("tokenizer.ggml.add_bos_token")?
-                .unwrap_or(is_spm || bos_by_default(m)?),
+                .unwrap_or(bos_by_default),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
             end_of_generation,
         })
@@ -342,13 +352,4 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[u32], render_special: bool) -> String {
         String::from_utf8_lossy(&self.decode_bytes(ids, render_special)).into_owned()
     }
-}
-
-/// Whether a byte-level BPE vocabulary adds BOS when its metadata does not say:
-/// the Llama 3 pre-tokenizer names do in llama.cpp (`llama-vocab.cpp`).
-fn bos_by_default(m: &Metadata) -> Result<bool, ModelError> {
-    Ok(matches!(
-        m.string_opt("tokenizer.ggml.pre")?.as_deref(),
-        Some("llama3" | "llama-v3" | "llama-bpe")
-    ))
 }
