@@ -12,11 +12,11 @@
 //!   dequantized once and swept over many tokens (prefill) with identical results.
 
 use crate::blocks::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of,
-    f16_le,
+    BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0,
+    BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le,
 };
 use crate::dtype::DType;
-use crate::kernels::reference::{self, kquants::scale_min_k4};
+use crate::kernels::reference::{self, iquants, kquants, kquants::scale_min_k4};
 use crate::ops::vector::{LANES, fold};
 
 #[inline(always)]
@@ -123,6 +123,140 @@ fn q6_k(b: &BlockQ6K, y: &mut [f32]) {
     }
 }
 
+// The remaining block types decode through their reference loops, one block at a
+// time (the same operations, so the same bits), inlined into each build.
+#[inline(always)]
+fn q2_k(b: &BlockQ2K, y: &mut [f32]) {
+    kquants::dequantize_q2_k(std::slice::from_ref(b), y);
+}
+
+#[inline(always)]
+fn q3_k(b: &BlockQ3K, y: &mut [f32]) {
+    kquants::dequantize_q3_k(std::slice::from_ref(b), y);
+}
+
+#[inline(always)]
+fn iq4_nl(b: &BlockIq4Nl, y: &mut [f32]) {
+    iquants::dequantize_iq4_nl(std::slice::from_ref(b), y);
+}
+
+#[inline(always)]
+fn iq4_xs(b: &BlockIq4Xs, y: &mut [f32]) {
+    iquants::dequantize_iq4_xs(std::slice::from_ref(b), y);
+}
+
+/// The f32 of IEEE half bits `h`: exactly `half::f16::to_f32` (NaNs quieted, as
+/// F16C does), written without branches so that loops of it vectorize.
+#[inline(always)]
+pub(crate) fn f16_value(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7FFF;
+    // Normal: rebias the exponent by 127 - 15.
+    let normal = (em << 13) + (112 << 23);
+    // Infinity or NaN (quiet bit set on NaNs).
+    let special = (em << 13) | 0x7F80_0000 | if em > 0x7C00 { 0x0040_0000 } else { 0 };
+    // Zero or subnormal: em * 2^-24, exact in f32.
+    let small = (em as f32 * f32::from_bits(0x3380_0000)).to_bits();
+    let bits = if em >= 0x7C00 {
+        special
+    } else if em < 0x0400 {
+        small
+    } else {
+        normal
+    };
+    f32::from_bits(sign | bits)
+}
+
+/// The f32 of bfloat16 bits `h` (its upper half).
+#[inline(always)]
+fn bf16_value(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// The f32 of one stored float value (`bytes` holds exactly its bytes).
+#[inline(always)]
+fn float_value<const F: u8>(bytes: &[u8]) -> f32 {
+    match F {
+        FLOAT32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+        FLOAT16 => f16_value(u16::from_le_bytes([bytes[0], bytes[1]])),
+        _ => bf16_value(u16::from_le_bytes([bytes[0], bytes[1]])),
+    }
+}
+
+/// Bytes of one stored float value.
+const fn float_size(f: u8) -> usize {
+    if f == FLOAT32 { 4 } else { 2 }
+}
+
+const FLOAT32: u8 = 0;
+const FLOAT16: u8 = 1;
+const BFLOAT16: u8 = 2;
+
+/// Expands `$run!(F)` for the float storage types; evaluates to false for others.
+macro_rules! by_float {
+    ($dtype:expr, $run:ident) => {
+        match $dtype {
+            DType::F32 => $run!(FLOAT32),
+            DType::F16 => $run!(FLOAT16),
+            DType::BF16 => $run!(BFLOAT16),
+            _ => false,
+        }
+    };
+}
+
+/// Decodes `LANES` float values from `bytes` (exactly their bytes).
+#[inline(always)]
+fn float_chunk<const F: u8>(bytes: &[u8]) -> [f32; LANES] {
+    let size = float_size(F);
+    let mut v = [0.0f32; LANES];
+    for (o, b) in v.iter_mut().zip(bytes.chunks_exact(size)) {
+        *o = float_value::<F>(b);
+    }
+    v
+}
+
+#[inline(always)]
+fn float_dequantize<const F: u8>(w: &[u8], out: &mut [f32]) -> bool {
+    let size = float_size(F);
+    let mut chunks = out.chunks_exact_mut(LANES);
+    for (o, b) in (&mut chunks).zip(w.chunks_exact(size * LANES)) {
+        o.copy_from_slice(&float_chunk::<F>(b));
+    }
+    let done = out.len() / LANES * LANES;
+    for (o, b) in out[done..]
+        .iter_mut()
+        .zip(w[size * done..].chunks_exact(size))
+    {
+        *o = float_value::<F>(b);
+    }
+    true
+}
+
+/// `dot(row, x)` for a float row, value by value into the lanes of `dot`.
+#[inline(always)]
+fn float_dot<const F: u8>(w: &[u8], x: &[f32], acc: &mut [f32; LANES]) -> bool {
+    let size = float_size(F);
+    let whole = x.len() / LANES * LANES;
+    for (b, cx) in w
+        .chunks_exact(size * LANES)
+        .zip(x[..whole].chunks_exact(LANES))
+    {
+        let v = float_chunk::<F>(b);
+        for l in 0..LANES {
+            acc[l] += v[l] * cx[l];
+        }
+    }
+    for (l, (b, &xv)) in w[size * whole..]
+        .chunks_exact(size)
+        .zip(&x[whole..])
+        .enumerate()
+    {
+        acc[l] += float_value::<F>(b) * xv;
+    }
+    true
+}
+
 /// Expands `$body` for every block of `$w` decoded into `$buf` (a `[f32; $n]`),
 /// for each storage type with a fast decoder; evaluates to false for the others.
 /// A macro rather than closures so that everything inlines into the
@@ -150,6 +284,10 @@ macro_rules! for_each_block {
             DType::Q4_K => run!(BlockQ4K, 256, q4_k),
             DType::Q5_K => run!(BlockQ5K, 256, q5_k),
             DType::Q6_K => run!(BlockQ6K, 256, q6_k),
+            DType::Q2_K => run!(BlockQ2K, 256, q2_k),
+            DType::Q3_K => run!(BlockQ3K, 256, q3_k),
+            DType::IQ4_NL => run!(BlockIq4Nl, 32, iq4_nl),
+            DType::IQ4_XS => run!(BlockIq4Xs, 256, iq4_xs),
             _ => false,
         }
     }};
@@ -157,6 +295,14 @@ macro_rules! for_each_block {
 
 #[inline(always)]
 fn dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) {
+    macro_rules! float {
+        ($f:ident) => {
+            float_dequantize::<$f>(w, out)
+        };
+    }
+    if by_float!(dtype, float) {
+        return;
+    }
     let done = for_each_block!(dtype, w, |i, buf, n| {
         out[n * i..n * i + n].copy_from_slice(&buf);
     });
@@ -177,6 +323,14 @@ fn accumulate(acc: &mut [f32; LANES], v: &[f32], x: &[f32]) {
 #[inline(always)]
 fn dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
+    macro_rules! float {
+        ($f:ident) => {
+            float_dot::<$f>(w, x, &mut acc)
+        };
+    }
+    if by_float!(dtype, float) {
+        return fold(acc);
+    }
     let done = for_each_block!(dtype, w, |i, buf, n| {
         accumulate(&mut acc, &buf, &x[n * i..n * i + n]);
     });
@@ -232,6 +386,11 @@ fn dot_row_run(level: crate::isa::Level, dtype: DType, w: &[u8], x: &[f32]) -> f
             return v;
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if level.has_avx2() && dtype == DType::F16 {
+        // SAFETY: AVX2 levels have F16C (`isa`); the length is checked above.
+        return unsafe { super::x86::dot_f16_avx2(w, x) };
+    }
     dot_row_autovec::run(level, dtype, w, x)
 }
 
@@ -276,6 +435,8 @@ mod tests {
             DType::Q4_K,
             DType::Q5_K,
             DType::Q6_K,
+            DType::IQ4_NL,
+            DType::IQ4_XS,
         ];
         for t in types {
             for nb in [1usize, 3, 15, 17, 33] {
@@ -320,11 +481,31 @@ mod tests {
             let w = quantize(t, &vals).unwrap();
             let mut want = vec![0.0; 67];
             reference::dequantize(t, &w, &mut want).unwrap();
-            assert_eq!(
-                dot_row(t, &w, &vals).to_bits(),
-                crate::ops::vector::dot(&want, &vals).to_bits(),
-                "{t}"
-            );
+            for level in crate::isa::Level::supported() {
+                assert_eq!(
+                    dot_row_at(level, t, &w, &vals).to_bits(),
+                    crate::ops::vector::dot_portable(&want, &vals).to_bits(),
+                    "{t} {level:?}"
+                );
+            }
+        }
+    }
+
+    /// Every half bit pattern (zeros, subnormals, infinities, NaNs) converts to the
+    /// bits of the reference conversion, in every build.
+    #[test]
+    fn every_float_bit_pattern_dequantizes_to_the_reference_bits() {
+        for t in [DType::F16, DType::BF16] {
+            let w: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+            let mut want = vec![0.0; 65536];
+            reference::dequantize(t, &w, &mut want).unwrap();
+            for level in crate::isa::Level::supported() {
+                let mut got = vec![0.0; 65536];
+                dequantize_row_at(level, t, &w, &mut got);
+                if let Some(i) = (0..65536).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                    panic!("{t} {level:?}: {i:#06x} gives {} not {}", got[i], want[i]);
+                }
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
-//! AVX-512 twins of the fused row dot product (`kernels::fast::dot_row`).
+//! AVX-512 twins of the fused row dot product (`kernels::fast::dot_row`), and the
+//! register tiles of the f32-activation matrix product (AVX-512 and AVX2).
 //!
 //! Invariants: one `__m512` accumulator is exactly the [`LANES`] = 16 partial sums
 //! of the portable code; each 16-value chunk of a row is dequantized with the same
@@ -7,8 +8,8 @@
 //! the lanes are folded by the portable `fold`. So every function here returns the
 //! bits of its portable twin (tested in `kernels::fast`).
 //!
-//! Callers must have checked that the CPU has AVX-512 F and BW and that `w` holds
-//! whole blocks for `x.len()` values.
+//! Callers must have checked that the CPU has the features each function names
+//! and that `w` holds whole blocks for `x.len()` values.
 
 #![cfg(target_arch = "x86_64")]
 
@@ -311,6 +312,93 @@ pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
             for t in 0..4 {
                 out[r][t] = finish(acc[r][t]);
             }
+        }
+    }
+}
+
+/// `fast::dot_row` of an F16 row (`w` holds `2 x.len()` bytes) on AVX2 with F16C:
+/// `vcvtph2ps` widens exactly (as the reference conversion, NaNs quieted), a 16-value
+/// chunk's halves go to lanes 0..8 and 8..16 in two registers, `acc + w * x` without
+/// FMA, the tail to lanes `0..tail` in order, then the portable `fold`.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C, and `w.len() == 2 * x.len()`.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn dot_f16_avx2(w: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let whole = n / LANES * LANES;
+    let mut lanes = [0.0f32; LANES];
+    // SAFETY: chunk `i` reads w[2 i..2 i + 32] and x[i..i + 16], inside both
+    // slices for `i + 16 <= whole` (the caller's lengths).
+    unsafe {
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i < whole {
+            let h = _mm256_loadu_si256(w.as_ptr().add(2 * i).cast());
+            let a = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+            let b = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
+            lo = _mm256_add_ps(lo, _mm256_mul_ps(a, _mm256_loadu_ps(x.as_ptr().add(i))));
+            hi = _mm256_add_ps(hi, _mm256_mul_ps(b, _mm256_loadu_ps(x.as_ptr().add(i + 8))));
+            i += LANES;
+        }
+        _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
+    }
+    for (l, (b, &xv)) in w[2 * whole..].chunks_exact(2).zip(&x[whole..]).enumerate() {
+        lanes[l] += half::f16::from_le_bytes([b[0], b[1]]).to_f32() * xv;
+    }
+    fold(lanes)
+}
+
+/// `out[r][t] = dot(w[r], x[t])` (of `ops::vector`) for `R` weight rows and `T`
+/// token rows of equal length on AVX2, the accumulators in registers. A dot's 16
+/// lanes are two 8-lane registers; lanes 0..8 take chunk offsets 0..8 and lanes
+/// 8..16 offsets 8..16, so the two halves are independent sums, swept in two
+/// passes (`R * T` registers live, not twice that). Each lane adds `w * x` value
+/// after value as `dot` does (no FMA), the tail goes to lanes `0..tail` in order,
+/// and the lanes fold by the portable `fold`: the bits of `dot`.
+///
+/// # Safety
+/// The CPU must have AVX2, and all `R + T` slices must have the same length.
+#[target_feature(enable = "avx2")]
+pub unsafe fn dot_tile_avx2<const R: usize, const T: usize>(
+    w: [&[f32]; R],
+    x: [&[f32]; T],
+    out: &mut [[f32; T]; R],
+) {
+    let n = w[0].len();
+    let whole = n / LANES * LANES;
+    let mut lanes = [[[0.0f32; LANES]; T]; R];
+    for half in 0..2 {
+        let mut acc = [[_mm256_setzero_ps(); T]; R];
+        // SAFETY: every row holds `n` values (caller) and `i + 8 <= whole <= n`.
+        unsafe {
+            let mut i = 8 * half;
+            while i < whole {
+                let xv: [__m256; T] =
+                    std::array::from_fn(|t| _mm256_loadu_ps(x[t].as_ptr().add(i)));
+                for (accr, wr) in acc.iter_mut().zip(&w) {
+                    let wv = _mm256_loadu_ps(wr.as_ptr().add(i));
+                    for (a, xt) in accr.iter_mut().zip(&xv) {
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, *xt));
+                    }
+                }
+                i += LANES;
+            }
+            for (lr, accr) in lanes.iter_mut().zip(&acc) {
+                for (lt, a) in lr.iter_mut().zip(accr) {
+                    _mm256_storeu_ps(lt.as_mut_ptr().add(8 * half), *a);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            let l = &mut lanes[r][t];
+            for (j, (a, b)) in w[r][whole..].iter().zip(&x[t][whole..]).enumerate() {
+                l[j] += a * b;
+            }
+            out[r][t] = fold(*l);
         }
     }
 }

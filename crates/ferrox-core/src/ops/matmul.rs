@@ -127,33 +127,18 @@ fn tile(
         #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut t0 = 0;
         #[cfg(target_arch = "x86_64")]
-        if crate::isa::active().has_avx512() {
-            // 4 x 4 register tiles, bit-identical to `dot` per element.
-            while t0 + 4 <= n_tokens {
-                let mut r = r0;
-                while r + 4 <= r1 {
-                    let mut o = [[0.0f32; 4]; 4];
-                    // SAFETY: feature detected; every row and token holds `cols` values.
-                    unsafe {
-                        crate::kernels::x86::dot_4x4(
-                            [row(r), row(r + 1), row(r + 2), row(r + 3)],
-                            [tok(t0), tok(t0 + 1), tok(t0 + 2), tok(t0 + 3)],
-                            &mut o,
-                        )
-                    };
-                    for (dr, orow) in o.iter().enumerate() {
-                        for (dt, &v) in orow.iter().enumerate() {
-                            put(t0 + dt, r + dr, v);
-                        }
-                    }
-                    r += 4;
-                }
-                for rr in r..r1 {
-                    for t in t0..t0 + 4 {
-                        put(t, rr, dot(row(rr), tok(t)));
-                    }
-                }
-                t0 += 4;
+        {
+            let level = crate::isa::active();
+            if level.has_avx512() {
+                // SAFETY: feature detected; every row and token holds `cols` values.
+                t0 = register_tiles::<4, 4>(n_tokens, r0..r1, &row, &tok, &put, |w, x, o| unsafe {
+                    crate::kernels::x86::dot_4x4(w, x, o)
+                });
+            } else if level.has_avx2() {
+                // SAFETY: as above.
+                t0 = register_tiles::<4, 2>(n_tokens, r0..r1, &row, &tok, &put, |w, x, o| unsafe {
+                    crate::kernels::x86::dot_tile_avx2(w, x, o)
+                });
             }
         }
         for t in t0..n_tokens {
@@ -163,6 +148,45 @@ fn tile(
         }
         r0 = r1;
     }
+}
+
+/// Sweeps `R x T` register tiles (`kernel`, bit-identical to `dot` per element)
+/// over the rows and whole tiles of tokens; rows past the last whole `R` go by
+/// `dot`. Returns the first token left undone.
+#[cfg(target_arch = "x86_64")]
+fn register_tiles<'a, const R: usize, const T: usize>(
+    n_tokens: usize,
+    rows: std::ops::Range<usize>,
+    row: &impl Fn(usize) -> &'a [f32],
+    tok: &impl Fn(usize) -> &'a [f32],
+    put: &impl Fn(usize, usize, f32),
+    kernel: impl Fn([&[f32]; R], [&[f32]; T], &mut [[f32; T]; R]),
+) -> usize {
+    let mut t0 = 0;
+    while t0 + T <= n_tokens {
+        let mut r = rows.start;
+        while r + R <= rows.end {
+            let mut o = [[0.0f32; T]; R];
+            kernel(
+                std::array::from_fn(|i| row(r + i)),
+                std::array::from_fn(|i| tok(t0 + i)),
+                &mut o,
+            );
+            for (dr, orow) in o.iter().enumerate() {
+                for (dt, &v) in orow.iter().enumerate() {
+                    put(t0 + dt, r + dr, v);
+                }
+            }
+            r += R;
+        }
+        for rr in r..rows.end {
+            for t in t0..t0 + T {
+                put(t, rr, dot(row(rr), tok(t)));
+            }
+        }
+        t0 += T;
+    }
+    t0
 }
 
 /// `out[t * rows + r] = W[r] . x[t * cols ..]` for `n_tokens` tokens, on `pool`'s threads.
@@ -252,6 +276,44 @@ mod tests {
         w.dequantize_row(5, &mut row);
         let want: f32 = row.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
         assert!((batched[5] - want).abs() < 1e-4);
+    }
+
+    /// Register tiles, the rows and tokens past them, and the tail of a row past
+    /// its last 16 values all give `dot`'s bits.
+    #[test]
+    fn every_element_is_the_portable_dot_of_its_row_and_token() {
+        for (t, cols) in [
+            (DType::F16, 67),
+            (DType::BF16, 48),
+            (DType::F32, 9),
+            (DType::Q2_K, 256),
+        ] {
+            let (rows, n) = (13, 11);
+            let wf: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let bytes = quantize(t, &wf).unwrap_or_else(|_| {
+                crate::kernels::test_rows::random_row(t, rows * cols / t.block_len(), 4)
+            });
+            let w = Matrix::new(t, rows, cols, &bytes).unwrap();
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| ((i * 104729) % 997) as f32 / 400.0 - 1.2)
+                .collect();
+            let mut out = vec![0.0; n * rows];
+            matmul(&w, &x, n, &mut out, &pool(2));
+            let mut row = vec![0.0; cols];
+            for r in 0..rows {
+                w.dequantize_row(r, &mut row);
+                for k in 0..n {
+                    let want = crate::ops::vector::dot_portable(&row, &x[k * cols..(k + 1) * cols]);
+                    assert_eq!(
+                        out[k * rows + r].to_bits(),
+                        want.to_bits(),
+                        "{t} row {r} token {k}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

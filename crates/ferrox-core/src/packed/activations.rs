@@ -5,15 +5,21 @@
 //! * `da = max|x| / 32767`, `qa[i] = round_half_even(x[i] * (32767 / max|x|))`
 //!   clamped to +-32767; a block of zeros has `da = 0` and `qa = 0`. Every step is
 //!   one IEEE f32 operation, so any build gives the same integers.
-//! * `sa = da * (sum qa as f32)`: the block's sum, used by weight offsets.
+//! * `sa = da * (sum qa as f32)`: the block's sum, used by weight offsets; `sh`
+//!   the same of each 16-value half, used by split offsets (Q2_K).
 //! * The rounding error is at most `da / 2` per value.
 
 use rayon::prelude::*;
 
-/// One 32-value block to quantize: (inputs, outputs), (its scale, its sum).
-type BlockJob<'a> = ((&'a [f32], &'a mut [i16]), (&'a mut f32, &'a mut f32));
+/// One 32-value block to quantize: ((inputs, outputs), (its scale, its sum)), its
+/// half sums.
+type BlockJob<'a> = (
+    ((&'a [f32], &'a mut [i16]), (&'a mut f32, &'a mut f32)),
+    &'a mut [f32],
+);
 
 use super::BLOCK;
+use super::kernel::TokenActs;
 
 /// `n` token rows of `cols` values, quantized block by block.
 #[derive(Clone, Debug, Default)]
@@ -26,6 +32,8 @@ pub struct QuantizedRows {
     pub da: Vec<f32>,
     /// `n * cols / 32` scaled block sums.
     pub sa: Vec<f32>,
+    /// `n * cols / 16` scaled half-block sums.
+    pub sh: Vec<f32>,
 }
 
 const QMAX: f32 = 32767.0;
@@ -48,20 +56,28 @@ impl QuantizedRows {
         self.qa.resize(n * cols, 0);
         self.da.resize(nb, 0.0);
         self.sa.resize(nb, 0.0);
+        self.sh.resize(2 * nb, 0.0);
         #[cfg(target_arch = "x86_64")]
         let simd = crate::isa::active().has_avx512();
-        let one = |((xb, qb), (da, sa)): BlockJob<'_>| {
-            let (xb, qb) = (
+        let one = |(((xb, qb), (da, sa)), sh): BlockJob<'_>| {
+            let (xb, qb): (&[f32; BLOCK], &mut [i16; BLOCK]) = (
                 xb.try_into().expect("32 values"),
                 qb.try_into().expect("32 values"),
             );
             #[cfg(target_arch = "x86_64")]
-            if simd {
+            let done = simd && {
                 // SAFETY: the feature was detected on this CPU.
                 (*da, *sa) = unsafe { quantize_block_avx512(xb, qb) };
-                return;
+                true
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let done = false;
+            if !done {
+                (*da, *sa) = quantize_block(xb, qb);
             }
-            (*da, *sa) = quantize_block(xb, qb);
+            for (s, half) in sh.iter_mut().zip(qb.chunks_exact(BLOCK / 2)) {
+                *s = *da * half.iter().map(|&q| q as i32).sum::<i32>() as f32;
+            }
         };
         // Each block is its own function of its own values: splitting the blocks
         // across the current pool's threads (prefill chunks) changes nothing.
@@ -69,12 +85,14 @@ impl QuantizedRows {
             x.par_chunks_exact(BLOCK)
                 .zip(self.qa.par_chunks_exact_mut(BLOCK))
                 .zip(self.da.par_iter_mut().zip(self.sa.par_iter_mut()))
+                .zip(self.sh.par_chunks_exact_mut(2))
                 .with_min_len(PARALLEL_BLOCKS / 4)
                 .for_each(one);
         } else {
             x.chunks_exact(BLOCK)
                 .zip(self.qa.chunks_exact_mut(BLOCK))
                 .zip(self.da.iter_mut().zip(self.sa.iter_mut()))
+                .zip(self.sh.chunks_exact_mut(2))
                 .for_each(one);
         }
     }
@@ -87,6 +105,17 @@ impl QuantizedRows {
     /// Blocks per row.
     pub fn blocks(&self) -> usize {
         self.cols / BLOCK
+    }
+
+    /// Token `t`'s activations, as the kernel takes them.
+    pub fn token(&self, t: usize) -> TokenActs<'_> {
+        let nb = self.blocks();
+        TokenActs {
+            qa: self.row(t),
+            da: &self.da[t * nb..(t + 1) * nb],
+            sa: &self.sa[t * nb..(t + 1) * nb],
+            sh: &self.sh[2 * t * nb..2 * (t + 1) * nb],
+        }
     }
 }
 
@@ -157,6 +186,11 @@ mod tests {
             one.quantize(&x[t * 64..(t + 1) * 64], 1, 64);
             assert_eq!(one.row(0), all.row(t));
             assert_eq!(one.da, all.da[2 * t..2 * t + 2]);
+            assert_eq!(one.sh, all.sh[4 * t..4 * t + 4]);
+        }
+        for (k, half) in all.qa.chunks_exact(BLOCK / 2).enumerate() {
+            let sum: i32 = half.iter().map(|&q| q as i32).sum();
+            assert_eq!(all.sh[k], all.da[k / 2] * sum as f32, "half {k}");
         }
         for (i, &v) in x.iter().enumerate() {
             let da = all.da[i / BLOCK];

@@ -12,6 +12,8 @@ pub struct TokenActs<'a> {
     pub qa: &'a [i16],
     pub da: &'a [f32],
     pub sa: &'a [f32],
+    /// Half-block sums, two per block.
+    pub sh: &'a [f32],
 }
 
 /// Tokens computed together by one kernel call (register tile).
@@ -89,10 +91,19 @@ pub fn group_portable(
         } else {
             scale0
         };
-        let offset = if format.offset {
+        let offset0 = if format.offset {
             sixteen(format, blk, format.offsets_at())
         } else {
             [0.0; GROUP_ROWS]
+        };
+        let offset1 = if format.offset && format.split {
+            sixteen(
+                format,
+                blk,
+                format.offsets_at() + format.scale_size() * GROUP_ROWS,
+            )
+        } else {
+            offset0
         };
         for (acts, acc) in tokens.iter().zip(out.iter_mut()) {
             let qa = &acts.qa[b * BLOCK..(b + 1) * BLOCK];
@@ -106,14 +117,21 @@ pub fn group_portable(
             }
             let [lo, hi] = halves;
             let (da, sa) = (acts.da[b], acts.sa[b]);
+            let (sh0, sh1) = (acts.sh[2 * b], acts.sh[2 * b + 1]);
             for r in 0..GROUP_ROWS {
                 if format.split {
-                    acc[r] += (lo[r] as f32 * scale0[r]) * da;
-                    acc[r] += (hi[r] as f32 * scale1[r]) * da;
+                    let mut lo_term = (lo[r] as f32 * scale0[r]) * da;
+                    let mut hi_term = (hi[r] as f32 * scale1[r]) * da;
+                    if format.offset {
+                        lo_term += offset0[r] * sh0;
+                        hi_term += offset1[r] * sh1;
+                    }
+                    acc[r] += lo_term;
+                    acc[r] += hi_term;
                 } else {
                     let mut term = ((lo[r] + hi[r]) as f32 * scale0[r]) * da;
                     if format.offset {
-                        term += offset[r] * sa;
+                        term += offset0[r] * sa;
                     }
                     acc[r] += term;
                 }
@@ -179,11 +197,14 @@ fn run(
             .iter()
             .all(|t| nb.checked_mul(BLOCK).is_some_and(|n| t.qa.len() >= n)
                 && t.da.len() >= nb
-                && t.sa.len() >= nb),
+                && t.sa.len() >= nb
+                && t.sh.len() >= 2 * nb),
         "every token holds {nb} blocks of activations"
     );
+    // Split offsets (Q2_K) have an AVX2 build only, which every AVX-512 CPU runs.
+    let split_offsets = format.split && format.offset;
     #[cfg(target_arch = "x86_64")]
-    if level.has_vnni() {
+    if level.has_vnni() && !split_offsets {
         // SAFETY: the level runs here (the callers' contract); lengths checked above.
         unsafe { super::x86::group(format, group, nb, tokens, out) };
         return;
@@ -195,7 +216,7 @@ fn run(
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if level.has_neon() {
+    if level.has_neon() && !split_offsets {
         // SAFETY: as above.
         unsafe { super::neon::group(format, group, nb, tokens, out) };
         return;
@@ -217,12 +238,13 @@ pub(crate) mod tests {
     use crate::packed::{PackedMatrix, QuantizedRows};
 
     /// Every type with a packed format.
-    pub(crate) const TYPES: [DType; 11] = [
+    pub(crate) const TYPES: [DType; 12] = [
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
         DType::Q5_1,
         DType::Q8_0,
+        DType::Q2_K,
         DType::Q3_K,
         DType::Q4_K,
         DType::Q5_K,
@@ -237,11 +259,12 @@ pub(crate) mod tests {
     fn the_kernel_refuses_short_inputs_at_every_level() {
         let format = Format::for_dtype(DType::Q8_0).unwrap();
         let g = vec![0u8; 2 * format.block_bytes()];
-        let (qa, d) = (vec![0i16; 2 * BLOCK], vec![0.0f32; 2]);
+        let (qa, d) = (vec![0i16; 2 * BLOCK], vec![0.0f32; 4]);
         let tok = TokenActs {
             qa: &qa,
-            da: &d,
-            sa: &d,
+            da: &d[..2],
+            sa: &d[..2],
+            sh: &d,
         };
         for level in crate::isa::Level::supported() {
             for (nb, tokens, rows) in [(3, 1, 1), (2, 1, 0), (2, 9, 9)] {
@@ -296,13 +319,7 @@ pub(crate) mod tests {
                     q.quantize(&x, TOKEN_TILE, cols);
                     let nb = cols / BLOCK;
                     for n in (1..=TOKEN_TILE).filter(|n| !cfg!(miri) || [1, 3, 8].contains(n)) {
-                        let toks: Vec<TokenActs<'_>> = (0..n)
-                            .map(|k| TokenActs {
-                                qa: q.row(k),
-                                da: &q.da[k * nb..(k + 1) * nb],
-                                sa: &q.sa[k * nb..(k + 1) * nb],
-                            })
-                            .collect();
+                        let toks: Vec<TokenActs<'_>> = (0..n).map(|k| q.token(k)).collect();
                         for g in 0..p.groups() {
                             let mut want = vec![[0.0; GROUP_ROWS]; n];
                             group_portable(p.format, p.group(g), nb, &toks, &mut want);

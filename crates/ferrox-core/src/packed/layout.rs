@@ -2,7 +2,7 @@
 //! vector register holds two adjacent values of each of the 16 rows (the operand
 //! shape of `vpdpwssd`, one 32-bit lane per row).
 //!
-//! Every 32-value block `b` of a row is `value[i] = scale[i / 16] * w[i] + offset`
+//! Every 32-value block `b` of a row is `value[i] = scale[i / 16] * w[i] + offset[i / 16]`
 //! with small integers `w` and f32 `scale` / `offset` taken from the GGUF block
 //! without rounding (`d`, `d * sc` of the K-quants and `-8 d`, `m`, `-dmin * m` are
 //! all exact in f32). A group of 16 rows stores, block after block:
@@ -12,9 +12,10 @@
 //!   steps per 32 bytes (step `2c` in the low nibbles, `2c + 1` in the high);
 //!   [`Quants::Nibble5`] adds a plane of fifth bits; [`Quants::Byte`] stores one
 //!   step per 32 bytes as signed bytes;
-//! * 16 scales (32 when the two halves of the block have their own, Q6_K), as
-//!   halves when every scale and offset of the matrix is one exactly, else f32;
-//! * 16 offsets, for the types that have them.
+//! * 16 scales (32 when the two halves of the block have their own: Q3_K, Q6_K,
+//!   Q2_K), as halves when every scale and offset of the matrix is one exactly,
+//!   else f32;
+//! * 16 offsets for the types that have them (32 when split: Q2_K).
 //!
 //! Rows past the matrix's last (the padding of the last group) are zeros. Each
 //! group starts on a 64-byte boundary.
@@ -22,8 +23,8 @@
 use rayon::prelude::*;
 
 use crate::blocks::{
-    BlockIq4Nl, BlockIq4Xs, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1,
-    BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le,
+    BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0,
+    BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le,
 };
 use crate::dtype::DType;
 use crate::kernels::reference::iquants::{iq4_nl_group, iq4_xs_group, iq4_xs_scale};
@@ -54,7 +55,8 @@ pub struct Format {
     pub quants: Quants,
     /// Blocks carry an additive offset.
     pub offset: bool,
-    /// The two 16-value halves of a block have their own scales.
+    /// The two 16-value halves of a block have their own scales (and offsets, when
+    /// the format has offsets).
     pub split: bool,
     /// Scales and offsets are stored as IEEE halves (chosen only when every one of
     /// the matrix converts exactly), else as f32.
@@ -76,6 +78,7 @@ impl Format {
         match dtype {
             DType::Q4_0 | DType::Q4_1 => f(Quants::Nibble, true, false, true),
             DType::Q4_K => f(Quants::Nibble, true, false, false),
+            DType::Q2_K => f(Quants::Nibble, true, true, false),
             DType::Q5_0 | DType::Q5_1 => f(Quants::Nibble5, true, false, true),
             DType::Q5_K => f(Quants::Nibble5, true, false, false),
             DType::Q8_0 => f(Quants::Byte, false, false, true),
@@ -132,7 +135,7 @@ impl Format {
     pub fn block_bytes(self) -> usize {
         self.offsets_at()
             + if self.offset {
-                GROUP_ROWS * self.scale_size()
+                self.scales() * self.scale_size()
             } else {
                 0
             }
@@ -145,7 +148,8 @@ pub struct BlockParts {
     pub w: [i8; BLOCK],
     /// Scale of values 0..16 and of values 16..32 (equal unless the format splits).
     pub scale: [f32; 2],
-    pub offset: f32,
+    /// Offset of values 0..16 and of values 16..32 (equal unless the format splits).
+    pub offset: [f32; 2],
 }
 
 /// The parts of block `b` (of 32 values) of a row of `dtype` stored in `row`.
@@ -158,13 +162,13 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
             let k = &blocks_of::<BlockQ4_0>(row).expect("whole blocks")[b];
             nibbles(&k.qs, &mut w);
             let d = f16_le(k.d);
-            ([d, d], -8.0 * d)
+            ([d, d], [-8.0 * d; 2])
         }
         DType::Q4_1 => {
             let k = &blocks_of::<BlockQ4_1>(row).expect("whole blocks")[b];
             nibbles(&k.qs, &mut w);
             let d = f16_le(k.d);
-            ([d, d], f16_le(k.m))
+            ([d, d], [f16_le(k.m); 2])
         }
         DType::Q5_0 | DType::Q5_1 => {
             let (qs, qh, d, m) = if dtype == DType::Q5_0 {
@@ -180,13 +184,13 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 *v |= (((h >> i) & 1) << 4) as i8;
             }
             // Q5_0 is d * (q - 16): the -16 d becomes the offset.
-            ([d, d], m.unwrap_or(-16.0 * d))
+            ([d, d], [m.unwrap_or(-16.0 * d); 2])
         }
         DType::Q8_0 => {
             let k = &blocks_of::<BlockQ8_0>(row).expect("whole blocks")[b];
             w = k.qs;
             let d = f16_le(k.d);
-            ([d, d], 0.0)
+            ([d, d], [0.0; 2])
         }
         DType::Q4_K | DType::Q5_K => {
             let (d, dmin, scales, qs, qh) = if dtype == DType::Q4_K {
@@ -217,7 +221,7 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 *v = q as i8;
             }
             let dl = d * sc as f32;
-            ([dl, dl], -(dmin * m as f32))
+            ([dl, dl], [-(dmin * m as f32); 2])
         }
         DType::Q6_K => {
             let k = &blocks_of::<BlockQ6K>(row).expect("whole blocks")[sub];
@@ -233,8 +237,24 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                     d * k.scales[8 * h + 2 * q] as f32,
                     d * k.scales[8 * h + 2 * q + 1] as f32,
                 ],
-                0.0,
+                [0.0; 2],
             )
+        }
+        DType::Q2_K => {
+            let k = &blocks_of::<BlockQ2K>(row).expect("whole blocks")[sub];
+            // Values 32 g .. 32 g + 32: 2-bit planes at shift 2 (g % 4) of bytes
+            // 32 (g / 4) ..; 16-value groups 2 g and 2 g + 1 carry the scales.
+            let (h, p) = (g / 4, g % 4);
+            for (i, v) in w.iter_mut().enumerate() {
+                *v = ((k.qs[32 * h + i] >> (2 * p)) & 3) as i8;
+            }
+            let (d, dmin) = (f16_le(k.d), f16_le(k.dmin));
+            let part = |j: usize| {
+                let sc = k.scales[j];
+                (d * (sc & 0x0F) as f32, -(dmin * (sc >> 4) as f32))
+            };
+            let ((s0, o0), (s1, o1)) = (part(2 * g), part(2 * g + 1));
+            ([s0, s1], [o0, o1])
         }
         DType::Q3_K => {
             let k = &blocks_of::<BlockQ3K>(row).expect("whole blocks")[sub];
@@ -249,20 +269,20 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
             let (d, scales) = (f16_le(k.d), q3k_scales(&k.scales));
             (
                 [d * scales[2 * g] as f32, d * scales[2 * g + 1] as f32],
-                0.0,
+                [0.0; 2],
             )
         }
         DType::IQ4_NL => {
             let k = &blocks_of::<BlockIq4Nl>(row).expect("whole blocks")[b];
             w = iq4_nl_group(k);
             let d = f16_le(k.d);
-            ([d, d], 0.0)
+            ([d, d], [0.0; 2])
         }
         DType::IQ4_XS => {
             let k = &blocks_of::<BlockIq4Xs>(row).expect("whole blocks")[sub];
             w = iq4_xs_group(k, g);
             let dl = f16_le(k.d) * iq4_xs_scale(k, g) as f32;
-            ([dl, dl], 0.0)
+            ([dl, dl], [0.0; 2])
         }
         other => panic!("{other} has no packed format"),
     };
@@ -429,7 +449,15 @@ fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool 
                 );
             }
             if format.offset {
-                exact &= put_scale(format, blk, format.offsets_at() + size * r, p.offset);
+                exact &= put_scale(format, blk, format.offsets_at() + size * r, p.offset[0]);
+                if format.split {
+                    exact &= put_scale(
+                        format,
+                        blk,
+                        format.offsets_at() + size * (GROUP_ROWS + r),
+                        p.offset[1],
+                    );
+                }
             }
         }
     }
@@ -471,7 +499,7 @@ mod tests {
             for b in 0..n / BLOCK {
                 let p = block_parts(t, &row, b);
                 for i in 0..BLOCK {
-                    let got = p.scale[i / 16] * p.w[i] as f32 + p.offset;
+                    let got = p.scale[i / 16] * p.w[i] as f32 + p.offset[i / 16];
                     let w = want[b * BLOCK + i];
                     assert!(
                         (got - w).abs() <= 1e-6 * (1.0 + w.abs()),

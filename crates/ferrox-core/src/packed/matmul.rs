@@ -63,11 +63,7 @@ pub fn packed_matmul_many(
     }
     let matrices: Vec<&PackedMatrix> = jobs.iter().map(|(w, _)| *w).collect();
     let nb = acts.blocks();
-    let token = |t: usize| TokenActs {
-        qa: acts.row(t),
-        da: &acts.da[t * nb..(t + 1) * nb],
-        sa: &acts.sa[t * nb..(t + 1) * nb],
-    };
+    let token = |t: usize| acts.token(t);
     pool.install(|| {
         tasks.par_iter().for_each(|(j, groups)| {
             let (w, ptr) = (matrices[*j], outs[*j]);
@@ -162,6 +158,7 @@ mod tests {
         for t in [
             DType::Q4_1,
             DType::Q5_0,
+            DType::Q2_K,
             DType::Q3_K,
             DType::Q4_K,
             DType::Q6_K,

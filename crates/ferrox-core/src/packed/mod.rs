@@ -13,8 +13,11 @@
 //!
 //! where `w`, `scale`, `offset` come from the GGUF block exactly (the value is
 //! `scale * w + offset`, see [`layout`]) and `qa`, `da`, `sa` are the token's
-//! activations quantized per block (see [`activations`]). Q6_K's two 16-value
-//! halves have their own scales: each half's term is added in turn, no offset. The per-block integer sums are exact,
+//! activations quantized per block (see [`activations`]). In the split formats
+//! (Q3_K, Q6_K, Q2_K) the two 16-value halves `h` have their own scales, and Q2_K
+//! its own offsets: each half's term `(I[b][h] as f32 * scale[r][b][h]) * da[t][b]`
+//! (`+ offset[r][b][h] * sh[t][b][h]`, the half's sum) is added in turn. The
+//! per-block integer sums are exact,
 //! so their order never matters; the f32 operations run in block order, one lane per
 //! weight row. Nothing depends on the other tokens of the call or on how rows are
 //! split across threads (SPEC S3).

@@ -29,6 +29,10 @@ pub unsafe fn group(
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
+    assert!(
+        !(format.split && format.offset),
+        "split offsets run on the AVX2 build"
+    );
     macro_rules! by_tokens {
         ($q:expr, $off:literal, $split:literal, $half:literal) => {
             // SAFETY: the caller's contract.
@@ -57,6 +61,7 @@ macro_rules! by_format {
         match ($format.quants, $format.offset, $format.split, $format.half) {
             (Quants::Nibble, true, false, true) => $run!(NIBBLE, true, false, true),
             (Quants::Nibble, true, false, false) => $run!(NIBBLE, true, false, false),
+            (Quants::Nibble, true, true, false) => $run!(NIBBLE, true, true, false),
             (Quants::Nibble5, true, false, true) => $run!(NIBBLE5, true, false, true),
             (Quants::Nibble5, true, false, false) => $run!(NIBBLE5, true, false, false),
             (Quants::Byte, false, false, true) => $run!(BYTE, false, false, true),
@@ -380,12 +385,22 @@ unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HAL
                 } else {
                     s0
                 };
+                let off1 = if OFF && SPLIT {
+                    scales8::<HALF>(blk.add(offsets_at + size * (GROUP_ROWS + 8 * h)))
+                } else {
+                    off
+                };
                 for (t, tok) in tokens.iter().enumerate() {
                     let dav = _mm256_set1_ps(*tok.da.get_unchecked(b));
                     let [lo, hi] = isum[t];
                     if SPLIT {
-                        let l = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), s0), dav);
-                        let u = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), s1), dav);
+                        let mut l = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), s0), dav);
+                        let mut u = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), s1), dav);
+                        if OFF {
+                            let sh = tok.sh.as_ptr().add(2 * b);
+                            l = _mm256_add_ps(l, _mm256_mul_ps(off, _mm256_set1_ps(*sh)));
+                            u = _mm256_add_ps(u, _mm256_mul_ps(off1, _mm256_set1_ps(*sh.add(1))));
+                        }
                         acc[t][h] = _mm256_add_ps(_mm256_add_ps(acc[t][h], l), u);
                     } else {
                         let mut term = _mm256_mul_ps(

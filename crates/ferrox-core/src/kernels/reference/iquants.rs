@@ -18,6 +18,7 @@ fn grid(qs: &[u8]) -> [i8; QK] {
 }
 
 /// The signed scale (`ls - 32`) of group `g` of an IQ4_XS block.
+#[inline]
 pub fn iq4_xs_scale(b: &BlockIq4Xs, g: usize) -> i32 {
     let low = (b.scales_l[g / 2] >> (4 * (g % 2))) & 0x0F;
     let high = (u16::from_le_bytes(b.scales_h) >> (2 * g)) & 3;
@@ -25,11 +26,13 @@ pub fn iq4_xs_scale(b: &BlockIq4Xs, g: usize) -> i32 {
 }
 
 /// Grid integers of group `g` (32 values) of an IQ4_XS block.
+#[inline]
 pub fn iq4_xs_group(b: &BlockIq4Xs, g: usize) -> [i8; QK] {
     grid(&b.qs[16 * g..16 * g + 16])
 }
 
 /// Grid integers of an IQ4_NL block.
+#[inline]
 pub fn iq4_nl_group(b: &BlockIq4Nl) -> [i8; QK] {
     grid(&b.qs)
 }
@@ -66,6 +69,7 @@ pub fn quantize_iq4_nl(x: &[f32], out: &mut [BlockIq4Nl]) {
 }
 
 /// Dequantizes IQ4_NL blocks into `out`.
+#[inline]
 pub fn dequantize_iq4_nl(blocks: &[BlockIq4Nl], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
         let d = f16_le(b.d);
@@ -76,6 +80,7 @@ pub fn dequantize_iq4_nl(blocks: &[BlockIq4Nl], out: &mut [f32]) {
 }
 
 /// Dequantizes IQ4_XS blocks into `out`.
+#[inline]
 pub fn dequantize_iq4_xs(blocks: &[BlockIq4Xs], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let d = f16_le(b.d);

@@ -46,6 +46,7 @@ pub fn q3k_scales(packed: &[u8; K_SCALE_SIZE]) -> [i8; 16] {
 }
 
 /// Dequantizes Q2_K blocks into `out` (`out.len() == 256 * blocks.len()`).
+#[inline]
 pub fn dequantize_q2_k(blocks: &[BlockQ2K], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
@@ -65,6 +66,7 @@ pub fn dequantize_q2_k(blocks: &[BlockQ2K], out: &mut [f32]) {
 }
 
 /// Dequantizes Q3_K blocks into `out`.
+#[inline]
 pub fn dequantize_q3_k(blocks: &[BlockQ3K], out: &mut [f32]) {
     for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
         let d = f16_le(b.d);
