@@ -10,8 +10,9 @@
 //! * Against llama.cpp on the same file (`llama-family-*.jsonl`), on the default
 //!   path (the f32 path is within 1e-5 nats of it here), which carries
 //!   its own 8-bit activation error (0.01-0.05 nats from the reference on these
-//!   files, and on Phi-3's flat logits it flips close greedy choices): a mean
-//!   top-5 error of at most 0.1 nats; the identical counts are printed.
+//!   files, 0.12-0.14 on the K-quant ones, and on Phi-3's flat logits it flips
+//!   close greedy choices): a mean top-5 error of at most 0.1 nats (0.2 for the
+//!   K-quants, see `llama_bar`); the identical counts are printed.
 //! * The prompts' token ids, made by llama.cpp's tokenizer, equal ferrox's.
 
 use ferrox_gguf::GgufFile;
@@ -32,6 +33,18 @@ fn expected_sha256(file_name: &str) -> String {
             (name == file_name).then(|| sum.to_string())
         })
         .unwrap_or_else(|| panic!("{file_name} is not in {}", sums.display()))
+}
+
+/// How far llama.cpp may be from ferrox's default path: its activations are
+/// 8-bit, in blocks of 32 (Q8_0 / Q8_1) for the legacy and IQ4_NL types but of
+/// 256 (Q8_K) for the K-quants, which puts it 0.12-0.14 nats from the float64
+/// reference on the K-quant files (the reference with Q8_K-rounded inputs moves
+/// 0.13 nats; ferrox stays within 0.0005).
+fn llama_bar(v: Variant) -> f64 {
+    match v {
+        Variant::KQuants => 0.2,
+        _ => 0.1,
+    }
 }
 
 fn check_family(name: &str) {
@@ -72,9 +85,10 @@ fn check_family(name: &str) {
             if path == ActivationPath::default() {
                 let label = format!("{label} against llama.cpp");
                 let s = score(&m, &llama, &label);
+                let bar = llama_bar(v);
                 assert!(
-                    s.mean_error() <= 0.1,
-                    "{label}: mean error {}",
+                    s.mean_error() <= bar,
+                    "{label}: mean error {} (bar {bar})",
                     s.mean_error()
                 );
             }

@@ -36,16 +36,25 @@ pub enum Variant {
     Mixed,
     /// Every matrix IQ4_NL (the non-linear 4-bit grid).
     Iq4Nl,
+    /// Matrices cycle through Q4_K, Q6_K, Q5_K, Q3_K and Q2_K, on a 256-wide
+    /// model (K-quant rows are whole 256-value blocks).
+    KQuants,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 3] = [Variant::Q8, Variant::Mixed, Variant::Iq4Nl];
+    pub const ALL: [Variant; 4] = [
+        Variant::Q8,
+        Variant::Mixed,
+        Variant::Iq4Nl,
+        Variant::KQuants,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Variant::Q8 => "q8_0",
             Variant::Mixed => "mixed",
             Variant::Iq4Nl => "iq4_nl",
+            Variant::KQuants => "kquants",
         }
     }
 
@@ -61,8 +70,23 @@ impl Variant {
                 DType::BF16,
             ],
             Variant::Iq4Nl => &[DType::IQ4_NL],
+            Variant::KQuants => &[
+                DType::Q4_K,
+                DType::Q6_K,
+                DType::Q5_K,
+                DType::Q3_K,
+                DType::Q2_K,
+            ],
         }
     }
+}
+
+/// The widths of one file.
+#[derive(Copy, Clone, Debug)]
+struct Shape {
+    n_embd: usize,
+    n_ff: usize,
+    head_dim: usize,
 }
 
 /// A family's shape and the real model it copies.
@@ -196,6 +220,7 @@ fn llama3_factors(dim: usize, base: f32) -> Vec<f32> {
 }
 
 struct Builder {
+    shape: Shape,
     w: GgufWriter,
     rnd: Uniform,
     types: &'static [DType],
@@ -249,30 +274,43 @@ impl Family {
             .chain(variant.name().bytes())
             .fold(0xF3_u64, |h, b| h.wrapping_mul(0x100_0000_01B3) ^ b as u64);
         let mut b = Builder {
+            shape: self.shape(variant),
             w: GgufWriter::new(),
             rnd: Uniform(seed),
             types: variant.types(),
             picked: 0,
         };
-        let n_vocab = self.metadata(&mut b.w, vocab);
-        let embd_type = b.types[0];
-        let embd = b.rnd.values(N_EMBD * n_vocab, EMBD_SCALE, 0.0);
-        b.tensor(
-            "token_embd.weight".into(),
-            embd_type,
-            &[N_EMBD, n_vocab],
-            &embd,
-        );
+        let n_vocab = self.metadata(&mut b.w, b.shape, vocab);
+        let (embd_type, d) = (b.types[0], b.shape.n_embd);
+        let embd = b.rnd.values(d * n_vocab, EMBD_SCALE, 0.0);
+        b.tensor("token_embd.weight".into(), embd_type, &[d, n_vocab], &embd);
         for i in 0..N_LAYERS {
             self.layer(&mut b, i);
         }
-        b.vector("output_norm.weight".into(), N_EMBD, 0.2, 1.0);
+        b.vector("output_norm.weight".into(), d, 0.2, 1.0);
         self.globals(&mut b, n_vocab);
         b.w.to_bytes()
     }
 
+    /// The widths of `variant`'s file: K-quants need whole 256-value rows, so
+    /// their files are 256 wide with 64-wide heads.
+    fn shape(&self, variant: Variant) -> Shape {
+        match variant {
+            Variant::KQuants => Shape {
+                n_embd: 256,
+                n_ff: 512,
+                head_dim: 256 / self.n_heads,
+            },
+            _ => Shape {
+                n_embd: N_EMBD,
+                n_ff: N_FF,
+                head_dim: self.head_dim,
+            },
+        }
+    }
+
     /// Writes every metadata key; returns the vocabulary size.
-    fn metadata(&self, w: &mut GgufWriter, vocab: &GgufFile) -> usize {
+    fn metadata(&self, w: &mut GgufWriter, shape: Shape, vocab: &GgufFile) -> usize {
         let m = &vocab.header().metadata;
         let n_vocab = m
             .string_array("tokenizer.ggml.tokens")
@@ -290,8 +328,8 @@ impl Family {
             .set("general.quantization_version", Value::U32(2))
             .set(k("block_count"), u(N_LAYERS))
             .set(k("context_length"), u(self.context_length))
-            .set(k("embedding_length"), u(N_EMBD))
-            .set(k("feed_forward_length"), u(N_FF))
+            .set(k("embedding_length"), u(shape.n_embd))
+            .set(k("feed_forward_length"), u(shape.n_ff))
             .set(k("attention.head_count"), u(self.n_heads))
             .set(k("attention.head_count_kv"), u(self.n_kv_heads))
             .set(k("rope.freq_base"), Value::F32(self.rope_base))
@@ -302,9 +340,9 @@ impl Family {
         match self.arch {
             Architecture::Llama => {
                 w.set(k("vocab_size"), u(n_vocab))
-                    .set(k("rope.dimension_count"), u(self.head_dim))
-                    .set(k("attention.key_length"), u(self.head_dim))
-                    .set(k("attention.value_length"), u(self.head_dim));
+                    .set(k("rope.dimension_count"), u(shape.head_dim))
+                    .set(k("attention.key_length"), u(shape.head_dim))
+                    .set(k("attention.value_length"), u(shape.head_dim));
             }
             Architecture::Qwen2 => {
                 w.set(k("rope.scaling.type"), Value::String("yarn".into()))
@@ -312,14 +350,14 @@ impl Family {
                     .set(k("rope.scaling.original_context_length"), u(32_768));
             }
             Architecture::Qwen3 | Architecture::Gemma2 => {
-                w.set(k("attention.key_length"), u(self.head_dim))
-                    .set(k("attention.value_length"), u(self.head_dim));
+                w.set(k("attention.key_length"), u(shape.head_dim))
+                    .set(k("attention.value_length"), u(shape.head_dim));
             }
             Architecture::Phi3 => {
                 let scale = self.context_length as f64 / 4096.0;
                 let attn = (1.0 + scale.ln() / 4096f64.ln()).sqrt();
                 w.set(k("rope.scaling.original_context_length"), u(4096))
-                    .set(k("rope.dimension_count"), u(self.head_dim))
+                    .set(k("rope.dimension_count"), u(shape.head_dim))
                     .set(k("rope.scaling.attn_factor"), Value::F32(attn as f32))
                     .set(k("attention.sliding_window"), u(262_144));
             }
@@ -338,17 +376,19 @@ impl Family {
 
     fn layer(&self, b: &mut Builder, i: usize) {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
-        let (q, kv) = (
-            self.n_heads * self.head_dim,
-            self.n_kv_heads * self.head_dim,
-        );
-        b.vector(n("attn_norm"), N_EMBD, 0.2, 1.0);
+        let Shape {
+            n_embd: d,
+            n_ff: ff,
+            head_dim,
+        } = b.shape;
+        let (q, kv) = (self.n_heads * head_dim, self.n_kv_heads * head_dim);
+        b.vector(n("attn_norm"), d, 0.2, 1.0);
         if self.arch == Architecture::Phi3 {
-            b.matrix(n("attn_qkv"), N_EMBD, q + 2 * kv);
+            b.matrix(n("attn_qkv"), d, q + 2 * kv);
         } else {
-            b.matrix(n("attn_q"), N_EMBD, q);
-            b.matrix(n("attn_k"), N_EMBD, kv);
-            b.matrix(n("attn_v"), N_EMBD, kv);
+            b.matrix(n("attn_q"), d, q);
+            b.matrix(n("attn_k"), d, kv);
+            b.matrix(n("attn_v"), d, kv);
         }
         if self.arch == Architecture::Qwen2 {
             for (s, len) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
@@ -356,36 +396,37 @@ impl Family {
             }
         }
         if self.arch == Architecture::Qwen3 {
-            b.vector(n("attn_q_norm"), self.head_dim, 0.2, 1.0);
-            b.vector(n("attn_k_norm"), self.head_dim, 0.2, 1.0);
+            b.vector(n("attn_q_norm"), head_dim, 0.2, 1.0);
+            b.vector(n("attn_k_norm"), head_dim, 0.2, 1.0);
         }
-        b.matrix(n("attn_output"), q, N_EMBD);
-        b.vector(n("ffn_norm"), N_EMBD, 0.2, 1.0);
+        b.matrix(n("attn_output"), q, d);
+        b.vector(n("ffn_norm"), d, 0.2, 1.0);
         if self.arch == Architecture::Phi3 {
-            b.matrix(n("ffn_up"), N_EMBD, 2 * N_FF);
+            b.matrix(n("ffn_up"), d, 2 * ff);
         } else {
-            b.matrix(n("ffn_gate"), N_EMBD, N_FF);
-            b.matrix(n("ffn_up"), N_EMBD, N_FF);
+            b.matrix(n("ffn_gate"), d, ff);
+            b.matrix(n("ffn_up"), d, ff);
         }
-        b.matrix(n("ffn_down"), N_FF, N_EMBD);
+        b.matrix(n("ffn_down"), ff, d);
         if self.arch == Architecture::Gemma2 {
-            b.vector(n("post_attention_norm"), N_EMBD, 0.2, 1.0);
-            b.vector(n("post_ffw_norm"), N_EMBD, 0.2, 1.0);
+            b.vector(n("post_attention_norm"), d, 0.2, 1.0);
+            b.vector(n("post_ffw_norm"), d, 0.2, 1.0);
         }
     }
 
     /// The output head and RoPE factor tensors.
     fn globals(&self, b: &mut Builder, n_vocab: usize) {
-        let pairs = self.head_dim / 2;
+        let pairs = b.shape.head_dim / 2;
         match self.arch {
             Architecture::Llama => {
-                let f = llama3_factors(self.head_dim, self.rope_base);
+                let f = llama3_factors(b.shape.head_dim, self.rope_base);
                 b.tensor("rope_freqs.weight".into(), DType::F32, &[pairs], &f);
             }
             Architecture::Phi3 => {
                 // As wide as the embeddings, so the logits are as peaked as a
                 // tied head's (greedy steps are then far from ties).
-                b.matrix_scaled("output.weight".into(), N_EMBD, n_vocab, EMBD_SCALE);
+                let d = b.shape.n_embd;
+                b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
                 let long: Vec<f32> = (0..pairs).map(|i| 1.0 + 3.0 * i as f32).collect();
                 let short: Vec<f32> = (0..pairs).map(|i| 1.0 + 0.05 * i as f32).collect();
                 b.tensor(

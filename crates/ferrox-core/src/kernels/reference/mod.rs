@@ -16,6 +16,7 @@
 pub mod float;
 pub mod iquants;
 pub mod kdot;
+pub mod kquantize;
 pub mod kquants;
 pub mod legacy;
 
@@ -107,6 +108,11 @@ pub fn quantize(dtype: DType, x: &[f32]) -> Result<Vec<u8>, CoreError> {
         DType::Q8_0 => via_blocks!(legacy::quantize_q8_0),
         DType::Q8_1 => via_blocks!(legacy::quantize_q8_1),
         DType::IQ4_NL => via_blocks!(iquants::quantize_iq4_nl),
+        DType::Q2_K => blocks::bytes_of(&kquantize::quantize_q2_k(x)).to_vec(),
+        DType::Q3_K => blocks::bytes_of(&kquantize::quantize_q3_k(x)).to_vec(),
+        DType::Q4_K => blocks::bytes_of(&kquantize::quantize_q4_k(x)).to_vec(),
+        DType::Q5_K => blocks::bytes_of(&kquantize::quantize_q5_k(x)).to_vec(),
+        DType::Q6_K => blocks::bytes_of(&kquantize::quantize_q6_k(x)).to_vec(),
         _ => {
             return Err(CoreError::Unsupported {
                 what: "reference quantize",
