@@ -34,10 +34,11 @@ class Server:
         self.base = f"http://{self.addr}"
         self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=120)
 
-    def metric(self, name):
+    def metric(self, name, **labels):
+        """The value of series `name` with these labels (every series carries `model`)."""
         text = urllib.request.urlopen(self.base + "/metrics").read().decode()
         for line in text.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
+            if (line.startswith(name + " ") or line.startswith(name + "{")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
                 return float(line.split()[-1])
         raise KeyError(name)
 
@@ -212,7 +213,7 @@ def queue_full(_):
             assert e.status_code == 503, e.status_code
             assert e.response.headers.get("retry-after") == "1", e.response.headers
             assert e.code == "queue_full", e.code
-        assert s.metric("ferrox_queue_rejections_total") == 1
+        assert s.metric("ferrox_refused_requests_total", code="queue_full") == 1
         first.close()
         second.close()
     finally:
@@ -237,6 +238,27 @@ def api_key(_):
         assert s.stop() == 0, "SIGTERM exits 0"
 
 
+@check("model identity: the id is general.name, --alias names it too, models.retrieve finds both")
+def model_identity(_):
+    listing = subprocess.run([FERROX, "models"], capture_output=True, text=True, check=True).stdout
+    path = re.search(r"cached\s+(\S+SmolLM2\S+\.gguf)", listing).group(1)
+    s = Server("-m", path, "--alias", "my-model", "--alias", "second")
+    try:
+        ids = [m.id for m in s.client.models.list().data]
+        assert ids == ["Smollm2 135M 8k Lc100K Mix1 Ep2"], ids
+        assert s.client.models.retrieve("my-model").id == ids[0]
+        assert s.client.models.retrieve(ids[0]).id == ids[0]
+        try:
+            s.client.models.retrieve("nope")
+            raise AssertionError("no 404")
+        except openai.NotFoundError as e:
+            assert e.body["code"] == "model_not_found", e.body
+        r = s.client.chat.completions.create(model="second", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        assert r.model == ids[0], r.model
+    finally:
+        assert s.stop() == 0, "SIGTERM exits 0"
+
+
 def main():
     s = Server()
     try:
@@ -247,6 +269,7 @@ def main():
     RESULTS.append(("graceful shutdown exits 0", None if code == 0 else AssertionError(f"exit {code}")))
     queue_full(None)
     api_key(None)
+    model_identity(None)
     failed = [r for r in RESULTS if r[1] is not None]
     print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)

@@ -65,7 +65,7 @@ class Server:
         c.request("GET", "/metrics")
         text = c.getresponse().read().decode()
         for line in text.splitlines():
-            if line.startswith(name + " "):
+            if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.split()[-1])
         raise KeyError(name)
 

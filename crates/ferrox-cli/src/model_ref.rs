@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
+use ferrox_gguf::GgufFile;
 use ferrox_models::catalog;
 
 use crate::fetch;
@@ -17,6 +18,12 @@ pub fn resolve(arg: Option<&str>) -> Result<PathBuf> {
     if as_path.is_file() {
         return Ok(as_path.to_path_buf());
     }
+    if as_path.is_dir() {
+        bail!(
+            "{arg} is a directory; give the GGUF file inside it (-m {}/MODEL.gguf)",
+            arg.trim_end_matches('/')
+        );
+    }
     if let Some(r) = HfRef::parse(arg) {
         return Ok(hf::fetch(&r)?);
     }
@@ -25,4 +32,21 @@ pub fn resolve(arg: Option<&str>) -> Result<PathBuf> {
     }
     let model = catalog::find(arg)?;
     fetch::fetch(model, &catalog::models_dir())
+}
+
+/// The id a server reports for the model of `arg` loaded from `file`: the catalog
+/// name when `arg` names a catalog model (or is absent: the default model), else
+/// the GGUF's `general.name`, else the file's stem. Never the path.
+pub fn model_id(arg: Option<&str>, file: &GgufFile, path: &Path) -> String {
+    let arg = arg.unwrap_or(catalog::DEFAULT_MODEL);
+    if !Path::new(arg).is_file() && catalog::find(arg).is_ok() {
+        return arg.to_string();
+    }
+    let named = file.header().metadata.str("general.name").ok();
+    match named.map(str::trim).filter(|n| !n.is_empty()) {
+        Some(n) => n.to_string(),
+        None => path
+            .file_stem()
+            .map_or_else(|| arg.to_string(), |s| s.to_string_lossy().into_owned()),
+    }
 }

@@ -84,15 +84,87 @@ fn check_sampling(a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// The prompt text: `-p`, or `-f FILE` (`-f -`: standard input).
+fn read_prompt(a: &RunArgs) -> Result<String> {
+    match (&a.prompt, &a.file) {
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some(f)) if f.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("cannot read the prompt from standard input")?;
+            Ok(text)
+        }
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read prompt file {}", f.display())),
+        (None, None) => bail!("give a prompt with -p TEXT or -f FILE (-f - reads standard input)"),
+    }
+}
+
+/// Tokens to generate for `-n` with `room` positions left after the prompt.
+fn max_tokens(n_predict: i64, room: usize) -> Result<usize> {
+    match n_predict {
+        0 => bail!(
+            "-n 0 generates nothing; give -n N (N >= 1), or -n -1 to run until the model stops or the context is full"
+        ),
+        n if n < 0 => Ok(room),
+        n => Ok((n as usize).min(room)),
+    }
+}
+
+/// What one generation took.
+struct Timings {
+    prompt_s: f64,
+    gen_s: f64,
+    generated: usize,
+    interrupted: bool,
+}
+
+/// Streams the generation to stdout until it ends or Ctrl-C is pressed (then the
+/// request is dropped, which cancels it in the engine).
+fn stream_out(mut stream: ferrox_engine::RequestStream) -> Result<Timings> {
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&interrupted);
+    ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+        .context("cannot install the Ctrl-C handler")?;
+    let t_prompt = Instant::now();
+    let mut out = std::io::stdout().lock();
+    let (mut prompt_s, mut t_gen, mut generated) = (None, Instant::now(), 0usize);
+    while let Some(event) = stream.blocking_recv() {
+        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        match event {
+            Event::Token { text, .. } => {
+                if prompt_s.is_none() {
+                    prompt_s = Some(t_prompt.elapsed().as_secs_f64());
+                    t_gen = Instant::now();
+                }
+                generated += 1;
+                out.write_all(text.as_bytes())?;
+                out.flush()?;
+            }
+            Event::Finished { text, usage, .. } => {
+                out.write_all(text.as_bytes())?;
+                generated = usage.completion_tokens;
+            }
+            Event::Failed(failure) => bail!("generation failed: {failure}"),
+            Event::Admitted => {}
+        }
+    }
+    writeln!(out)?;
+    Ok(Timings {
+        prompt_s: prompt_s.unwrap_or_else(|| t_prompt.elapsed().as_secs_f64()),
+        gen_s: t_gen.elapsed().as_secs_f64(),
+        generated,
+        interrupted: interrupted.load(std::sync::atomic::Ordering::SeqCst),
+    })
+}
+
 /// Runs one generation.
 pub fn run(a: RunArgs) -> Result<()> {
     check_sampling(&a)?;
-    let text = match (&a.prompt, &a.file) {
-        (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read prompt file {}", f.display()))?,
-        (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
-    };
+    max_tokens(a.n_predict, 1)?;
+    let text = read_prompt(&a)?;
     let path = crate::model_ref::resolve(a.model.as_deref())?;
     let threads = a
         .threads
@@ -165,47 +237,21 @@ pub fn run(a: RunArgs) -> Result<()> {
     let prompt_len = ids.len();
     let tokenizer = std::sync::Arc::new(model.tokenizer.clone());
     let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config)?;
-    let max_tokens = if a.n_predict < 0 {
-        ctx - prompt_len
-    } else {
-        (a.n_predict as usize).min(ctx - prompt_len)
-    };
+    let max_tokens = max_tokens(a.n_predict, ctx - prompt_len)?;
     let params = GenerationParams {
-        max_tokens: max_tokens.max(1),
+        max_tokens,
         sampling: params,
         stop: a.stops.clone(),
         stop_token_ids: Vec::new(),
         logprobs: None,
         ignore_eos: false,
     };
-    let t_prompt = Instant::now();
-    let mut stream = engine.submit(ids, params)?;
-    let mut out = std::io::stdout().lock();
-    let mut prompt_s = None;
-    let mut t_gen = Instant::now();
-    let mut generated = 0usize;
-    while let Some(event) = stream.blocking_recv() {
-        match event {
-            Event::Token { text, .. } => {
-                if prompt_s.is_none() {
-                    prompt_s = Some(t_prompt.elapsed().as_secs_f64());
-                    t_gen = Instant::now();
-                }
-                out.write_all(text.as_bytes())?;
-                out.flush()?;
-            }
-            Event::Finished { text, usage, .. } => {
-                out.write_all(text.as_bytes())?;
-                generated = usage.completion_tokens;
-            }
-            Event::Failed(failure) => bail!("generation failed: {failure}"),
-            Event::Admitted => {}
-        }
+    let stream = engine.submit(ids, params)?;
+    let t = stream_out(stream)?;
+    let (prompt_s, gen_s, ids_len) = (t.prompt_s, t.gen_s, prompt_len);
+    if t.interrupted {
+        eprintln!("\n[interrupted]");
     }
-    writeln!(out)?;
-    let prompt_s = prompt_s.unwrap_or_else(|| t_prompt.elapsed().as_secs_f64());
-    let ids_len = prompt_len;
-    let gen_s = t_gen.elapsed().as_secs_f64();
     eprintln!();
     eprintln!(
         "load time:   {:>8.1} ms ({} threads, {} activations, {:.1} MiB repacked, seed {seed})",
@@ -220,7 +266,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         ids_len,
         ids_len as f64 / prompt_s
     );
-    let decoded = generated.saturating_sub(1);
+    let decoded = t.generated.saturating_sub(1);
     eprintln!(
         "generation:  {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)",
         gen_s * 1e3,

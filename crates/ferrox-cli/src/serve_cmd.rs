@@ -22,9 +22,22 @@ use crate::knobs::EngineArgs;
 /// Flags of `ferrox serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// GGUF file or catalog name (default: the default model, fetched the first time).
-    #[arg(short, long)]
+    /// GGUF file, catalog name or Hugging Face model (hf.co/USER/REPO[:QUANT]),
+    /// fetched the first time [default: the catalog's default model]. Catalog
+    /// models are cached in FERROX_MODELS_DIR (default: $XDG_CACHE_HOME/ferrox/models,
+    /// else ~/.cache/ferrox/models); Hub models in the Hugging Face cache (HF_HOME).
+    #[arg(short, long, env = "FERROX_MODEL", value_name = "MODEL")]
     pub model: Option<String>,
+    /// Another name clients may use for the model (repeatable; the variable takes
+    /// a comma-separated list). The id `/v1/models` reports is the catalog name or
+    /// the GGUF's `general.name`.
+    #[arg(
+        long = "alias",
+        value_name = "NAME",
+        env = "FERROX_ALIAS",
+        value_delimiter = ','
+    )]
+    pub aliases: Vec<String>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1", env = "FERROX_HOST")]
     pub host: String,
@@ -33,21 +46,27 @@ pub struct ServeArgs {
     pub port: u16,
     /// Require `Authorization: Bearer KEY` on the API routes (an empty key is an
     /// error).
-    #[arg(long, env = "FERROX_API_KEY", conflicts_with = "api_key_file")]
+    #[arg(
+        long,
+        env = "FERROX_API_KEY",
+        conflicts_with = "api_key_file",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
     pub api_key: Option<String>,
     /// Read the API key from a file (its content, surrounding whitespace removed),
     /// so that it shows in no process list.
     #[arg(long, env = "FERROX_API_KEY_FILE", value_name = "PATH")]
     pub api_key_file: Option<std::path::PathBuf>,
     /// Compute threads [default: available cores].
-    #[arg(short = 't', long)]
+    #[arg(short = 't', long, env = "FERROX_THREADS", value_parser = crate::knobs::count_knob("FERROX_THREADS"), value_name = "N")]
     pub threads: Option<usize>,
     /// Activation path.
     #[command(flatten)]
     pub path: crate::knobs::ActivationArgs,
     /// max_tokens of requests that give none (each request reserves KV for
     /// prompt + max_tokens, so this bounds what a default request holds).
-    #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", value_parser = crate::knobs::count_knob("FERROX_DEFAULT_MAX_TOKENS"), default_value_t = 2048)]
+    #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", value_parser = crate::knobs::count_knob("FERROX_DEFAULT_MAX_TOKENS"), default_value_t = 2048, value_name = "N")]
     pub default_max_tokens: usize,
     /// Seconds in-flight requests get to finish after SIGINT / SIGTERM; then the
     /// rest are cut off (a 503 with Retry-After, or a stream error event).
@@ -174,15 +193,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let config = a.engine.config(&shape)?;
         let kv_peak = kv_peak_bytes(&shape, &config)?;
         let tokenizer = Arc::new(model.tokenizer.clone());
+        let model_id = crate::model_ref::model_id(a.model.as_deref(), model.transformer.file(), &path);
         let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let model_id = a.model.clone().unwrap_or_else(|| ferrox_models::catalog::DEFAULT_MODEL.to_string());
+        let mut aliases = a.aliases.clone();
+        aliases.extend([file_name, path.display().to_string(), "default".into()]);
         let state = Arc::new(AppState {
-            metrics: Metrics::new(engine.clone()),
+            metrics: Metrics::new(engine.clone(), &model_id),
             engine,
             tokenizer,
             chat: model.chat,
-            aliases: vec![file_name, path.display().to_string(), "default".into()],
+            aliases,
             model_id,
             api_key,
             default_max_tokens: a.default_max_tokens,

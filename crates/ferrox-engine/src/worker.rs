@@ -79,6 +79,11 @@ pub enum StartError {
         "the prefill chunk ({chunk} tokens) is smaller than a KV block ({block} positions); a model with sliding-window layers prefills whole blocks, so raise --prefill-chunk / FERROX_CB_PREFILL_CHUNK or lower --kv-block-size / FERROX_CB_KV_BLOCK_SIZE"
     )]
     ChunkBelowPage { chunk: usize, block: usize },
+    /// The pool cannot hold the smallest request: every request would be refused.
+    #[error(
+        "the KV pool holds {blocks} blocks, but the smallest request (one prompt token and one generated) needs {need}; raise --kv-memory / FERROX_CB_KV_MEMORY or --kv-blocks / FERROX_CB_KV_BLOCKS"
+    )]
+    PoolTooSmall { blocks: u64, need: u64 },
     #[error(transparent)]
     Plan(#[from] ferrox_models::ModelError),
     #[error("cannot start the engine thread: {0}")]
@@ -207,6 +212,14 @@ pub fn start(
         )?),
         None => None,
     };
+    if let Some(p) = &plan
+        && p.n_blocks < p.blocks_for(2)
+    {
+        return Err(StartError::PoolTooSmall {
+            blocks: p.n_blocks,
+            need: p.blocks_for(2),
+        });
+    }
     let max_context = config
         .max_context
         .unwrap_or(hp.context_length)

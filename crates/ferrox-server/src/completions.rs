@@ -110,15 +110,7 @@ async fn handle(
     if let Some(m) = &req.model
         && !st.serves(m)
     {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "model_not_found",
-            format!(
-                "model {m:?} is not served here; this server serves {:?}",
-                st.model_id
-            ),
-        ));
+        return Err(ApiError::model_not_found(m, &st.model_id));
     }
     let prompts = prompts(&st, &req)?;
     let started = Instant::now();

@@ -40,6 +40,17 @@ impl ApiError {
         }
     }
 
+    /// A 404 `model_not_found`: `name` is not the served model (`served`) or one
+    /// of its aliases.
+    pub fn model_not_found(name: &str, served: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!("model {name:?} is not served here; this server serves {served:?}"),
+        )
+    }
+
     /// Any other status and code.
     pub fn new(
         status: StatusCode,

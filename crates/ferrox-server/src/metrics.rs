@@ -39,7 +39,7 @@ impl std::fmt::Debug for EngineCollector {
 impl prometheus_client::collector::Collector for EngineCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.stats();
-        let counters: [(&str, &str, u64); 15] = [
+        let counters: [(&str, &str, u64); 11] = [
             (
                 "ferrox_prefix_cache_queries",
                 "Prompts looked up in the prefix cache",
@@ -69,26 +69,6 @@ impl prometheus_client::collector::Collector for EngineCollector {
                 "ferrox_decode_steps",
                 "Steps with at least one decode row",
                 s.decode_steps,
-            ),
-            (
-                "ferrox_queue_rejections",
-                "Requests refused because the queue was full",
-                s.queue_rejections,
-            ),
-            (
-                "ferrox_refusals_too_large",
-                "Requests larger than the whole KV budget",
-                s.refusals_too_large,
-            ),
-            (
-                "ferrox_refusals_context_length",
-                "Requests longer than the context",
-                s.refusals_context_length,
-            ),
-            (
-                "ferrox_refusals_invalid",
-                "Requests refused at validation",
-                s.refusals_invalid,
             ),
             ("ferrox_aborted_requests", "Requests cancelled", s.aborted),
             (
@@ -180,9 +160,18 @@ fn latency() -> Histogram {
 }
 
 impl Metrics {
-    /// Metrics for a server over `engine`.
-    pub fn new(engine: EngineHandle) -> Metrics {
-        let mut r = Registry::default();
+    /// Metrics for a server over `engine`, every series labelled with the model id
+    /// (`model="..."`). Refusals are one family, `ferrox_refused_requests{code}`,
+    /// counted by the server wherever they happen (HTTP validation, the engine's
+    /// checks, the queue bound).
+    pub fn new(engine: EngineHandle, model_id: &str) -> Metrics {
+        let mut r = Registry::with_labels(
+            [(
+                std::borrow::Cow::Borrowed("model"),
+                std::borrow::Cow::Owned(model_id.to_string()),
+            )]
+            .into_iter(),
+        );
         let m = Metrics {
             registry: Mutex::new(Registry::default()),
             time_to_first_token: latency(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -23,13 +23,25 @@ pub const BODY_LIMIT: usize = 4 << 20;
 /// the connection is refused outright.
 pub const BODY_READ_LIMIT: usize = 32 << 20;
 
-async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
+/// The served model as OpenAI describes a model (its other names in `aliases`).
+fn model_object(st: &AppState) -> Value {
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    Json(
-        json!({"object": "list", "data": [{"id": st.model_id, "object": "model", "created": created, "owned_by": "ferrox"}]}),
-    )
+    json!({"id": st.model_id, "object": "model", "created": created, "owned_by": "ferrox", "aliases": st.aliases})
+}
+
+async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model_object(&st)]}))
+}
+
+/// `GET /v1/models/{id}`: the model by its id or an alias; 404 `model_not_found`
+/// for any other name.
+async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    if st.serves(&id) {
+        return Json(model_object(&st)).into_response();
+    }
+    ApiError::model_not_found(&id, &st.model_id).into_response()
 }
 
 /// 200 while serving; 503 while starting, once draining has begun (so a load
@@ -151,6 +163,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::text))
         .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));

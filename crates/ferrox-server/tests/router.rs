@@ -113,10 +113,12 @@ async fn get(app: axum::Router, path: &str) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// The value of the series `name` (every series is labelled with the model).
 fn metric(text: &str, name: &str) -> f64 {
+    let series = format!("{name}{{model=\"tiny\"}} ");
     text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
 }
 
 /// A repeated long prompt is served from the prefix cache: the response reports

@@ -96,7 +96,7 @@ pub fn state(setup: Setup) -> Arc<AppState> {
     )
     .unwrap();
     Arc::new(AppState {
-        metrics: Metrics::new(engine.clone()),
+        metrics: Metrics::new(engine.clone(), "tiny"),
         engine,
         tokenizer,
         chat: None,

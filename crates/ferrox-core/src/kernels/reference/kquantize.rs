@@ -221,7 +221,9 @@ mod tests {
     #[test]
     fn every_k_type_round_trips_within_its_levels() {
         let x: Vec<f32> = (0..1024)
-            .map(|i| (((i * 7919) % 2003) as f32 / 1000.0 - 1.0) * if i % 97 == 0 { 3.0 } else { 1.0 })
+            .map(|i| {
+                (((i * 7919) % 2003) as f32 / 1000.0 - 1.0) * if i % 97 == 0 { 3.0 } else { 1.0 }
+            })
             .collect();
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         for (t, levels) in [
@@ -235,7 +237,10 @@ mod tests {
             assert_eq!(bytes.len(), t.row_bytes(x.len()).unwrap());
             let mut y = vec![0.0; x.len()];
             dequantize(t, &bytes, &mut y).unwrap();
-            let worst = x.iter().zip(&y).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            let worst = x
+                .iter()
+                .zip(&y)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
             // Scales are themselves quantized: allow two levels of the widest range.
             assert!(worst <= 2.0 * 2.0 * amax / levels, "{t}: error {worst}");
             let mean = x.iter().zip(&y).map(|(a, b)| (a - b).abs()).sum::<f32>() / x.len() as f32;
