@@ -16,8 +16,10 @@ use crate::stop::{StopMatcher, StopOutcome};
 /// Why a request ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum FinishReason {
-    /// End-of-generation token, stop token or stop string.
+    /// End-of-generation token or stop token.
     Stop,
+    /// Stop string number `.0` of the request's list matched.
+    StopString(usize),
     /// `max_tokens` reached.
     Length,
     /// Cancelled by its client or the server.
@@ -28,7 +30,7 @@ impl FinishReason {
     /// The OpenAI `finish_reason` string.
     pub fn as_str(self) -> &'static str {
         match self {
-            FinishReason::Stop => "stop",
+            FinishReason::Stop | FinishReason::StopString(_) => "stop",
             FinishReason::Length => "length",
             FinishReason::Cancelled => "cancelled",
         }
@@ -118,7 +120,9 @@ impl OutputStage {
         let text = self.utf8.push(piece);
         match self.matcher.push(&text) {
             StopOutcome::Stopped { emit } => {
-                self.finished = Some(FinishReason::Stop);
+                self.finished = Some(FinishReason::StopString(
+                    self.matcher.matched().expect("a stop string matched"),
+                ));
                 TokenOutput {
                     text: emit,
                     counted: true,
@@ -169,12 +173,13 @@ mod tests {
     /// SPEC S16: stop beats length on the last budgeted token.
     #[test]
     fn stop_beats_length_on_the_last_budgeted_token() {
-        let mut o = OutputStage::new([], ["!".to_string()], 2);
+        let mut o = OutputStage::new([], ["".to_string(), "?".to_string(), "!".to_string()], 2);
         o.on_token(5, b"a");
         let t = o.on_token(6, b"b!");
+        // The stop string's index is its place in the list given (empty ones too).
         assert_eq!(
             (t.text.as_str(), t.finished),
-            ("b", Some(FinishReason::Stop))
+            ("b", Some(FinishReason::StopString(2)))
         );
         let mut o = OutputStage::new([], ["!".to_string()], 2);
         o.on_token(5, b"a");

@@ -22,24 +22,36 @@ pub enum StopOutcome {
 /// Matches stop strings across token boundaries.
 #[derive(Debug, Clone, Default)]
 pub struct StopMatcher {
-    stops: Vec<String>,
+    /// The non-empty stop strings, with their index in the list given.
+    stops: Vec<(usize, String)>,
     held: String,
     stopped: bool,
+    matched: Option<usize>,
 }
 
 impl StopMatcher {
     /// A matcher for `stops` (empty strings are ignored).
     pub fn new(stops: impl IntoIterator<Item = String>) -> StopMatcher {
         StopMatcher {
-            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            stops: stops
+                .into_iter()
+                .enumerate()
+                .filter(|(_, s)| !s.is_empty())
+                .collect(),
             held: String::new(),
             stopped: false,
+            matched: None,
         }
     }
 
     /// Whether a stop string has matched.
     pub fn stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// Which stop string matched (its index in the list given).
+    pub fn matched(&self) -> Option<usize> {
+        self.matched
     }
 
     /// Text withheld because it may begin a stop string.
@@ -58,16 +70,17 @@ impl StopMatcher {
         let earliest = self
             .stops
             .iter()
-            .filter_map(|s| {
+            .filter_map(|(i, s)| {
                 self.held
                     .find(s.as_str())
-                    .map(|at| (at, std::cmp::Reverse(s.len())))
+                    .map(|at| (at, std::cmp::Reverse(s.len()), *i))
             })
             .min();
-        if let Some((at, _)) = earliest {
+        if let Some((at, _, i)) = earliest {
             let emit = self.held[..at].to_string();
             self.held.clear();
             self.stopped = true;
+            self.matched = Some(i);
             return StopOutcome::Stopped { emit };
         }
         let keep = self.longest_partial_suffix();
@@ -81,7 +94,7 @@ impl StopMatcher {
     fn longest_partial_suffix(&self) -> usize {
         let h = self.held.as_bytes();
         let mut best = 0;
-        for s in &self.stops {
+        for (_, s) in &self.stops {
             let s = s.as_bytes();
             for len in (best + 1..s.len().min(h.len() + 1)).rev() {
                 if h.ends_with(&s[..len]) {

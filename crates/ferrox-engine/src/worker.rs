@@ -690,7 +690,9 @@ impl Worker {
     fn finish_with(&mut self, id: RequestId, reason: FinishReason, text: String) {
         let Some(a) = self.release(id) else { return };
         match reason {
-            FinishReason::Stop => EngineStats::add(&self.stats.finished_stop, 1),
+            FinishReason::Stop | FinishReason::StopString(_) => {
+                EngineStats::add(&self.stats.finished_stop, 1)
+            }
             FinishReason::Length => EngineStats::add(&self.stats.finished_length, 1),
             FinishReason::Cancelled => {}
         }

@@ -544,7 +544,7 @@ fn stops_end_rows_cleanly_and_leave_neighbours_untouched() {
     );
     assert_eq!(finish_of(&e1).0, FinishReason::Stop);
     let e2 = s2.collect_blocking();
-    assert_eq!(finish_of(&e2).0, FinishReason::Stop);
+    assert_eq!(finish_of(&e2).0, FinishReason::StopString(0));
     let streamed: String = e2
         .iter()
         .map(|e| match e {

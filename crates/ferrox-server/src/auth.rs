@@ -69,10 +69,13 @@ impl ApiKey {
 
     /// Whether an `Authorization` header value carries this key.
     pub fn accepts(&self, header: Option<&str>) -> bool {
-        let Some(given) = header.and_then(bearer_token) else {
-            return false;
-        };
-        bool::from(digest(given.as_bytes()).ct_eq(&self.digest))
+        header.and_then(bearer_token).is_some_and(|t| self.is(t))
+    }
+
+    /// Whether `token` (an `x-api-key` header, as Anthropic's clients send it) is
+    /// this key.
+    pub fn is(&self, token: &str) -> bool {
+        bool::from(digest(token.trim().as_bytes()).ct_eq(&self.digest))
     }
 }
 

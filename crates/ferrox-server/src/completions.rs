@@ -166,13 +166,22 @@ pub async fn text(
 }
 
 /// Timing of one request stream, for the latency histograms.
-struct Clock {
+pub(crate) struct Clock {
     started: Instant,
     last: Option<Instant>,
 }
 
 impl Clock {
-    fn on_event(&mut self, st: &AppState, e: &Event) {
+    /// A clock for a request that arrived at `started`.
+    pub(crate) fn new(started: Instant) -> Clock {
+        Clock {
+            started,
+            last: None,
+        }
+    }
+
+    /// Observes `e` into the histograms and outcome counters.
+    pub(crate) fn on_event(&mut self, st: &AppState, e: &Event) {
         let t = Instant::now();
         match e {
             Event::Admitted => st
@@ -275,10 +284,7 @@ async fn collect(
     let mut choices = Vec::new();
     let mut total = Usage::default();
     for (index, mut s) in streams.into_iter().enumerate() {
-        let mut clock = Clock {
-            started,
-            last: None,
-        };
+        let mut clock = Clock::new(started);
         let mut text = String::new();
         let mut finish = None;
         let mut lps: Vec<(u32, TokenLogprob, usize)> = Vec::new();
@@ -362,7 +368,7 @@ fn chunk(
 }
 
 /// 504 `request_timeout`: the request ran past the server's wall-clock limit.
-fn request_timeout(limit: std::time::Duration) -> ApiError {
+pub(crate) fn request_timeout(limit: std::time::Duration) -> ApiError {
     ApiError::new(
         StatusCode::GATEWAY_TIMEOUT,
         "server_error",
@@ -412,12 +418,7 @@ fn sse(
     });
     let merged = stream::select_all(indexed);
     let model = st.model_id.clone();
-    let mut clocks: Vec<Clock> = (0..n)
-        .map(|_| Clock {
-            started,
-            last: None,
-        })
-        .collect();
+    let mut clocks: Vec<Clock> = (0..n).map(|_| Clock::new(started)).collect();
     let mut announced = vec![false; n];
     let (mut done, mut total) = (0usize, Usage::default());
     // After an error event the stream ends: no more chunks and no `[DONE]`, so

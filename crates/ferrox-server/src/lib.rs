@@ -3,12 +3,14 @@
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
 //! * [`error`]: OpenAI-shaped errors; the only place refusals become statuses (S18).
 //! * [`completions`]: chat and text completions, JSON and SSE.
+//! * [`anthropic`]: Anthropic's Messages API (`POST /v1/messages`), JSON and SSE.
 //! * [`routes`]: the router, models, health, tokenize, metrics.
 //! * [`auth`]: the API key (case-insensitive scheme, constant-time comparison).
 //! * [`metrics`]: Prometheus text (S19).
 //! * [`mod@serve`]: binding, readiness and graceful shutdown.
 //! * [`limits`]: header, body, idle and request timeouts; connection and body limits.
 
+pub mod anthropic;
 pub mod auth;
 pub mod completions;
 pub mod error;

@@ -138,30 +138,39 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
+/// The API key check: `Authorization: Bearer KEY`, or `x-api-key: KEY` as
+/// Anthropic's clients send it. The 401 has the shape of the route's API.
 async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok());
-        if !key.accepts(given) {
-            return ApiError::new(
+        let header = |name: &str| req.headers().get(name).and_then(|h| h.to_str().ok());
+        let bearer = key.accepts(header(header::AUTHORIZATION.as_str()));
+        let x_api_key = header(ANTHROPIC_KEY_HEADER).is_some_and(|k| key.is(k));
+        if !bearer && !x_api_key {
+            let err = ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
                 "invalid_api_key",
-                "missing or wrong API key (Authorization: Bearer KEY)",
-            )
-            .into_response();
+                "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
+            );
+            return if req.uri().path().starts_with("/v1/messages") {
+                crate::anthropic::AnthropicError(err).into_response()
+            } else {
+                err.into_response()
+            };
         }
     }
     next.run(req).await
 }
+
+/// The header Anthropic's clients carry the API key in.
+const ANTHROPIC_KEY_HEADER: &str = "x-api-key";
 
 /// The router of a server over `st`.
 pub fn router(st: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::text))
+        .route("/v1/messages", post(crate::anthropic::messages))
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route("/tokenize", post(tokenize))

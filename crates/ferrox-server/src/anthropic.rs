@@ -1,0 +1,803 @@
+//! `POST /v1/messages`: Anthropic's Messages API over the same engine, template
+//! and sampler as the OpenAI routes. Bodies are parsed into typed structs at the
+//! edge; responses and stream events are typed too.
+//!
+//! Field policy: `model`, `max_tokens`, `messages` (text content, as a string or
+//! `text` blocks), `system`, `stop_sequences`, `temperature` (0..=1), `top_p`,
+//! `top_k` and `stream` are implemented (the sampling fields are gone from the
+//! newest SDKs' signatures, which send them through `extra_body`); `metadata`,
+//! `service_tier`, `speed`, `inference_geo`, `cache_control` (the prefix cache is
+//! automatic), `diagnostics`, `user_profile_id` and `workspace_id` are accepted
+//! and mean nothing here; `tools`, `tool_choice`, `thinking`, `output_config` and
+//! `container` are refused by name until tool use and structured output land;
+//! any other field is refused.
+//!
+//! A last message from the assistant is a prefill: the answer continues it.
+//! Streams follow Anthropic's event sequence (`message_start`,
+//! `content_block_start`, `ping`, `content_block_delta`..., `content_block_stop`,
+//! `message_delta`, `message_stop`); a failure after the start is an `error`
+//! event, after which the stream ends. Errors have Anthropic's shape
+//! (`{"type": "error", "error": {"type", "message"}}`); a full queue is 529
+//! `overloaded_error` with `Retry-After`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use ferrox_engine::{Event, FinishReason, GenerationParams, RequestStream, Usage};
+use ferrox_models::chat::ChatMessage;
+use ferrox_models::sampler::SamplingParams;
+use futures_util::stream::{self, Stream, StreamExt};
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+
+use crate::completions::Clock;
+use crate::error::ApiError;
+use crate::state::{AppState, Phase};
+
+/// A Messages request as the client sends it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessagesRequest {
+    model: String,
+    max_tokens: i64,
+    messages: Vec<InputMessage>,
+    #[serde(default)]
+    system: Option<Content>,
+    #[serde(default)]
+    stop_sequences: Vec<String>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    #[serde(default)]
+    stream: bool,
+    /// Accepted; nothing here uses it.
+    #[serde(default)]
+    #[allow(dead_code)]
+    metadata: Option<IgnoredAny>,
+    /// Accepted; nothing here varies by them (one tier, one speed, one place,
+    /// an automatic prefix cache).
+    #[serde(default)]
+    #[allow(dead_code)]
+    service_tier: Option<IgnoredAny>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    speed: Option<IgnoredAny>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    inference_geo: Option<IgnoredAny>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    cache_control: Option<IgnoredAny>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    diagnostics: Option<IgnoredAny>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    user_profile_id: Option<IgnoredAny>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    workspace_id: Option<IgnoredAny>,
+    /// Refused by name (see the module header).
+    #[serde(default)]
+    tools: Option<IgnoredAny>,
+    #[serde(default)]
+    tool_choice: Option<IgnoredAny>,
+    #[serde(default)]
+    thinking: Option<IgnoredAny>,
+    #[serde(default)]
+    output_config: Option<IgnoredAny>,
+    #[serde(default)]
+    container: Option<IgnoredAny>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputMessage {
+    role: Role,
+    content: Content,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    User,
+    Assistant,
+}
+
+/// Text content: a string, or a list of blocks.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Blocks(Vec<Block>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+        /// Prompt caching hints: the prefix cache is automatic here.
+        #[serde(default)]
+        #[allow(dead_code)]
+        cache_control: Option<IgnoredAny>,
+    },
+    /// Images, documents, tool use and results: refused.
+    #[serde(other)]
+    Other,
+}
+
+impl Content {
+    /// The text of the content, blocks joined; `field` names it in errors.
+    fn text(&self, field: &str) -> Result<String, ApiError> {
+        match self {
+            Content::Text(t) => Ok(t.clone()),
+            Content::Blocks(blocks) => blocks
+                .iter()
+                .map(|b| match b {
+                    Block::Text { text, .. } => Ok(text.as_str()),
+                    Block::Other => Err(ApiError::invalid(
+                        Some(field),
+                        format!("{field}: only text content blocks are supported here (no images, documents or tool blocks)"),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|parts| parts.concat()),
+        }
+    }
+}
+
+/// A validated request: the conversation, an assistant prefill, the parameters.
+struct Valid {
+    model: String,
+    messages: Vec<ChatMessage>,
+    prefill: Option<String>,
+    params: GenerationParams,
+    stream: bool,
+}
+
+fn parse(body: &[u8]) -> Result<Valid, ApiError> {
+    let req: MessagesRequest = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    for (name, given) in [
+        ("tools", req.tools.is_some()),
+        ("tool_choice", req.tool_choice.is_some()),
+        ("thinking", req.thinking.is_some()),
+        ("output_config", req.output_config.is_some()),
+        ("container", req.container.is_some()),
+    ] {
+        if given {
+            return Err(ApiError::invalid(
+                Some(name),
+                format!("{name} is not supported by this server yet"),
+            ));
+        }
+    }
+    if req.max_tokens < 1 {
+        return Err(ApiError::invalid(
+            Some("max_tokens"),
+            format!("max_tokens must be at least 1, got {}", req.max_tokens),
+        ));
+    }
+    let (messages, prefill) = conversation(&req)?;
+    Ok(Valid {
+        params: GenerationParams {
+            max_tokens: req.max_tokens as usize,
+            sampling: sampling(&req)?,
+            stop: req.stop_sequences.clone(),
+            stop_token_ids: Vec::new(),
+            logprobs: None,
+            ignore_eos: false,
+        },
+        model: req.model,
+        messages,
+        prefill,
+        stream: req.stream,
+    })
+}
+
+/// Anthropic's sampling: temperature 0..=1 (default 1), `top_p` and `top_k` off
+/// unless given, no min-p.
+fn sampling(req: &MessagesRequest) -> Result<SamplingParams, ApiError> {
+    let temperature = req.temperature.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&temperature) {
+        return Err(ApiError::invalid(
+            Some("temperature"),
+            format!("temperature must be between 0 and 1, got {temperature}"),
+        ));
+    }
+    let top_p = req.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid(
+            Some("top_p"),
+            format!("top_p must be in (0, 1], got {top_p}"),
+        ));
+    }
+    let top_k = match req.top_k {
+        None => 0,
+        Some(k) if k >= 1 => k as usize,
+        Some(k) => {
+            return Err(ApiError::invalid(
+                Some("top_k"),
+                format!("top_k must be at least 1, got {k}"),
+            ));
+        }
+    };
+    Ok(SamplingParams {
+        temperature: temperature as f32,
+        top_k,
+        top_p: top_p as f32,
+        min_p: 0.0,
+        seed: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        ..SamplingParams::default()
+    })
+}
+
+/// The chat messages (system first) and the assistant prefill, if the last
+/// message is the assistant's.
+fn conversation(req: &MessagesRequest) -> Result<(Vec<ChatMessage>, Option<String>), ApiError> {
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid(
+            Some("messages"),
+            "messages: at least one message is required",
+        ));
+    }
+    let mut out = Vec::with_capacity(req.messages.len() + 1);
+    if let Some(system) = &req.system {
+        let text = system.text("system")?;
+        if !text.is_empty() {
+            out.push(ChatMessage::new("system", &text));
+        }
+    }
+    for (i, m) in req.messages.iter().enumerate() {
+        let role = match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        out.push(ChatMessage::new(
+            role,
+            &m.content.text(&format!("messages.{i}.content"))?,
+        ));
+    }
+    let prefill = match req.messages.last().map(|m| m.role) {
+        Some(Role::Assistant) => out.pop().map(|m| m.content),
+        _ => None,
+    };
+    Ok((out, prefill))
+}
+
+/// An error answered in Anthropic's shape.
+pub struct AnthropicError(pub ApiError);
+
+#[derive(Serialize)]
+struct ErrorEnvelope<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: ErrorBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: &'a str,
+}
+
+/// Anthropic's "overloaded" status.
+fn overloaded() -> StatusCode {
+    StatusCode::from_u16(529).expect("a valid status")
+}
+
+impl AnthropicError {
+    /// The status Anthropic's clients expect: a service that cannot take the
+    /// request now is 529.
+    fn status(&self) -> StatusCode {
+        match self.0.status {
+            StatusCode::SERVICE_UNAVAILABLE => overloaded(),
+            s => s,
+        }
+    }
+
+    /// Anthropic's error type for the status.
+    fn kind(&self) -> &'static str {
+        match self.status().as_u16() {
+            400 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            408 | 504 => "timeout_error",
+            529 => "overloaded_error",
+            _ => "api_error",
+        }
+    }
+
+    fn body(&self) -> String {
+        serde_json::to_string(&ErrorEnvelope {
+            kind: "error",
+            error: ErrorBody {
+                kind: self.kind(),
+                message: &self.0.message,
+            },
+        })
+        .expect("serializable")
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.status(),
+            [(header::CONTENT_TYPE, "application/json")],
+            self.body(),
+        )
+            .into_response();
+        if let Some(s) = self.0.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+/// A text content block.
+#[derive(Serialize)]
+struct TextBlock {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+}
+
+impl TextBlock {
+    fn new(text: String) -> TextBlock {
+        TextBlock { kind: "text", text }
+    }
+}
+
+#[derive(Serialize, Clone, Copy, Default)]
+struct UsageOut {
+    input_tokens: usize,
+    output_tokens: usize,
+    cache_creation_input_tokens: usize,
+    cache_read_input_tokens: usize,
+}
+
+impl From<&Usage> for UsageOut {
+    /// Anthropic counts cache reads apart from the other input tokens.
+    fn from(u: &Usage) -> UsageOut {
+        UsageOut {
+            input_tokens: u.prompt_tokens - u.cached_tokens.min(u.prompt_tokens),
+            output_tokens: u.completion_tokens,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: u.cached_tokens,
+        }
+    }
+}
+
+/// A whole message (the response, and the one `message_start` carries).
+#[derive(Serialize)]
+struct Message<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: Vec<TextBlock>,
+    stop_reason: Option<&'static str>,
+    stop_sequence: Option<&'a str>,
+    usage: UsageOut,
+}
+
+/// Anthropic's stop reason and the stop sequence that matched, if one did.
+fn stop_reason(reason: FinishReason, stops: &[String]) -> (&'static str, Option<&str>) {
+    match reason {
+        FinishReason::Length => ("max_tokens", None),
+        FinishReason::StopString(i) => ("stop_sequence", stops.get(i).map(String::as_str)),
+        FinishReason::Stop | FinishReason::Cancelled => ("end_turn", None),
+    }
+}
+
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+}
+
+#[derive(Serialize)]
+struct MessageDeltaBody<'a> {
+    stop_reason: &'static str,
+    stop_sequence: Option<&'a str>,
+}
+
+/// One event of a stream; its `type` is also the SSE event name.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StreamEvent<'a> {
+    MessageStart {
+        message: Message<'a>,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: TextBlock,
+    },
+    Ping,
+    ContentBlockDelta {
+        index: usize,
+        delta: TextDelta<'a>,
+    },
+    ContentBlockStop {
+        index: usize,
+    },
+    MessageDelta {
+        delta: MessageDeltaBody<'a>,
+        usage: UsageOut,
+    },
+    MessageStop,
+}
+
+impl StreamEvent<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::MessageStart { .. } => "message_start",
+            StreamEvent::ContentBlockStart { .. } => "content_block_start",
+            StreamEvent::Ping => "ping",
+            StreamEvent::ContentBlockDelta { .. } => "content_block_delta",
+            StreamEvent::ContentBlockStop { .. } => "content_block_stop",
+            StreamEvent::MessageDelta { .. } => "message_delta",
+            StreamEvent::MessageStop => "message_stop",
+        }
+    }
+
+    fn sse(&self) -> SseEvent {
+        SseEvent::default()
+            .event(self.name())
+            .data(serde_json::to_string(self).expect("serializable"))
+    }
+}
+
+fn error_event(e: ApiError) -> SseEvent {
+    SseEvent::default()
+        .event("error")
+        .data(AnthropicError(e).body())
+}
+
+/// A message id unique across processes: the clock, the process and the engine's
+/// request id.
+fn message_id(request: u64) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("msg_{nanos:016x}{:08x}{request:x}", std::process::id())
+}
+
+/// `POST /v1/messages`.
+pub async fn messages(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match handle(Arc::clone(&st), body).await {
+        Ok(r) => r,
+        Err(e) => {
+            st.metrics.refused(e.code);
+            AnthropicError(e).into_response()
+        }
+    }
+}
+
+async fn handle(
+    st: Arc<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    if st.phase.get() == Phase::Draining {
+        return Err(ApiError::shutting_down(
+            "the server is shutting down and takes no new requests; retry elsewhere or later",
+        ));
+    }
+    let bytes =
+        body.map_err(|e| ApiError::invalid(None, format!("cannot read the request body: {e}")))?;
+    let req = parse(&bytes)?;
+    if !st.serves(&req.model) {
+        return Err(ApiError::model_not_found(&req.model, &st.model_id));
+    }
+    let mut ids = st
+        .model_chat_ids(&req.messages)
+        .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+    if let Some(p) = &req.prefill {
+        ids.extend(st.tokenizer.encode(p, false, true));
+    }
+    let n = ids.len();
+    let stops = req.params.stop.clone();
+    let stream = st
+        .engine
+        .submit(ids, req.params)
+        .map_err(|e| ApiError::from_submit(e, n))?;
+    let id = message_id(stream.id());
+    let started = Instant::now();
+    if req.stream {
+        return Ok(sse(st, id, stream, n, stops, started).into_response());
+    }
+    let answer = collect(Arc::clone(&st), id, stream, stops, started);
+    match st.limits.request_timeout {
+        None => Ok(answer.await),
+        // On timeout the stream is dropped, which cancels the request.
+        Some(l) => tokio::time::timeout(l, answer)
+            .await
+            .map_err(|_| crate::completions::request_timeout(l)),
+    }
+}
+
+async fn collect(
+    st: Arc<AppState>,
+    id: String,
+    mut stream: RequestStream,
+    stops: Vec<String>,
+    started: Instant,
+) -> Response {
+    let mut clock = Clock::new(started);
+    let mut text = String::new();
+    while let Some(e) = stream.recv().await {
+        clock.on_event(&st, &e);
+        match e {
+            Event::Admitted => {}
+            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Finished {
+                reason,
+                usage,
+                text: t,
+            } => {
+                text.push_str(&t);
+                let (stop_reason, stop_sequence) = stop_reason(reason, &stops);
+                return axum::Json(Message {
+                    id: &id,
+                    kind: "message",
+                    role: "assistant",
+                    model: &st.model_id,
+                    content: vec![TextBlock::new(text)],
+                    stop_reason: Some(stop_reason),
+                    stop_sequence,
+                    usage: UsageOut::from(&usage),
+                })
+                .into_response();
+            }
+            Event::Failed(f) => return AnthropicError(ApiError::from_failure(&f)).into_response(),
+        }
+    }
+    AnthropicError(ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "engine_failed",
+        "the request ended without an answer",
+    ))
+    .into_response()
+}
+
+/// The stream's opening events.
+fn opening(id: &str, model: &str, prompt_tokens: usize) -> Vec<SseEvent> {
+    let start = StreamEvent::MessageStart {
+        message: Message {
+            id,
+            kind: "message",
+            role: "assistant",
+            model,
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage: UsageOut {
+                input_tokens: prompt_tokens,
+                ..UsageOut::default()
+            },
+        },
+    };
+    let block = StreamEvent::ContentBlockStart {
+        index: 0,
+        content_block: TextBlock::new(String::new()),
+    };
+    [start, block, StreamEvent::Ping]
+        .iter()
+        .map(StreamEvent::sse)
+        .collect()
+}
+
+/// The SSE events of one engine event.
+fn events_of(e: Event, stops: &[String]) -> Vec<SseEvent> {
+    let delta = |text: &str| {
+        StreamEvent::ContentBlockDelta {
+            index: 0,
+            delta: TextDelta {
+                kind: "text_delta",
+                text,
+            },
+        }
+        .sse()
+    };
+    match e {
+        Event::Admitted => Vec::new(),
+        Event::Token { text, .. } if text.is_empty() => Vec::new(),
+        Event::Token { text, .. } => vec![delta(&text)],
+        Event::Finished {
+            reason,
+            usage,
+            text,
+        } => {
+            let (stop_reason, stop_sequence) = stop_reason(reason, stops);
+            let mut out: Vec<SseEvent> = (!text.is_empty())
+                .then(|| delta(&text))
+                .into_iter()
+                .collect();
+            out.extend([
+                StreamEvent::ContentBlockStop { index: 0 }.sse(),
+                StreamEvent::MessageDelta {
+                    delta: MessageDeltaBody {
+                        stop_reason,
+                        stop_sequence,
+                    },
+                    usage: UsageOut::from(&usage),
+                }
+                .sse(),
+                StreamEvent::MessageStop.sse(),
+            ]);
+            out
+        }
+        Event::Failed(f) => vec![error_event(ApiError::from_failure(&f))],
+    }
+}
+
+fn sse(
+    st: Arc<AppState>,
+    id: String,
+    stream: RequestStream,
+    prompt_tokens: usize,
+    stops: Vec<String>,
+    started: Instant,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let head = opening(&id, &st.model_id, prompt_tokens);
+    let limit = st.limits.request_timeout;
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let timed_out_set = Arc::clone(&timed_out);
+    let deadline = async move {
+        match limit {
+            Some(l) => tokio::time::sleep(l).await,
+            None => std::future::pending().await,
+        }
+        timed_out_set.store(true, Ordering::Release);
+    };
+    let mut clock = Clock::new(started);
+    let body = stream::unfold(stream, |mut s| async move {
+        let e = s.recv().await?;
+        Some((e, s))
+    })
+    .take_until(deadline)
+    .flat_map(move |e| {
+        clock.on_event(&st, &e);
+        stream::iter(events_of(e, &stops))
+    });
+    // A request cut by the deadline ends with a timeout error event.
+    let tail = stream::once(async move {
+        match limit {
+            Some(l) if timed_out.load(Ordering::Acquire) => {
+                Some(error_event(crate::completions::request_timeout(l)))
+            }
+            _ => None,
+        }
+    })
+    .filter_map(std::future::ready);
+    let all = stream::iter(head).chain(body).chain(tail).map(Ok);
+    Sse::new(all).keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(5)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(body: &str) -> Result<Valid, ApiError> {
+        parse(body.as_bytes())
+    }
+
+    #[test]
+    fn a_request_becomes_a_conversation_with_its_system_prompt_and_prefill() {
+        let v = parsed(
+            r#"{"model": "m", "max_tokens": 5, "system": [{"type": "text", "text": "Be brief."}],
+                "messages": [{"role": "user", "content": "Hi"},
+                             {"role": "assistant", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}],
+                "stop_sequences": ["\n"], "temperature": 0, "top_k": 3, "metadata": {"user_id": "u"}}"#,
+        )
+        .ok()
+        .unwrap();
+        let roles: Vec<&str> = v.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user"]);
+        assert_eq!(v.prefill.as_deref(), Some("Hello"));
+        assert_eq!(v.params.max_tokens, 5);
+        assert_eq!(v.params.stop, ["\n"]);
+        assert_eq!(
+            (v.params.sampling.temperature, v.params.sampling.top_k),
+            (0.0, 3)
+        );
+    }
+
+    #[test]
+    fn unsupported_or_malformed_fields_are_refused_by_name() {
+        for (body, says) in [
+            (
+                r#"{"model": "m", "max_tokens": 5, "messages": [], "tools": []}"#,
+                "tools",
+            ),
+            (
+                r#"{"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"model": "m", "max_tokens": 5, "messages": []}"#,
+                "at least one message",
+            ),
+            (
+                r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "temperature": 1.5}"#,
+                "temperature",
+            ),
+            (
+                r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "top_k": 0}"#,
+                "top_k",
+            ),
+            (
+                r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "n": 2}"#,
+                "unknown field `n`",
+            ),
+            (
+                r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}"#,
+                "invalid request body",
+            ),
+            (
+                r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}"#,
+                "only text content blocks",
+            ),
+        ] {
+            let e = parsed(body)
+                .err()
+                .unwrap_or_else(|| panic!("{body} was accepted"));
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(e.message.contains(says), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn errors_take_anthropics_types_and_a_full_queue_is_529() {
+        let full = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "queue_full",
+            "full",
+        );
+        let e = AnthropicError(full);
+        assert_eq!((e.status().as_u16(), e.kind()), (529, "overloaded_error"));
+        let body: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "overloaded_error");
+        let e = AnthropicError(ApiError::model_not_found("x", "y"));
+        assert_eq!(e.kind(), "not_found_error");
+    }
+
+    #[test]
+    fn stop_reasons_name_the_matched_sequence() {
+        let stops = vec!["a".to_string(), "b".to_string()];
+        assert_eq!(
+            stop_reason(FinishReason::StopString(1), &stops),
+            ("stop_sequence", Some("b"))
+        );
+        assert_eq!(
+            stop_reason(FinishReason::Length, &stops),
+            ("max_tokens", None)
+        );
+        assert_eq!(stop_reason(FinishReason::Stop, &stops), ("end_turn", None));
+    }
+}
