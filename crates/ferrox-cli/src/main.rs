@@ -3,8 +3,10 @@
 mod bench_chat;
 mod bench_cmd;
 mod bench_serve;
+mod chat_cmd;
 mod fetch;
 mod hf;
+mod interrupt;
 mod knobs;
 mod model_ref;
 mod run_cmd;
@@ -48,8 +50,10 @@ enum Command {
     },
     /// Serve the OpenAI-compatible API (chat and text completions, SSE, /metrics).
     Serve(serve_cmd::ServeArgs),
-    /// Generate text from a prompt, streamed to stdout.
+    /// Generate text from a prompt, streamed to stdout (without a prompt: a chat).
     Run(run_cmd::RunArgs),
+    /// Chat with a model in the terminal: streamed answers, history, /commands.
+    Chat(run_cmd::RunArgs),
     /// Measure prompt processing and generation speed (llama-bench's pp / tg).
     Bench(bench_cmd::BenchArgs),
     /// Load-test an OpenAI-compatible server: latency percentiles and throughput.
@@ -91,10 +95,21 @@ enum Command {
 }
 
 fn main() {
-    if let Err(e) = run(Cli::parse()) {
+    if let Err(e) = run(Cli::parse_from(llama_cli_spellings(std::env::args_os()))) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// llama-cli's single-dash long flags, `-cnv` and `-no-cnv`, as ferrox spells them
+/// (clap would read `-cnv` as `-c nv`).
+fn llama_cli_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|a| match a.to_str() {
+        Some("-cnv") => "--cnv".into(),
+        Some("-no-cnv") => "--no-cnv".into(),
+        _ => a,
+    })
+    .collect()
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -168,6 +183,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Serve(args) => serve_cmd::serve(args)?,
         Command::Run(args) => run_cmd::run(args)?,
+        Command::Chat(args) => chat_cmd::chat(args)?,
         Command::Bench(args) => bench_cmd::bench(args)?,
         Command::BenchServe(args) => bench_serve::bench_serve(args)?,
         Command::Models => {

@@ -20,13 +20,14 @@ pub struct RunArgs {
     /// GGUF file or catalog name (default: the default model).
     #[arg(short, long)]
     pub model: Option<String>,
-    /// The prompt.
+    /// The prompt (without -p or -f, `run` starts a chat).
     #[arg(short, long, conflicts_with = "file")]
     pub prompt: Option<String>,
-    /// Read the prompt from a file.
+    /// Read the prompt from a file (`-` for standard input).
     #[arg(short, long)]
     pub file: Option<PathBuf>,
-    /// Tokens to generate (-1: until the model ends or the context is full).
+    /// Tokens to generate (per answer in a chat; -1: until the model ends or the
+    /// context is full).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_hyphen_values = true)]
     pub n_predict: i64,
     /// Context size in tokens (prompt + generation) [default: min(model, 4096)].
@@ -56,9 +57,14 @@ pub struct RunArgs {
     /// RNG seed [default: random, printed on stderr].
     #[arg(short, long)]
     pub seed: Option<u64>,
-    /// Use the prompt as raw text, without the chat template.
-    #[arg(long)]
+    /// Use the prompt as raw text, without the chat template (llama-cli's
+    /// `-no-cnv` is taken too).
+    #[arg(long, conflicts_with = "cnv")]
     pub no_cnv: bool,
+    /// Conversation mode: an interactive chat, as `ferrox chat` (llama-cli's `-cnv`
+    /// is taken too); `-p` is then the first message.
+    #[arg(long)]
+    pub cnv: bool,
     /// System message for the chat template.
     #[arg(long)]
     pub system: Option<String>,
@@ -67,7 +73,7 @@ pub struct RunArgs {
     pub stops: Vec<String>,
 }
 
-fn check_sampling(a: &RunArgs) -> Result<()> {
+pub fn check_sampling(a: &RunArgs) -> Result<()> {
     let bad = |name: &str, v: f32, rule: &str| anyhow::anyhow!("--{name} {v}: {rule}");
     if a.temp.is_nan() || a.temp < 0.0 {
         return Err(bad("temp", a.temp, "must be a number >= 0"));
@@ -84,20 +90,22 @@ fn check_sampling(a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// The prompt text: `-p`, or `-f FILE` (`-f -`: standard input).
-fn read_prompt(a: &RunArgs) -> Result<String> {
-    match (&a.prompt, &a.file) {
-        (Some(p), _) => Ok(p.clone()),
+/// The prompt text: `-p`, or `-f FILE` (`-f -`: standard input); `None` without
+/// either.
+fn read_prompt(a: &RunArgs) -> Result<Option<String>> {
+    let text = match (&a.prompt, &a.file) {
+        (Some(p), _) => p.clone(),
         (None, Some(f)) if f.as_os_str() == "-" => {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
                 .context("cannot read the prompt from standard input")?;
-            Ok(text)
+            text
         }
         (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read prompt file {}", f.display())),
-        (None, None) => bail!("give a prompt with -p TEXT or -f FILE (-f - reads standard input)"),
-    }
+            .with_context(|| format!("cannot read prompt file {}", f.display()))?,
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(text))
 }
 
 /// Tokens to generate for `-n` with `room` positions left after the prompt.
@@ -111,167 +119,247 @@ fn max_tokens(n_predict: i64, room: usize) -> Result<usize> {
     }
 }
 
-/// What one generation took.
-struct Timings {
-    prompt_s: f64,
-    gen_s: f64,
-    generated: usize,
-    interrupted: bool,
+/// What one generation took and produced.
+pub struct Timings {
+    pub prompt_s: f64,
+    pub gen_s: f64,
+    /// Tokens generated (counted ones: stop tokens excluded).
+    pub generated: usize,
+    /// The text printed.
+    pub text: String,
+    /// The engine's usage, when the request finished (not when interrupted).
+    pub usage: Option<ferrox_engine::Usage>,
+    pub interrupted: bool,
 }
 
-/// Streams the generation to stdout until it ends or Ctrl-C is pressed (then the
+/// Streams a generation to stdout until it ends or Ctrl-C is pressed (then the
 /// request is dropped, which cancels it in the engine).
-fn stream_out(mut stream: ferrox_engine::RequestStream) -> Result<Timings> {
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = std::sync::Arc::clone(&interrupted);
-    ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
-        .context("cannot install the Ctrl-C handler")?;
+pub fn stream_out(mut stream: ferrox_engine::RequestStream) -> Result<Timings> {
+    crate::interrupt::install()?;
+    crate::interrupt::take();
     let t_prompt = Instant::now();
     let mut out = std::io::stdout().lock();
     let (mut prompt_s, mut t_gen, mut generated) = (None, Instant::now(), 0usize);
+    let (mut text, mut usage, mut interrupted) = (String::new(), None, false);
     while let Some(event) = stream.blocking_recv() {
-        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        if crate::interrupt::take() {
+            interrupted = true;
             break;
         }
-        match event {
+        let piece = match event {
             Event::Token { text, .. } => {
                 if prompt_s.is_none() {
                     prompt_s = Some(t_prompt.elapsed().as_secs_f64());
                     t_gen = Instant::now();
                 }
                 generated += 1;
-                out.write_all(text.as_bytes())?;
-                out.flush()?;
+                text
             }
-            Event::Finished { text, usage, .. } => {
-                out.write_all(text.as_bytes())?;
-                generated = usage.completion_tokens;
+            Event::Finished { text, usage: u, .. } => {
+                generated = u.completion_tokens;
+                usage = Some(u);
+                text
             }
             Event::Failed(failure) => bail!("generation failed: {failure}"),
-            Event::Admitted => {}
-        }
+            Event::Admitted => continue,
+        };
+        out.write_all(piece.as_bytes())?;
+        out.flush()?;
+        text.push_str(&piece);
     }
     writeln!(out)?;
     Ok(Timings {
         prompt_s: prompt_s.unwrap_or_else(|| t_prompt.elapsed().as_secs_f64()),
         gen_s: t_gen.elapsed().as_secs_f64(),
         generated,
-        interrupted: interrupted.load(std::sync::atomic::Ordering::SeqCst),
+        text,
+        usage,
+        interrupted,
     })
 }
 
-/// Runs one generation.
-pub fn run(a: RunArgs) -> Result<()> {
-    check_sampling(&a)?;
-    max_tokens(a.n_predict, 1)?;
-    let text = read_prompt(&a)?;
-    let path = crate::model_ref::resolve(a.model.as_deref())?;
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let t_load = Instant::now();
-    let mut model = Model::load_with(&path, threads, a.path.activations)?;
-    let load_s = t_load.elapsed().as_secs_f64();
-    let packed_mib = model.transformer.packed_bytes() as f64 / (1 << 20) as f64;
-    let hp = model.transformer.hyper_params();
-    let ctx = a.ctx.unwrap_or(hp.context_length.min(4096));
-    if ctx == 0 || ctx > hp.context_length {
-        bail!(
-            "--ctx-size {ctx}: must be between 1 and the model's context length {}",
-            hp.context_length
+/// A model loaded for `run` and `chat`, its engine started (one request slot, KV
+/// for the context).
+pub struct Session {
+    pub engine: ferrox_engine::EngineHandle,
+    pub tokenizer: std::sync::Arc<ferrox_models::Tokenizer>,
+    pub chat: Option<ferrox_models::chat::ChatTemplate>,
+    pub ctx: usize,
+    pub seed: u64,
+    sampling: SamplingParams,
+    stops: Vec<String>,
+    n_predict: i64,
+    load_s: f64,
+    threads: usize,
+    packed_mib: f64,
+}
+
+impl Session {
+    /// Loads the model of `a` and starts its engine (`prefix_cache`: a chat's
+    /// history is then not run again on each turn).
+    pub fn start(a: &RunArgs, prefix_cache: bool) -> Result<Session> {
+        check_sampling(a)?;
+        max_tokens(a.n_predict, 1)?;
+        let path = crate::model_ref::resolve(a.model.as_deref())?;
+        let threads = a
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let t_load = Instant::now();
+        let mut model = Model::load_with(&path, threads, a.path.activations)?;
+        let load_s = t_load.elapsed().as_secs_f64();
+        let packed_mib = model.transformer.packed_bytes() as f64 / (1 << 20) as f64;
+        let context_length = model.transformer.hyper_params().context_length;
+        let ctx = a.ctx.unwrap_or(context_length.min(4096));
+        if ctx == 0 || ctx > context_length {
+            bail!(
+                "--ctx-size {ctx}: must be between 1 and the model's context length {context_length}"
+            );
+        }
+        model.transformer.limit_context(ctx);
+        let seed = a.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        // The same engine, ceiling, sampler and stop matcher as the server (SPEC S10).
+        let config = EngineConfig {
+            max_seqs: 1,
+            prefill_chunk: defaults::PREFILL_CHUNK,
+            max_queue: 1,
+            block_size: defaults::KV_BLOCK_SIZE,
+            kv_blocks: Some(ctx.div_ceil(defaults::KV_BLOCK_SIZE)),
+            max_context: Some(ctx),
+            prefix_cache,
+        };
+        let tokenizer = std::sync::Arc::new(model.tokenizer);
+        let engine = ferrox_engine::start(
+            Box::new(model.transformer),
+            std::sync::Arc::clone(&tokenizer),
+            config,
+        )?;
+        Ok(Session {
+            engine,
+            tokenizer,
+            chat: model.chat,
+            ctx,
+            seed,
+            sampling: SamplingParams {
+                temperature: a.temp,
+                top_k: a.top_k,
+                top_p: a.top_p,
+                min_p: a.min_p,
+                repetition_penalty: a.repeat_penalty,
+                seed,
+                ..Default::default()
+            },
+            stops: a.stops.clone(),
+            n_predict: a.n_predict,
+            load_s,
+            threads,
+            packed_mib,
+        })
+    }
+
+    /// Token ids of a conversation rendered by the model's chat template.
+    pub fn chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        Ok(ferrox_models::chat::encode_chat(
+            self.chat.as_ref(),
+            &self.tokenizer,
+            messages,
+            true,
+        )?)
+    }
+
+    /// Generates from `ids`, streamed to stdout.
+    pub fn generate(&self, ids: Vec<u32>) -> Result<Timings> {
+        if ids.len() >= self.ctx {
+            bail!(
+                "the prompt is {} tokens; it must be shorter than the context of {} (raise --ctx-size)",
+                ids.len(),
+                self.ctx
+            );
+        }
+        let params = GenerationParams {
+            max_tokens: max_tokens(self.n_predict, self.ctx - ids.len())?,
+            sampling: self.sampling.clone(),
+            stop: self.stops.clone(),
+            stop_token_ids: Vec::new(),
+            logprobs: None,
+            ignore_eos: false,
+        };
+        stream_out(self.engine.submit(ids, params)?)
+    }
+
+    /// The load line of the stats.
+    pub fn print_load(&self, activations: ferrox_models::ActivationPath) {
+        eprintln!(
+            "load time:   {:>8.1} ms ({} threads, {activations} activations, {:.1} MiB repacked, seed {})",
+            self.load_s * 1e3,
+            self.threads,
+            self.packed_mib,
+            self.seed
         );
     }
-    model.transformer.limit_context(ctx);
-    let mut ids = match (&model.chat, a.no_cnv) {
+}
+
+/// The prompt and generation lines of the stats.
+pub fn print_speed(prompt_tokens: usize, prompt_s: f64, decoded: usize, gen_s: f64) {
+    eprintln!(
+        "prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s, to the first token)",
+        prompt_s * 1e3,
+        prompt_tokens,
+        prompt_tokens as f64 / prompt_s.max(1e-9)
+    );
+    eprintln!(
+        "generation:  {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)",
+        gen_s * 1e3,
+        decoded,
+        decoded as f64 / gen_s.max(1e-9)
+    );
+}
+
+/// Runs one generation; without a prompt, a chat (as `llama-cli` does).
+pub fn run(a: RunArgs) -> Result<()> {
+    if a.cnv {
+        return crate::chat_cmd::chat(a);
+    }
+    let Some(text) = read_prompt(&a)? else {
+        return crate::chat_cmd::chat(a);
+    };
+    let session = Session::start(&a, false)?;
+    let mut ids = match (&session.chat, a.no_cnv) {
         (Some(_), false) => {
             let mut msgs = Vec::new();
             if let Some(s) = &a.system {
                 msgs.push(ChatMessage::new("system", s));
             }
             msgs.push(ChatMessage::new("user", &text));
-            model.chat_ids(&msgs, true)?
+            session.chat_ids(&msgs)?
         }
         (None, false) => {
             eprintln!(
                 "note: the model has no chat template; the prompt is used as raw text (a base model continues it)"
             );
-            model.prompt_ids(&text)
+            session.tokenizer.encode(&text, true, true)
         }
-        (_, true) => model.prompt_ids(&text),
+        (_, true) => session.tokenizer.encode(&text, true, true),
     };
     if ids.is_empty() {
         // SPEC S6: an empty prompt still runs one forward pass, on BOS (or token 0).
-        ids.push(model.tokenizer.bos().unwrap_or(0));
+        ids.push(session.tokenizer.bos().unwrap_or(0));
     }
-    if ids.len() >= ctx {
-        bail!(
-            "the prompt is {} tokens; it must be shorter than the context of {ctx} (raise --ctx-size)",
-            ids.len()
-        );
-    }
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    let params = SamplingParams {
-        temperature: a.temp,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repetition_penalty: a.repeat_penalty,
-        seed,
-        ..Default::default()
-    };
-    // The same engine, ceiling, sampler and stop matcher as the server (SPEC S10):
-    // one request slot and KV for the context.
-    let config = EngineConfig {
-        max_seqs: 1,
-        prefill_chunk: defaults::PREFILL_CHUNK,
-        max_queue: 1,
-        block_size: defaults::KV_BLOCK_SIZE,
-        kv_blocks: Some(ctx.div_ceil(defaults::KV_BLOCK_SIZE)),
-        max_context: Some(ctx),
-        prefix_cache: false,
-    };
     let prompt_len = ids.len();
-    let tokenizer = std::sync::Arc::new(model.tokenizer.clone());
-    let engine = ferrox_engine::start(Box::new(model.transformer), tokenizer, config)?;
-    let max_tokens = max_tokens(a.n_predict, ctx - prompt_len)?;
-    let params = GenerationParams {
-        max_tokens,
-        sampling: params,
-        stop: a.stops.clone(),
-        stop_token_ids: Vec::new(),
-        logprobs: None,
-        ignore_eos: false,
-    };
-    let stream = engine.submit(ids, params)?;
-    let t = stream_out(stream)?;
-    let (prompt_s, gen_s, ids_len) = (t.prompt_s, t.gen_s, prompt_len);
+    let t = session.generate(ids)?;
     if t.interrupted {
         eprintln!("\n[interrupted]");
     }
     eprintln!();
-    eprintln!(
-        "load time:   {:>8.1} ms ({} threads, {} activations, {:.1} MiB repacked, seed {seed})",
-        load_s * 1e3,
-        threads,
-        a.path.activations,
-        packed_mib
-    );
-    eprintln!(
-        "prompt:      {:>8.1} ms for {:>5} tokens ({:.1} tokens/s, to the first token)",
-        prompt_s * 1e3,
-        ids_len,
-        ids_len as f64 / prompt_s
-    );
-    let decoded = t.generated.saturating_sub(1);
-    eprintln!(
-        "generation:  {:>8.1} ms for {:>5} tokens ({:.1} tokens/s)",
-        gen_s * 1e3,
-        decoded,
-        decoded as f64 / gen_s.max(1e-9)
+    session.print_load(a.path.activations);
+    print_speed(
+        prompt_len,
+        t.prompt_s,
+        t.generated.saturating_sub(1),
+        t.gen_s,
     );
     Ok(())
 }

@@ -336,8 +336,9 @@ fn run_generates_deterministically_on_a_tiny_model_and_reports_speed() {
 
 #[test]
 fn run_refuses_bad_flags_with_a_clear_message() {
+    // Without a prompt, `run` is a chat: the model is looked for first.
     let o = ferrox(&["run", "-m", "/x.gguf"], &[]);
-    assert!(stderr(&o).contains("give a prompt"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
     let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "--top-p", "0"], &[]);
     assert!(
         stderr(&o).contains("--top-p 0: must be in (0, 1]"),

@@ -85,7 +85,12 @@ fn main() {
             continue;
         };
         let mut q = QuantizedRows::default();
-        let quant_rate = rate((n * cols) as f64, || q.quantize(&x, n, cols));
+        let quant_rate = rate((n * cols) as f64, || {
+            q.quantize(&x, n, cols);
+            if p.format.needs_half_sums() {
+                q.add_half_sums();
+            }
+        });
         let int_rate = rate(macs, || packed_matmul(&p, &q, &mut out, &pool));
         println!(
             "{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, int16 {int_rate:6.1} GMAC/s ({:.2}x), quantize {quant_rate:.2} Gvalues/s",

@@ -318,6 +318,10 @@ impl Transformer {
             && consumers.iter().any(|l| l.packed.is_some()))
         .then(|| {
             buf.quantize(x, n, cols);
+            let packed = consumers.iter().filter_map(|l| l.packed.as_ref());
+            if packed.clone().any(|p| p.format.needs_half_sums()) {
+                buf.add_half_sums();
+            }
             &*buf
         });
         Input { x, n, q }

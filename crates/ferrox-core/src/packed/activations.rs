@@ -6,17 +6,14 @@
 //!   clamped to +-32767; a block of zeros has `da = 0` and `qa = 0`. Every step is
 //!   one IEEE f32 operation, so any build gives the same integers.
 //! * `sa = da * (sum qa as f32)`: the block's sum, used by weight offsets; `sh`
-//!   the same of each 16-value half, used by split offsets (Q2_K).
+//!   the same of each 16-value half, used by split offsets (Q2_K), computed only
+//!   when asked ([`QuantizedRows::add_half_sums`]): most models have no Q2_K.
 //! * The rounding error is at most `da / 2` per value.
 
 use rayon::prelude::*;
 
-/// One 32-value block to quantize: ((inputs, outputs), (its scale, its sum)), its
-/// half sums.
-type BlockJob<'a> = (
-    ((&'a [f32], &'a mut [i16]), (&'a mut f32, &'a mut f32)),
-    &'a mut [f32],
-);
+/// One 32-value block to quantize: (inputs, outputs), (its scale, its sum).
+type BlockJob<'a> = ((&'a [f32], &'a mut [i16]), (&'a mut f32, &'a mut f32));
 
 use super::BLOCK;
 use super::kernel::TokenActs;
@@ -32,7 +29,8 @@ pub struct QuantizedRows {
     pub da: Vec<f32>,
     /// `n * cols / 32` scaled block sums.
     pub sa: Vec<f32>,
-    /// `n * cols / 16` scaled half-block sums.
+    /// `n * cols / 16` scaled half-block sums once [`QuantizedRows::add_half_sums`]
+    /// ran for these rows; else empty.
     pub sh: Vec<f32>,
 }
 
@@ -56,10 +54,10 @@ impl QuantizedRows {
         self.qa.resize(n * cols, 0);
         self.da.resize(nb, 0.0);
         self.sa.resize(nb, 0.0);
-        self.sh.resize(2 * nb, 0.0);
+        self.sh.clear();
         #[cfg(target_arch = "x86_64")]
         let simd = crate::isa::active().has_avx512();
-        let one = |(((xb, qb), (da, sa)), sh): BlockJob<'_>| {
+        let one = |((xb, qb), (da, sa)): BlockJob<'_>| {
             let (xb, qb): (&[f32; BLOCK], &mut [i16; BLOCK]) = (
                 xb.try_into().expect("32 values"),
                 qb.try_into().expect("32 values"),
@@ -75,9 +73,6 @@ impl QuantizedRows {
             if !done {
                 (*da, *sa) = quantize_block(xb, qb);
             }
-            for (s, half) in sh.iter_mut().zip(qb.chunks_exact(BLOCK / 2)) {
-                *s = *da * half.iter().map(|&q| q as i32).sum::<i32>() as f32;
-            }
         };
         // Each block is its own function of its own values: splitting the blocks
         // across the current pool's threads (prefill chunks) changes nothing.
@@ -85,14 +80,12 @@ impl QuantizedRows {
             x.par_chunks_exact(BLOCK)
                 .zip(self.qa.par_chunks_exact_mut(BLOCK))
                 .zip(self.da.par_iter_mut().zip(self.sa.par_iter_mut()))
-                .zip(self.sh.par_chunks_exact_mut(2))
                 .with_min_len(PARALLEL_BLOCKS / 4)
                 .for_each(one);
         } else {
             x.chunks_exact(BLOCK)
                 .zip(self.qa.chunks_exact_mut(BLOCK))
                 .zip(self.da.iter_mut().zip(self.sa.iter_mut()))
-                .zip(self.sh.chunks_exact_mut(2))
                 .for_each(one);
         }
     }
@@ -107,14 +100,32 @@ impl QuantizedRows {
         self.cols / BLOCK
     }
 
-    /// Token `t`'s activations, as the kernel takes them.
+    /// Fills `sh`: each 16-value half's sum, `da * (sum qa as f32)`, exact in its
+    /// integers (what split offsets multiply; see `packed`).
+    pub fn add_half_sums(&mut self) {
+        let da = &self.da;
+        self.sh = self
+            .qa
+            .chunks_exact(BLOCK / 2)
+            .enumerate()
+            .map(|(h, half)| da[h / 2] * half.iter().map(|&q| q as i32).sum::<i32>() as f32)
+            .collect();
+    }
+
+    /// Whether `sh` holds these rows' half sums.
+    pub fn has_half_sums(&self) -> bool {
+        self.sh.len() == 2 * self.da.len()
+    }
+
+    /// Token `t`'s activations, as the kernel takes them (`sh` empty unless
+    /// [`QuantizedRows::add_half_sums`] ran).
     pub fn token(&self, t: usize) -> TokenActs<'_> {
         let nb = self.blocks();
         TokenActs {
             qa: self.row(t),
             da: &self.da[t * nb..(t + 1) * nb],
             sa: &self.sa[t * nb..(t + 1) * nb],
-            sh: &self.sh[2 * t * nb..2 * (t + 1) * nb],
+            sh: self.sh.get(2 * t * nb..2 * (t + 1) * nb).unwrap_or(&[]),
         }
     }
 }
@@ -181,9 +192,11 @@ mod tests {
             .collect();
         let mut all = QuantizedRows::default();
         all.quantize(&x, 3, 64);
+        all.add_half_sums();
         for t in 0..3 {
             let mut one = QuantizedRows::default();
             one.quantize(&x[t * 64..(t + 1) * 64], 1, 64);
+            one.add_half_sums();
             assert_eq!(one.row(0), all.row(t));
             assert_eq!(one.da, all.da[2 * t..2 * t + 2]);
             assert_eq!(one.sh, all.sh[4 * t..4 * t + 4]);

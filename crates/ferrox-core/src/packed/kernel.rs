@@ -117,14 +117,13 @@ pub fn group_portable(
             }
             let [lo, hi] = halves;
             let (da, sa) = (acts.da[b], acts.sa[b]);
-            let (sh0, sh1) = (acts.sh[2 * b], acts.sh[2 * b + 1]);
             for r in 0..GROUP_ROWS {
                 if format.split {
                     let mut lo_term = (lo[r] as f32 * scale0[r]) * da;
                     let mut hi_term = (hi[r] as f32 * scale1[r]) * da;
                     if format.offset {
-                        lo_term += offset0[r] * sh0;
-                        hi_term += offset1[r] * sh1;
+                        lo_term += offset0[r] * acts.sh[2 * b];
+                        hi_term += offset1[r] * acts.sh[2 * b + 1];
                     }
                     acc[r] += lo_term;
                     acc[r] += hi_term;
@@ -198,11 +197,11 @@ fn run(
             .all(|t| nb.checked_mul(BLOCK).is_some_and(|n| t.qa.len() >= n)
                 && t.da.len() >= nb
                 && t.sa.len() >= nb
-                && t.sh.len() >= 2 * nb),
-        "every token holds {nb} blocks of activations"
+                && (!format.needs_half_sums() || t.sh.len() >= 2 * nb)),
+        "every token holds {nb} blocks of activations (and their half sums for split offsets)"
     );
     // Split offsets (Q2_K) have an AVX2 build only, which every AVX-512 CPU runs.
-    let split_offsets = format.split && format.offset;
+    let split_offsets = format.needs_half_sums();
     #[cfg(target_arch = "x86_64")]
     if level.has_vnni() && !split_offsets {
         // SAFETY: the level runs here (the callers' contract); lengths checked above.
@@ -317,6 +316,7 @@ pub(crate) mod tests {
                         .collect();
                     let mut q = QuantizedRows::default();
                     q.quantize(&x, TOKEN_TILE, cols);
+                    q.add_half_sums();
                     let nb = cols / BLOCK;
                     for n in (1..=TOKEN_TILE).filter(|n| !cfg!(miri) || [1, 3, 8].contains(n)) {
                         let toks: Vec<TokenActs<'_>> = (0..n).map(|k| q.token(k)).collect();

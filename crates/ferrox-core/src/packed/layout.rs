@@ -89,6 +89,12 @@ impl Format {
         }
     }
 
+    /// Whether the halves of a block have their own offsets (Q2_K): the kernel then
+    /// takes the activations' half sums.
+    pub fn needs_half_sums(self) -> bool {
+        self.split && self.offset
+    }
+
     /// Bytes of the integers of one group-block (without the fifth bits).
     pub fn quant_bytes(self) -> usize {
         match self.quants {

@@ -51,6 +51,11 @@ pub fn packed_matmul_many(
     let mut outs = Vec::with_capacity(jobs.len());
     for (j, (w, out)) in jobs.iter_mut().enumerate() {
         assert_eq!(acts.cols, w.cols, "activations hold cols values per token");
+        assert!(
+            !w.format.needs_half_sums() || acts.has_half_sums(),
+            "{} needs the activations' half sums (QuantizedRows::add_half_sums)",
+            w.dtype
+        );
         assert_eq!(out.len(), n * w.rows, "output must be n_tokens x rows");
         let groups = w.groups();
         let per_task = groups.div_ceil(threads * 4).max(1);
@@ -121,6 +126,7 @@ mod tests {
             .collect();
         let mut q = QuantizedRows::default();
         q.quantize(&x, 5, cols);
+        q.add_half_sums();
         let mats: Vec<PackedMatrix> = [(DType::Q4_1, 40), (DType::Q8_0, 16), (DType::Q5_0, 70)]
             .iter()
             .map(|&(t, rows)| {
@@ -178,6 +184,7 @@ mod tests {
                 .collect();
             let mut q = QuantizedRows::default();
             q.quantize(&x, n, cols);
+            q.add_half_sums();
             let mut batched = vec![0.0; n * rows];
             packed_matmul(&p, &q, &mut batched, &pool(2));
             let mut exact = vec![0.0; n * rows];
@@ -186,6 +193,7 @@ mod tests {
                 for threads in [1, 3] {
                     let mut one = QuantizedRows::default();
                     one.quantize(&x[k * cols..(k + 1) * cols], 1, cols);
+                    one.add_half_sums();
                     let mut alone = vec![0.0; rows];
                     packed_matmul(&p, &one, &mut alone, &pool(threads));
                     let same = alone

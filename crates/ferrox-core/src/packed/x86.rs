@@ -30,7 +30,7 @@ pub unsafe fn group(
     out: &mut [[f32; GROUP_ROWS]],
 ) {
     assert!(
-        !(format.split && format.offset),
+        !format.needs_half_sums(),
         "split offsets run on the AVX2 build"
     );
     macro_rules! by_tokens {
