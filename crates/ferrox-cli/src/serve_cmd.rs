@@ -22,7 +22,8 @@ use crate::knobs::EngineArgs;
 /// Flags of `ferrox serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// GGUF file, catalog name or Hugging Face model (hf.co/USER/REPO[:QUANT]),
+    /// GGUF file, catalog name or Hugging Face model (hf.co/USER/REPO or
+    /// hf.co/USER/REPO:QUANT),
     /// fetched the first time [default: the catalog's default model]. Catalog
     /// models are cached in FERROX_MODELS_DIR (default: $XDG_CACHE_HOME/ferrox/models,
     /// else ~/.cache/ferrox/models); Hub models in the Hugging Face cache (HF_HOME).
