@@ -232,7 +232,7 @@ mod tests {
                 "value {i}"
             );
         }
-        #[cfg(target_arch = "x86_64")]
+        // Every build this CPU runs (AVX-512, AVX2, portable) gives the same bits.
         for level in crate::isa::Level::supported() {
             let mut s = 7u32;
             for k in 0..2000 {
@@ -247,25 +247,6 @@ mod tests {
                     (want, a.0.to_bits(), a.1.to_bits()),
                     (got, b.0.to_bits(), b.1.to_bits()),
                     "{level:?} block {k}"
-                );
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        if crate::isa::Level::Avx512.runs_here() {
-            let mut s = 99u32;
-            for k in 0..2000 {
-                let x: [f32; BLOCK] = std::array::from_fn(|_| {
-                    s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-                    ((s >> 8) as f32 / (1 << 24) as f32 - 0.5) * 10f32.powi(k % 7 - 3)
-                });
-                let (mut want, mut got) = ([0i16; BLOCK], [0i16; BLOCK]);
-                let a = quantize_block(&x, &mut want);
-                // SAFETY: detected above.
-                let b = unsafe { quantize_block_avx512(&x, &mut got) };
-                assert_eq!(
-                    (want, a.0.to_bits(), a.1.to_bits()),
-                    (got, b.0.to_bits(), b.1.to_bits()),
-                    "block {k}"
                 );
             }
         }
