@@ -39,6 +39,16 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub aliases: Vec<String>,
+    /// Origins whose web pages may call the API from a browser (CORS), e.g.
+    /// `https://app.example.com` (repeatable; the variable takes a comma-separated
+    /// list; `*` allows any origin). Default: none, so only same-origin pages.
+    #[arg(
+        long = "cors-origins",
+        value_name = "ORIGIN",
+        env = "FERROX_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1", env = "FERROX_HOST")]
     pub host: String,
@@ -142,6 +152,23 @@ fn available_memory() -> Option<u64> {
 }
 
 impl ServeArgs {
+    /// The CORS origins, each `*` or `scheme://host[:port]` as browsers send them.
+    fn check_cors_origins(&self) -> Result<()> {
+        for o in &self.cors_origins {
+            let ok = o == "*"
+                || ((o.starts_with("http://") || o.starts_with("https://"))
+                    && !o["https://".len().min(o.len())..].contains('/')
+                    && o.is_ascii()
+                    && !o.contains(char::is_whitespace));
+            if !ok {
+                anyhow::bail!(
+                    "--cors-origins {o:?}: an origin is scheme://host[:port] with no path (e.g. https://app.example.com), or * for any"
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The API key, from the flag, the variable or the file; an empty one is an error.
     fn api_key(&self) -> Result<Option<ApiKey>> {
         let key = match (&self.api_key, &self.api_key_file) {
@@ -170,6 +197,7 @@ impl ServeArgs {
 /// Runs the server until a shutdown signal.
 pub fn serve(a: ServeArgs) -> Result<()> {
     let api_key = a.api_key()?;
+    a.check_cors_origins()?;
     ferrox_core::isa::from_env()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -210,6 +238,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             default_max_tokens: a.default_max_tokens,
             phase: Lifecycle::new(Phase::Starting),
             limits: a.limits(),
+            cors_origins: a.cors_origins.clone(),
         });
         loaded.cancel();
         loading.await??;

@@ -695,6 +695,11 @@ fn serve_refuses_setups_that_would_fail_later() {
         (vec![], vec![("FERROX_ISA", "sse9")], "FERROX_ISA"),
         (vec!["--kv-memory", "100TiB"], vec![], "available"),
         (vec!["--kv-memory", "1KiB"], vec![], "raise --kv-memory"),
+        (
+            vec!["--cors-origins", "https://app.example/path"],
+            vec![],
+            "an origin is scheme://host",
+        ),
     ] {
         let mut all = vec!["serve", "-m", model.as_str(), "--port", "0"];
         all.extend(args.iter().copied());

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::completions::{self, json_body};
 use crate::error::ApiError;
@@ -187,7 +188,32 @@ pub fn router(st: Arc<AppState>) -> Router {
             Arc::clone(&st),
             crate::limits::read_body,
         ))
+        // Outermost: a preflight is answered before the key check and the body.
+        .layer(cors(&st.cors_origins))
         .with_state(st)
+}
+
+/// CORS for `origins` (`*`: any): preflights answered for the API's methods and
+/// the headers its clients send (the OpenAI and Anthropic SDKs' included);
+/// without origins, no CORS headers at all.
+fn cors(origins: &[String]) -> CorsLayer {
+    if origins.is_empty() {
+        return CorsLayer::new();
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim()).ok()),
+        )
+    };
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers(AllowHeaders::mirror_request())
+        .max_age(std::time::Duration::from_secs(600))
 }
 
 /// The router while the model loads: 503 `loading` everywhere.

@@ -60,6 +60,9 @@ pub struct AppState {
     pub phase: Lifecycle,
     /// Timeouts and limits of the HTTP layer.
     pub limits: crate::limits::Limits,
+    /// Origins whose browser pages may call the API (CORS); `*` is any. Empty:
+    /// no CORS headers, so browsers allow only same-origin pages.
+    pub cors_origins: Vec<String>,
 }
 
 impl AppState {

@@ -224,3 +224,66 @@ async fn a_panic_in_the_forward_pass_fails_requests_and_health() {
     .expect("answered at once");
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{text}");
 }
+
+async fn preflight(app: axum::Router, origin: &str) -> axum::http::Response<Body> {
+    let req = Request::builder()
+        .method("OPTIONS")
+        .uri("/v1/chat/completions")
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization,content-type",
+        )
+        .body(Body::empty())
+        .unwrap();
+    app.oneshot(req).await.unwrap()
+}
+
+/// CORS (`--cors-origins`): a listed origin's preflight is answered (before the
+/// API-key check) with its methods and headers, and its requests carry
+/// `Access-Control-Allow-Origin`; another origin, or no configuration, gets no
+/// CORS headers.
+#[tokio::test]
+async fn cors_preflights_are_answered_for_listed_origins_only() {
+    let listed = "http://app.example";
+    let app = || {
+        router(state(Setup {
+            api_key: Some("sesame"),
+            cors_origins: vec![listed.into()],
+            ..Setup::default()
+        }))
+    };
+    let r = preflight(app(), listed).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let h = r.headers();
+    assert_eq!(h["access-control-allow-origin"], listed);
+    assert!(
+        h["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("POST")
+    );
+    let allowed = h["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_lowercase();
+    assert!(
+        allowed.contains("authorization") && allowed.contains("content-type"),
+        "{allowed}"
+    );
+    let r = preflight(app(), "http://evil.example").await;
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    // The request itself: answered, with the origin allowed.
+    let req = Request::get("/v1/models")
+        .header("origin", listed)
+        .header("authorization", "Bearer sesame")
+        .body(Body::empty())
+        .unwrap();
+    let r = app().oneshot(req).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["access-control-allow-origin"], listed);
+    // Without --cors-origins: no CORS headers at all.
+    let r = preflight(router(state(Setup::default())), listed).await;
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+}

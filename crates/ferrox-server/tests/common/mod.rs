@@ -63,6 +63,7 @@ pub struct Setup {
     pub limits: Limits,
     pub api_key: Option<&'static str>,
     pub max_seqs: usize,
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for Setup {
@@ -72,6 +73,7 @@ impl Default for Setup {
             limits: Limits::default(),
             api_key: None,
             max_seqs: 16,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -106,5 +108,6 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         default_max_tokens: 64,
         phase: Lifecycle::new(Phase::Serving),
         limits: setup.limits,
+        cors_origins: setup.cors_origins,
     })
 }
