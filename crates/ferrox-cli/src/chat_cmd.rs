@@ -116,6 +116,8 @@ pub fn chat(a: RunArgs) -> Result<()> {
 
 /// One message: lines joined while they end in `\`. `None` at Ctrl-D.
 fn read_message(editor: &mut DefaultEditor) -> Result<Option<String>> {
+    // A Ctrl-C that came after the last answer ended stops nothing.
+    crate::interrupt::take();
     let mut text = String::new();
     let mut prompt = "> ";
     loop {

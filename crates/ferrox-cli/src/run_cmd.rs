@@ -133,10 +133,12 @@ pub struct Timings {
 }
 
 /// Streams a generation to stdout until it ends or Ctrl-C is pressed (then the
-/// request is dropped, which cancels it in the engine).
+/// request is dropped, which cancels it in the engine; a press during the
+/// prompt's prefill counts too).
 pub fn stream_out(mut stream: ferrox_engine::RequestStream) -> Result<Timings> {
+    // A Ctrl-C pressed since the request was typed stops it (the chat drops
+    // older presses before it reads a line).
     crate::interrupt::install()?;
-    crate::interrupt::take();
     let t_prompt = Instant::now();
     let mut out = std::io::stdout().lock();
     let (mut prompt_s, mut t_gen, mut generated) = (None, Instant::now(), 0usize);
