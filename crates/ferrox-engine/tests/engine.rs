@@ -208,11 +208,11 @@ fn max_seqs_one_still_serves_two_jobs_in_order() {
     let a = h.submit(prompt(5, 6), long_greedy(8)).unwrap();
     let mut b = h.submit(prompt(5, 7), long_greedy(8)).unwrap();
     // The worker counts a finished request before it sends its last event, and
-    // admits the next one only after: when b is admitted, a is done.
+    // admits the next one only after: when b is admitted, a is done. (b may have
+    // finished too by the time the stats are read: its 8 steps are quick.)
     assert!(matches!(b.blocking_recv(), Some(Event::Admitted)));
-    assert_eq!(
-        h.stats().finished_length,
-        1,
+    assert!(
+        h.stats().finished_length >= 1,
         "b was admitted only after a finished"
     );
     let (ea, eb) = (a.collect_blocking(), b.collect_blocking());
