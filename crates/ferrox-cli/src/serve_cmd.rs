@@ -49,6 +49,9 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cors_origins: Vec<String>,
+    /// Do not serve the chat page at `/` (the API is unchanged).
+    #[arg(long, env = "FERROX_NO_WEBUI")]
+    pub no_webui: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1", env = "FERROX_HOST")]
     pub host: String,
@@ -239,7 +242,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             phase: Lifecycle::new(Phase::Starting),
             limits: a.limits(),
             cors_origins: a.cors_origins.clone(),
+            webui: !a.no_webui,
         });
+        let webui = !a.no_webui;
         loaded.cancel();
         loading.await??;
         let listener = tokio::net::TcpListener::from_std(std_listener)?;
@@ -253,6 +258,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 path.display(),
                 config.max_seqs
             );
+            if webui {
+                println!("chat page at http://{addr}/");
+            }
         })
         .await?;
         eprintln!("ferrox stopped");

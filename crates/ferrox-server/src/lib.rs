@@ -8,6 +8,7 @@
 //! * [`auth`]: the API key (case-insensitive scheme, constant-time comparison).
 //! * [`metrics`]: Prometheus text (S19).
 //! * [`mod@serve`]: binding, readiness and graceful shutdown.
+//! * [`webui`]: the chat page at `/`, compiled in.
 //! * [`limits`]: header, body, idle and request timeouts; connection and body limits.
 
 pub mod anthropic;
@@ -20,6 +21,7 @@ pub mod request;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod webui;
 
 pub use limits::Limits;
 pub use routes::router;

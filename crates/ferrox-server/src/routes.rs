@@ -1,5 +1,5 @@
-//! The router: every endpoint, the API-key check, the body limit, and OpenAI-shaped
-//! 404s for unknown routes.
+//! The router: every endpoint, the chat page, the API-key check, the body limit, CORS,
+//! and OpenAI-shaped 404s for unknown routes.
 
 use std::sync::Arc;
 
@@ -177,8 +177,14 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));
+    let page = if st.webui {
+        crate::webui::routes()
+    } else {
+        Router::new()
+    };
     Router::new()
         .merge(api)
+        .merge(page)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)

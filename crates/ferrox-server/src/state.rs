@@ -63,6 +63,8 @@ pub struct AppState {
     /// Origins whose browser pages may call the API (CORS); `*` is any. Empty:
     /// no CORS headers, so browsers allow only same-origin pages.
     pub cors_origins: Vec<String>,
+    /// Whether the chat page is served at `/` (`--no-webui` turns it off).
+    pub webui: bool,
 }
 
 impl AppState {

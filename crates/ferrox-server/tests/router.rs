@@ -287,3 +287,70 @@ async fn cors_preflights_are_answered_for_listed_origins_only() {
     let r = preflight(router(state(Setup::default())), listed).await;
     assert!(r.headers().get("access-control-allow-origin").is_none());
 }
+
+async fn get_page(app: axum::Router, path: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+    let r = app
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = r.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8(bytes.to_vec()).unwrap(),
+    )
+}
+
+/// The chat page: `/` and its files are served without the API key (they hold no
+/// data), with media types and a CSP that keeps the page on this server;
+/// `--no-webui` leaves `/` to the JSON 404.
+#[tokio::test]
+async fn chat_page_is_served_unless_turned_off() {
+    let app = || {
+        router(state(Setup {
+            api_key: Some("sesame"),
+            ..Setup::default()
+        }))
+    };
+    let (status, h, body) = get_page(app(), "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(body.contains("<title>ferrox</title>"));
+    let csp = h["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("connect-src 'self'") && csp.contains("script-src 'self'"));
+    for path in [
+        "/webui/app.js",
+        "/webui/vendor/marked.min.js",
+        "/webui/vendor/purify.min.js",
+    ] {
+        let (status, h, body) = get_page(app(), path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(
+            h["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript")
+        );
+        assert!(body.len() > 1000, "{path}");
+    }
+    let (status, h, _) = get_page(app(), "/webui/style.css").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(h["content-type"].to_str().unwrap().starts_with("text/css"));
+    // The API behind it still wants the key.
+    let (status, _, _) = get_page(app(), "/v1/models").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let off = router(state(Setup {
+        webui: false,
+        ..Setup::default()
+    }));
+    let (status, h, body) = get_page(off, "/").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        h["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    assert!(body.contains("no route for GET /"), "{body}");
+}

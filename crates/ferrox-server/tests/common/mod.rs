@@ -64,6 +64,7 @@ pub struct Setup {
     pub api_key: Option<&'static str>,
     pub max_seqs: usize,
     pub cors_origins: Vec<String>,
+    pub webui: bool,
 }
 
 impl Default for Setup {
@@ -74,6 +75,7 @@ impl Default for Setup {
             api_key: None,
             max_seqs: 16,
             cors_origins: Vec::new(),
+            webui: true,
         }
     }
 }
@@ -109,5 +111,6 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         phase: Lifecycle::new(Phase::Serving),
         limits: setup.limits,
         cors_origins: setup.cors_origins,
+        webui: setup.webui,
     })
 }
