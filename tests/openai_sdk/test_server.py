@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -25,14 +26,21 @@ RESULTS = []
 
 class Server:
     def __init__(self, *args):
-        self.proc = subprocess.Popen([FERROX, "serve", "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The log goes to a file: a pipe nobody reads would fill and stall the server.
+        self.log_file = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([FERROX, "serve", "--port", "0", *args], stdout=subprocess.PIPE, stderr=self.log_file, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"http://([0-9.]+:[0-9]+)", line)
         if not m:
-            raise RuntimeError("server did not start: " + line + self.proc.stderr.read())
+            raise RuntimeError("server did not start: " + line + self.log())
         self.addr = m.group(1)
         self.base = f"http://{self.addr}"
         self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def log(self):
+        """What the server has logged so far."""
+        self.log_file.seek(0)
+        return self.log_file.read()
 
     def metric(self, name, **labels):
         """The value of series `name` with these labels (every series carries `model`)."""
@@ -259,6 +267,47 @@ def model_identity(_):
         assert s.stop() == 0, "SIGTERM exits 0"
 
 
+@check("the log: one JSON line per request and refusal, prompts only with --log-prompts, a summary at shutdown")
+def log_lines(_):
+    for extra, prompts in (([], False), (["--log-prompts"], True)):
+        s = Server("--log-format", "json", *extra)
+        try:
+            r = s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Say the word pelican."}], max_tokens=4)
+            try:
+                s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "x"}], top_p=9)
+            except openai.BadRequestError:
+                pass
+        finally:
+            assert s.stop() == 0
+        lines = [json.loads(l) for l in s.log().splitlines()]
+        req = [l for l in lines if l.get("message") == "request"]
+        assert len(req) == 1 and req[0]["id"] == r.id, (r.id, lines)
+        line = req[0]
+        assert line["route"] == "/v1/chat/completions" and line["status"] == 200 and line["outcome"] == "finished", line
+        assert line["prompt_tokens"] == r.usage.prompt_tokens and line["generated_tokens"] == r.usage.completion_tokens, line
+        assert line["finish"] == r.choices[0].finish_reason and line["ttft_ms"] <= line["duration_ms"], line
+        assert ("pelican" in line.get("prompt", "")) == prompts, line
+        assert not prompts or "<|im_start|>user" in line["prompt"], line
+        refused = [l for l in lines if l.get("message") == "refused"]
+        assert len(refused) == 1 and refused[0]["status"] == 400 and "top_p" in refused[0]["error"], refused
+        end = lines[-1]
+        assert end["message"] == "ferrox stopped" and end["finished"] == 1 and end["refused"] == 1 and end["aborted"] == 0, end
+    # The default is text, and RUST_LOG filters it.
+    s = Server()
+    s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    s.stop()
+    text = s.log()
+    assert "INFO ferrox::request: request" in text and "outcome=\"finished\"" in text, text
+    os.environ["RUST_LOG"] = "warn"
+    try:
+        s = Server()
+        s.client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        s.stop()
+    finally:
+        del os.environ["RUST_LOG"]
+    assert "request" not in s.log(), s.log()
+
+
 def main():
     s = Server()
     try:
@@ -270,6 +319,7 @@ def main():
     queue_full(None)
     api_key(None)
     model_identity(None)
+    log_lines(None)
     failed = [r for r in RESULTS if r[1] is not None]
     print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)

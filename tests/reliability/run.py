@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -52,13 +53,20 @@ MAX_TOKENS = 12
 
 class Server:
     def __init__(self, *args):
-        self.proc = subprocess.Popen([FERROX, "serve", "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The log goes to a file: a pipe nobody reads would fill and stall the server.
+        self.log_file = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([FERROX, "serve", "--port", "0", *args], stdout=subprocess.PIPE, stderr=self.log_file, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"http://([0-9.]+):([0-9]+)", line)
         if not m:
-            raise RuntimeError("server did not start: " + line + self.proc.stderr.read())
+            raise RuntimeError("server did not start: " + line + self.log())
         self.host, self.port = m.group(1), int(m.group(2))
         self.client = openai.OpenAI(base_url=f"http://{self.host}:{self.port}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    def log(self):
+        """What the server has logged so far."""
+        self.log_file.seek(0)
+        return self.log_file.read()
 
     def metric(self, name):
         c = http.client.HTTPConnection(self.host, self.port, timeout=30)
@@ -286,7 +294,7 @@ def shutdown(refs):
     code = s.stop()
     for t in threads:
         t.join(60)
-    log = s.proc.stderr.read()
+    log = s.log()
     cut_streams = sum(1 for k, v in results.items() if k[0] == "stream" and v and "[DONE]" not in v and "server_shutting_down" in v[-1])
     bare_done = sum(1 for k, v in results.items() if k[0] == "stream" and "[DONE]" in v and not any('"finish_reason":"' in e for e in v))
     cut_plain = sum(1 for k, v in results.items() if k[0] == "plain" and v[0] == 503 and v[1] == "1")

@@ -49,6 +49,14 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub cors_origins: Vec<String>,
+    /// Log lines as text or as JSON objects (one per line). RUST_LOG filters them
+    /// [default filter: info].
+    #[arg(long, env = "FERROX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    pub log_format: LogFormat,
+    /// Put each request's prompt text (after the chat template) in its log line.
+    /// Off by default: prompts are the users' data.
+    #[arg(long, env = "FERROX_LOG_PROMPTS")]
+    pub log_prompts: bool,
     /// Do not serve the chat page at `/` (the API is unchanged).
     #[arg(long, env = "FERROX_NO_WEBUI")]
     pub no_webui: bool,
@@ -197,8 +205,43 @@ impl ServeArgs {
     }
 }
 
+/// How log lines are written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `time LEVEL target: message key=value ...`
+    Text,
+    /// One JSON object per line, fields flattened.
+    Json,
+}
+
+/// Sends `tracing` events to stderr in `format`, filtered by `RUST_LOG` (default
+/// `info`).
+fn init_logging(format: LogFormat) -> Result<()> {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) => tracing_subscriber::EnvFilter::try_new(&v).with_context(|| {
+            format!("RUST_LOG={v:?} is not a log filter (e.g. info, or warn,ferrox::request=info)")
+        })?,
+        Err(_) => tracing_subscriber::EnvFilter::new("info"),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let done = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    done.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
 /// Runs the server until a shutdown signal.
 pub fn serve(a: ServeArgs) -> Result<()> {
+    init_logging(a.log_format)?;
     let api_key = a.api_key()?;
     a.check_cors_origins()?;
     ferrox_core::isa::from_env()?;
@@ -243,6 +286,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             limits: a.limits(),
             cors_origins: a.cors_origins.clone(),
             webui: !a.no_webui,
+            log_prompts: a.log_prompts,
+            tally: Default::default(),
         });
         let webui = !a.no_webui;
         loaded.cancel();
@@ -263,7 +308,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             }
         })
         .await?;
-        eprintln!("ferrox stopped");
         Ok(())
     })
 }

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::request::{PromptInput, ValidRequest, parse_chat, parse_completion};
+use crate::request_log::{RequestLog, Route, SharedLog, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
 
 /// Which endpoint.
@@ -30,6 +31,25 @@ enum Kind {
     Chat,
     Text,
 }
+
+impl Kind {
+    fn route(self) -> Route {
+        match self {
+            Kind::Chat => Route::ChatCompletions,
+            Kind::Text => Route::Completions,
+        }
+    }
+
+    fn id_prefix(self) -> &'static str {
+        match self {
+            Kind::Chat => "chatcmpl-",
+            Kind::Text => "cmpl-",
+        }
+    }
+}
+
+/// The code of a request cancelled by `--request-timeout`.
+pub const REQUEST_TIMEOUT: &str = "request_timeout";
 
 fn now() -> u64 {
     SystemTime::now()
@@ -113,30 +133,43 @@ async fn handle(
         return Err(ApiError::model_not_found(m, &st.model_id));
     }
     let prompts = prompts(&st, &req)?;
+    let prompt_text = RequestLog::prompt_text(&st, &prompts);
     let started = Instant::now();
-    let (streams, _) = submit_all(&st, &req, prompts)?;
-    let id = format!(
-        "{}-{}",
-        if kind == Kind::Chat {
-            "chatcmpl"
-        } else {
-            "cmpl"
-        },
-        streams[0].id()
+    let (streams, lens) = submit_all(&st, &req, prompts)?;
+    let id = unique_id(kind.id_prefix(), streams[0].id());
+    let log = RequestLog::new(
+        &st,
+        kind.route(),
+        &id,
+        req.stream,
+        started,
+        &lens,
+        prompt_text,
     );
     if req.stream {
-        Ok(sse(st, kind, id, streams, req.include_usage, started).into_response())
+        Ok(sse(st, kind, id, streams, req.include_usage, log).into_response())
     } else {
-        let limit = st.limits.request_timeout;
-        let answer = collect(Arc::clone(&st), kind, id, streams, started);
-        match limit {
-            None => Ok(answer.await),
-            // On timeout the streams are dropped, which cancels the requests.
-            Some(l) => tokio::time::timeout(l, answer)
-                .await
-                .map_err(|_| request_timeout(l)),
-        }
+        Ok(collect_within(st, kind, id, streams, log).await)
     }
+}
+
+/// [`collect`] under `--request-timeout`: on timeout the streams are dropped,
+/// which cancels the requests, and the answer is a 504.
+async fn collect_within(
+    st: Arc<AppState>,
+    kind: Kind,
+    id: String,
+    streams: Vec<RequestStream>,
+    mut log: RequestLog,
+) -> Response {
+    let Some(limit) = st.limits.request_timeout else {
+        return collect(&st, kind, id, streams, &mut log).await;
+    };
+    let answer = tokio::time::timeout(limit, collect(&st, kind, id, streams, &mut log)).await;
+    answer.unwrap_or_else(|_| {
+        log.timed_out();
+        not_a_refusal(request_timeout(limit).into_response())
+    })
 }
 
 async fn answer(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
@@ -163,53 +196,6 @@ pub async fn text(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     answer(st, Kind::Text, body).await
-}
-
-/// Timing of one request stream, for the latency histograms.
-pub(crate) struct Clock {
-    started: Instant,
-    last: Option<Instant>,
-}
-
-impl Clock {
-    /// A clock for a request that arrived at `started`.
-    pub(crate) fn new(started: Instant) -> Clock {
-        Clock {
-            started,
-            last: None,
-        }
-    }
-
-    /// Observes `e` into the histograms and outcome counters.
-    pub(crate) fn on_event(&mut self, st: &AppState, e: &Event) {
-        let t = Instant::now();
-        match e {
-            Event::Admitted => st
-                .metrics
-                .queue_time
-                .observe((t - self.started).as_secs_f64()),
-            Event::Token { .. } => {
-                match self.last {
-                    None => st
-                        .metrics
-                        .time_to_first_token
-                        .observe((t - self.started).as_secs_f64()),
-                    Some(l) => st
-                        .metrics
-                        .inter_token_latency
-                        .observe((t - l).as_secs_f64()),
-                }
-                self.last = Some(t);
-            }
-            Event::Finished { reason, .. } => {
-                st.metrics
-                    .end_to_end
-                    .observe((t - self.started).as_secs_f64());
-                st.metrics.finished(reason.as_str());
-            }
-            Event::Failed(f) => st.metrics.failed(ApiError::from_failure(f).code),
-        }
-    }
 }
 
 fn piece(st: &AppState, id: u32) -> (String, Vec<u8>) {
@@ -275,22 +261,21 @@ fn usage_value(u: &Usage) -> Value {
 }
 
 async fn collect(
-    st: Arc<AppState>,
+    st: &AppState,
     kind: Kind,
     id: String,
     streams: Vec<RequestStream>,
-    started: Instant,
+    log: &mut RequestLog,
 ) -> Response {
     let mut choices = Vec::new();
     let mut total = Usage::default();
     for (index, mut s) in streams.into_iter().enumerate() {
-        let mut clock = Clock::new(started);
         let mut text = String::new();
         let mut finish = None;
         let mut lps: Vec<(u32, TokenLogprob, usize)> = Vec::new();
         let mut wants_logprobs = false;
         while let Some(e) = s.recv().await {
-            clock.on_event(&st, &e);
+            log.on_event(index, &e);
             match e {
                 Event::Admitted => {}
                 Event::Token {
@@ -313,12 +298,14 @@ async fn collect(
                     add_usage(&mut total, &usage);
                     finish = Some(reason);
                 }
-                Event::Failed(f) => return ApiError::from_failure(&f).into_response(),
+                Event::Failed(f) => {
+                    return not_a_refusal(ApiError::from_failure(&f).into_response());
+                }
             }
         }
         let reason = finish.map(FinishReason::as_str);
         let logprobs = if wants_logprobs {
-            logprobs_value(&st, kind, &lps)
+            logprobs_value(st, kind, &lps)
         } else {
             Value::Null
         };
@@ -372,7 +359,7 @@ pub(crate) fn request_timeout(limit: std::time::Duration) -> ApiError {
     ApiError::new(
         StatusCode::GATEWAY_TIMEOUT,
         "server_error",
-        "request_timeout",
+        REQUEST_TIMEOUT,
         format!(
             "the request ran longer than the server's limit of {} s (--request-timeout / FERROX_REQUEST_TIMEOUT) and was cancelled",
             limit.as_secs_f64()
@@ -386,13 +373,17 @@ fn stream_tail(
     failed: &std::sync::atomic::AtomicBool,
     timed_out: &std::sync::atomic::AtomicBool,
     limit: Option<std::time::Duration>,
+    log: &SharedLog,
 ) -> Option<Result<SseEvent, Infallible>> {
     use std::sync::atomic::Ordering::Acquire;
     if failed.load(Acquire) {
         return None;
     }
     let data = match limit {
-        Some(l) if timed_out.load(Acquire) => request_timeout(l).body().to_string(),
+        Some(l) if timed_out.load(Acquire) => {
+            log.timed_out();
+            request_timeout(l).body().to_string()
+        }
         _ => "[DONE]".to_string(),
     };
     Some(Ok(SseEvent::default().data(data)))
@@ -404,7 +395,7 @@ fn sse(
     id: String,
     streams: Vec<RequestStream>,
     include_usage: bool,
-    started: Instant,
+    log: RequestLog,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let created = now();
     let n = streams.len();
@@ -418,7 +409,8 @@ fn sse(
     });
     let merged = stream::select_all(indexed);
     let model = st.model_id.clone();
-    let mut clocks: Vec<Clock> = (0..n).map(|_| Clock::new(started)).collect();
+    let log = log.shared();
+    let log_tail = log.clone();
     let mut announced = vec![false; n];
     let (mut done, mut total) = (0usize, Usage::default());
     // After an error event the stream ends: no more chunks and no `[DONE]`, so
@@ -439,7 +431,7 @@ fn sse(
         .take_until(deadline)
         .take_while(move |_| std::future::ready(!failed_in.load(std::sync::atomic::Ordering::Acquire)))
         .flat_map(move |(i, e)| {
-            clocks[i].on_event(&st, &e);
+            log.on_event(i, &e);
             let mut out: Vec<Value> = Vec::new();
             let first = kind == Kind::Chat && !announced[i];
             match e {
@@ -483,7 +475,7 @@ fn sse(
             stream::iter(out.into_iter().map(|v| Ok(SseEvent::default().data(v.to_string()))))
         })
         .chain(
-            stream::once(async move { stream_tail(&failed_done, &timed_out, limit) })
+            stream::once(async move { stream_tail(&failed_done, &timed_out, limit, &log_tail) })
                 .filter_map(std::future::ready),
         );
     Sse::new(events).keep_alive(KeepAlive::new().interval(std::time::Duration::from_millis(500)))

@@ -27,6 +27,24 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// What the log says of this error when it refuses a request.
+    pub fn refusal(&self) -> crate::request_log::Refusal {
+        crate::request_log::Refusal {
+            code: self.code,
+            message: self.message.clone(),
+        }
+    }
+
+    /// This error in the shape of the API at `path`: Anthropic's on
+    /// `/v1/messages`, OpenAI's elsewhere.
+    pub fn response_for(self, path: &str) -> Response {
+        if path.starts_with("/v1/messages") {
+            crate::anthropic::AnthropicError(self).into_response()
+        } else {
+            self.into_response()
+        }
+    }
+
     /// A 400 `invalid_request_error` about `param`.
     pub fn invalid(param: Option<&str>, message: impl Into<String>) -> ApiError {
         ApiError {
@@ -155,6 +173,7 @@ impl IntoResponse for ApiError {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        r.extensions_mut().insert(self.refusal());
         r
     }
 }

@@ -7,6 +7,7 @@
 //! * [`routes`]: the router, models, health, tokenize, metrics.
 //! * [`auth`]: the API key (case-insensitive scheme, constant-time comparison).
 //! * [`metrics`]: Prometheus text (S19).
+//! * [`request_log`]: the log: a line per request, per refusal, and a summary at shutdown.
 //! * [`mod@serve`]: binding, readiness and graceful shutdown.
 //! * [`webui`]: the chat page at `/`, compiled in.
 //! * [`limits`]: header, body, idle and request timeouts; connection and body limits.
@@ -18,6 +19,7 @@ pub mod error;
 pub mod limits;
 pub mod metrics;
 pub mod request;
+pub mod request_log;
 pub mod routes;
 pub mod serve;
 pub mod state;

@@ -27,7 +27,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
@@ -211,14 +211,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleIo<T> {
     }
 }
 
-fn too_large(message: String) -> Response {
+fn too_large(message: String) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "invalid_request_error",
         "request_too_large",
         message,
     )
-    .into_response()
 }
 
 fn is_length_limit(e: &axum::Error) -> bool {
@@ -233,8 +232,17 @@ fn is_length_limit(e: &axum::Error) -> bool {
 }
 
 /// Middleware: refuses a declared `Content-Length` over the limit before reading
-/// anything, then reads the whole body under the body timeout.
+/// anything, then reads the whole body under the body timeout. Refusals have the
+/// shape of the route's API.
 pub async fn read_body(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    match read_whole(&st, req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => e.response_for(&path),
+    }
+}
+
+async fn read_whole(st: &AppState, req: Request) -> Result<Request, ApiError> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -245,14 +253,14 @@ pub async fn read_body(State(st): State<Arc<AppState>>, req: Request, next: Next
     if let Some(n) = declared
         && n > BODY_READ_LIMIT as u64
     {
-        return too_large(format!(
+        return Err(too_large(format!(
             "request body too large: Content-Length {n} bytes, the limit is {BODY_LIMIT} bytes"
-        ));
+        )));
     }
     let (parts, body) = req.into_parts();
     let limit = st.limits.body_timeout;
     match tokio::time::timeout(limit, axum::body::to_bytes(body, BODY_READ_LIMIT)).await {
-        Err(_) => ApiError::new(
+        Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "invalid_request_error",
             "request_timeout",
@@ -260,18 +268,18 @@ pub async fn read_body(State(st): State<Arc<AppState>>, req: Request, next: Next
                 "the request body did not arrive within {} s (--body-timeout / FERROX_BODY_TIMEOUT)",
                 limit.as_secs_f64()
             ),
-        )
-        .into_response(),
-        Ok(Err(e)) if is_length_limit(&e) => too_large(format!(
-            "request body too large: over {BODY_READ_LIMIT} bytes"
         )),
-        Ok(Err(e)) => {
-            ApiError::invalid(None, format!("cannot read the request body: {e}")).into_response()
-        }
-        Ok(Ok(bytes)) if bytes.len() > BODY_LIMIT => too_large(format!(
+        Ok(Err(e)) if is_length_limit(&e) => Err(too_large(format!(
+            "request body too large: over {BODY_READ_LIMIT} bytes"
+        ))),
+        Ok(Err(e)) => Err(ApiError::invalid(
+            None,
+            format!("cannot read the request body: {e}"),
+        )),
+        Ok(Ok(bytes)) if bytes.len() > BODY_LIMIT => Err(too_large(format!(
             "request body too large: {} bytes, the limit is {BODY_LIMIT} bytes",
             bytes.len()
-        )),
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        ))),
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
     }
 }

@@ -153,11 +153,7 @@ async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) 
                 "invalid_api_key",
                 "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
             );
-            return if req.uri().path().starts_with("/v1/messages") {
-                crate::anthropic::AnthropicError(err).into_response()
-            } else {
-                err.into_response()
-            };
+            return err.response_for(req.uri().path());
         }
     }
     next.run(req).await
@@ -193,6 +189,10 @@ pub fn router(st: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(
             Arc::clone(&st),
             crate::limits::read_body,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&st),
+            crate::request_log::log_refusals,
         ))
         // Outermost: a preflight is answered before the key check and the body.
         .layer(cors(&st.cors_origins))

@@ -5,7 +5,8 @@
 //! requests in flight get the grace period to finish. Then the engine ends every
 //! request still running with `Failure::Shutdown`: a stream gets an error event
 //! (and no `[DONE]`), a non-streaming request a 503 with `Retry-After`. The log
-//! says how many were in flight and how many were cut.
+//! says how many were in flight and how many were cut, and at the end how every
+//! request of the server's life ended.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -174,6 +175,7 @@ pub async fn serve(
     let every = u32::try_from(max).unwrap_or(u32::MAX);
     // A client that stopped reading its response cannot hold the process.
     let _ = tokio::time::timeout(LAST_WRITES, slots.acquire_many(every)).await;
+    state.tally.log_summary(state.metrics.cut_at_shutdown());
     Ok(())
 }
 
@@ -183,8 +185,10 @@ async fn drain(state: &AppState, all: &Activity, grace: Duration) {
     state.phase.set(Phase::Draining);
     let stats = state.engine.stats();
     let in_flight = stats.running + stats.queue_depth;
-    eprintln!(
-        "ferrox: shutting down: {in_flight} requests in flight get {} s to finish",
+    tracing::info!(
+        in_flight,
+        grace_s = grace.as_secs_f64(),
+        "shutting down: {in_flight} requests in flight get {} s to finish",
         grace.as_secs_f64()
     );
     let engine = state.engine.clone();
@@ -200,8 +204,9 @@ async fn drain(state: &AppState, all: &Activity, grace: Duration) {
     state.engine.shutdown();
     let cut = state.metrics.cut_at_shutdown();
     if cut > 0 {
-        eprintln!(
-            "ferrox: cut off {cut} requests still running after the {} s grace period (each got a 503 or a stream error event)",
+        tracing::warn!(
+            cut,
+            "cut off {cut} requests still running after the {} s grace period (each got a 503 or a stream error event)",
             grace.as_secs_f64()
         );
     }

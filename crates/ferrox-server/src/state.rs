@@ -65,6 +65,10 @@ pub struct AppState {
     pub cors_origins: Vec<String>,
     /// Whether the chat page is served at `/` (`--no-webui` turns it off).
     pub webui: bool,
+    /// Whether request lines carry the prompt text (`--log-prompts`).
+    pub log_prompts: bool,
+    /// How requests ended, for the summary at shutdown.
+    pub tally: crate::request_log::Tally,
 }
 
 impl AppState {

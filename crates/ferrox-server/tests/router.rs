@@ -354,3 +354,19 @@ async fn chat_page_is_served_unless_turned_off() {
     );
     assert!(body.contains("no route for GET /"), "{body}");
 }
+
+/// The body limit's refusal has the shape of the route's API: Anthropic's on
+/// `/v1/messages`, OpenAI's elsewhere.
+#[tokio::test]
+async fn body_limit_refusals_have_the_routes_shape() {
+    let big = "x".repeat(5 << 20);
+    let (status, body) = post(app(usize::MAX), "/v1/messages", &big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["type"], "error", "{body}");
+    assert_eq!(v["error"]["type"], "request_too_large", "{body}");
+    let (status, body) = post(app(usize::MAX), "/v1/completions", &big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "request_too_large", "{body}");
+}

@@ -27,7 +27,7 @@ mod tests;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -39,8 +39,8 @@ use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
 
-use crate::completions::Clock;
 use crate::error::ApiError;
+use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
 use request::parse;
 
@@ -115,6 +115,7 @@ impl IntoResponse for AnthropicError {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        r.extensions_mut().insert(self.0.refusal());
         r
     }
 }
@@ -241,15 +242,6 @@ fn error_event(e: ApiError) -> SseEvent {
         .data(AnthropicError(e).body())
 }
 
-/// A message id unique across processes: the clock, the process and the engine's
-/// request id.
-fn message_id(request: u64) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!("msg_{nanos:016x}{:08x}{request:x}", std::process::id())
-}
-
 /// `POST /v1/messages`.
 pub async fn messages(
     State(st): State<Arc<AppState>>,
@@ -287,36 +279,58 @@ async fn handle(
     }
     let n = ids.len();
     let stops = req.params.stop.clone();
+    let prompt_text = RequestLog::prompt_text(&st, std::slice::from_ref(&ids));
+    let started = Instant::now();
     let stream = st
         .engine
         .submit(ids, req.params)
         .map_err(|e| ApiError::from_submit(e, n))?;
-    let id = message_id(stream.id());
-    let started = Instant::now();
+    let id = unique_id("msg_", stream.id());
+    let log = RequestLog::new(
+        &st,
+        Route::Messages,
+        &id,
+        req.stream,
+        started,
+        &[n],
+        prompt_text,
+    );
     if req.stream {
-        return Ok(sse(st, id, stream, n, stops, started).into_response());
+        return Ok(sse(st, id, stream, n, stops, log).into_response());
     }
-    let answer = collect(Arc::clone(&st), id, stream, stops, started);
-    match st.limits.request_timeout {
-        None => Ok(answer.await),
-        // On timeout the stream is dropped, which cancels the request.
-        Some(l) => tokio::time::timeout(l, answer)
-            .await
-            .map_err(|_| crate::completions::request_timeout(l)),
-    }
+    Ok(collect_within(st, id, stream, stops, log).await)
+}
+
+/// [`collect`] under `--request-timeout`: on timeout the stream is dropped, which
+/// cancels the request, and the answer is a 504.
+async fn collect_within(
+    st: Arc<AppState>,
+    id: String,
+    stream: RequestStream,
+    stops: Vec<String>,
+    mut log: RequestLog,
+) -> Response {
+    let Some(limit) = st.limits.request_timeout else {
+        return collect(&st, id, stream, stops, &mut log).await;
+    };
+    let answer = tokio::time::timeout(limit, collect(&st, id, stream, stops, &mut log)).await;
+    answer.unwrap_or_else(|_| {
+        log.timed_out();
+        let err = crate::completions::request_timeout(limit);
+        not_a_refusal(AnthropicError(err).into_response())
+    })
 }
 
 async fn collect(
-    st: Arc<AppState>,
+    st: &AppState,
     id: String,
     mut stream: RequestStream,
     stops: Vec<String>,
-    started: Instant,
+    log: &mut RequestLog,
 ) -> Response {
-    let mut clock = Clock::new(started);
     let mut text = String::new();
     while let Some(e) = stream.recv().await {
-        clock.on_event(&st, &e);
+        log.on_event(0, &e);
         match e {
             Event::Admitted => {}
             Event::Token { text: t, .. } => text.push_str(&t),
@@ -339,16 +353,20 @@ async fn collect(
                 })
                 .into_response();
             }
-            Event::Failed(f) => return AnthropicError(ApiError::from_failure(&f)).into_response(),
+            Event::Failed(f) => {
+                return not_a_refusal(AnthropicError(ApiError::from_failure(&f)).into_response());
+            }
         }
     }
-    AnthropicError(ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        "engine_failed",
-        "the request ended without an answer",
-    ))
-    .into_response()
+    not_a_refusal(
+        AnthropicError(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "engine_failed",
+            "the request ended without an answer",
+        ))
+        .into_response(),
+    )
 }
 
 /// The stream's opening events.
@@ -428,7 +446,7 @@ fn sse(
     stream: RequestStream,
     prompt_tokens: usize,
     stops: Vec<String>,
-    started: Instant,
+    log: RequestLog,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let head = opening(&id, &st.model_id, prompt_tokens);
     let limit = st.limits.request_timeout;
@@ -441,20 +459,22 @@ fn sse(
         }
         timed_out_set.store(true, Ordering::Release);
     };
-    let mut clock = Clock::new(started);
+    let log = log.shared();
+    let log_tail = log.clone();
     let body = stream::unfold(stream, |mut s| async move {
         let e = s.recv().await?;
         Some((e, s))
     })
     .take_until(deadline)
     .flat_map(move |e| {
-        clock.on_event(&st, &e);
+        log.on_event(0, &e);
         stream::iter(events_of(e, &stops))
     });
     // A request cut by the deadline ends with a timeout error event.
     let tail = stream::once(async move {
         match limit {
             Some(l) if timed_out.load(Ordering::Acquire) => {
+                log_tail.timed_out();
                 Some(error_event(crate::completions::request_timeout(l)))
             }
             _ => None,

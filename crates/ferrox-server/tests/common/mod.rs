@@ -65,6 +65,7 @@ pub struct Setup {
     pub max_seqs: usize,
     pub cors_origins: Vec<String>,
     pub webui: bool,
+    pub log_prompts: bool,
 }
 
 impl Default for Setup {
@@ -76,6 +77,7 @@ impl Default for Setup {
             max_seqs: 16,
             cors_origins: Vec::new(),
             webui: true,
+            log_prompts: false,
         }
     }
 }
@@ -112,5 +114,7 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         limits: setup.limits,
         cors_origins: setup.cors_origins,
         webui: setup.webui,
+        log_prompts: setup.log_prompts,
+        tally: Default::default(),
     })
 }
