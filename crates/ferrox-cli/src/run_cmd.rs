@@ -288,6 +288,7 @@ impl Session {
             stop_token_ids: Vec::new(),
             logprobs: None,
             ignore_eos: false,
+            grammar: None,
         };
         stream_out(self.engine.submit(ids, params)?)
     }

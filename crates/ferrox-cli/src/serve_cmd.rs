@@ -10,6 +10,7 @@ use clap::Args;
 use ferrox_models::KvPlan;
 use ferrox_models::byte_size::format_bytes;
 use ferrox_models::decoder::Decoder;
+use ferrox_models::grammar::Grammars;
 use ferrox_models::kv_plan::{KvShape, defaults};
 use ferrox_models::model::Model;
 use ferrox_server::auth::ApiKey;
@@ -258,10 +259,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let model_arg = a.model.clone();
         let activations = a.path.activations;
         let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let (path, model) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let (path, model, grammars) = tokio::task::spawn_blocking(move || -> Result<_> {
             let path = crate::model_ref::resolve(model_arg.as_deref())?;
             let model = Model::load_with(&path, threads, activations)?;
-            Ok((path, model))
+            let grammars = Grammars::new(&model.tokenizer);
+            if let Err(e) = &grammars {
+                tracing::warn!("structured output is off for this model: {e}");
+            }
+            Ok((path, model, grammars))
         })
         .await??;
         let shape = KvShape::new(model.transformer.hyper_params(), defaults::KV_ELEMENT_BYTES);
@@ -288,6 +293,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             webui: !a.no_webui,
             log_prompts: a.log_prompts,
             tally: Default::default(),
+            grammars,
         });
         let webui = !a.no_webui;
         loaded.cancel();

@@ -1,5 +1,8 @@
 //! What a caller submits and what it gets back.
 
+use std::sync::Arc;
+
+use ferrox_models::grammar::Grammar;
 use ferrox_models::sampler::SamplingParams;
 
 use crate::output::FinishReason;
@@ -21,6 +24,9 @@ pub struct GenerationParams {
     pub logprobs: Option<usize>,
     /// Keep generating past the model's end-of-generation tokens (benchmarks).
     pub ignore_eos: bool,
+    /// Constrain the output to this grammar (structured output); each request
+    /// starts its own constraint from it.
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 impl GenerationParams {
@@ -33,6 +39,7 @@ impl GenerationParams {
             stop_token_ids: Vec::new(),
             logprobs: None,
             ignore_eos: false,
+            grammar: None,
         }
     }
 }
@@ -125,6 +132,9 @@ pub enum Failure {
     /// The KV ledger could not give a step its pages.
     #[error("KV pages: {0}")]
     Kv(String),
+    /// The output grammar failed (the library's error).
+    #[error("{0}")]
+    Constraint(#[from] ferrox_models::grammar::ConstraintError),
     /// The engine's worker panicked or is gone; the engine serves nothing more.
     #[error("the engine stopped: {0}")]
     EngineDown(String),

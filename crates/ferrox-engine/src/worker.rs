@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use ferrox_models::decoder::{Decoder, Span, Want};
+use ferrox_models::grammar::Constraint;
 use ferrox_models::kv_plan::{KvPlan, KvShape, defaults};
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::sampler::Sampler;
@@ -115,6 +116,8 @@ struct Active {
     /// The request's place in the engine's bound (S11), given back when it ends.
     _place: QueueSlot,
     sampler: Sampler,
+    /// The request's output grammar, if it has one.
+    constraint: Option<Constraint>,
     output: OutputStage,
     logprobs: Option<usize>,
     reply: tokio::sync::mpsc::UnboundedSender<Event>,
@@ -481,6 +484,7 @@ impl Worker {
                 slot,
                 _place: place,
                 sampler,
+                constraint: params.grammar.as_ref().map(|g| g.start()),
                 output,
                 logprobs: params.logprobs,
                 reply,
@@ -648,7 +652,11 @@ impl Worker {
         let Some(a) = self.running.get_mut(&id) else {
             return;
         };
-        let tok = a.sampler.sample(logits);
+        let allowed = match a.constraint.as_mut().map(Constraint::allowed).transpose() {
+            Ok(mask) => mask,
+            Err(e) => return self.fail(id, Failure::Constraint(e)),
+        };
+        let tok = a.sampler.sample_within(logits, allowed.as_ref());
         a.sampler.accept(tok);
         let logprob = a.logprobs.map(|n| TokenLogprob::of(logits, tok, n));
         let out = a
@@ -667,7 +675,12 @@ impl Worker {
                 let text = if out.counted { String::new() } else { out.text };
                 self.finish_with(id, reason, text);
             }
-            None => a.phase = Phase::Decoding { pending: tok },
+            None => {
+                a.phase = Phase::Decoding { pending: tok };
+                if let Some(Err(e)) = a.constraint.as_mut().map(|c| c.commit(tok)) {
+                    self.fail(id, Failure::Constraint(e));
+                }
+            }
         }
     }
 

@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod chat;
 pub mod decoder;
 pub mod error;
+pub mod grammar;
 pub mod hparams;
 pub mod inspect;
 pub mod kv_plan;

@@ -12,6 +12,8 @@
 //! the same seed gives the same tokens on every platform and version.
 
 use rand_chacha::ChaCha8Rng;
+
+use crate::grammar::TokenMask;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
 /// What a request asks of sampling.
@@ -102,9 +104,16 @@ impl Sampler {
         }
     }
 
-    fn adjusted(&self, logits: &[f32]) -> Vec<f32> {
+    fn adjusted(&self, logits: &[f32], allowed: Option<&TokenMask>) -> Vec<f32> {
         let p = &self.params;
         let mut l = logits.to_vec();
+        if let Some(mask) = allowed {
+            for (t, v) in l.iter_mut().enumerate() {
+                if !mask.allows(t as u32) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
         for &(id, b) in &p.logit_bias {
             if let Some(v) = l.get_mut(id as usize) {
                 *v += b;
@@ -139,7 +148,14 @@ impl Sampler {
 
     /// Picks the next token from `logits` (one row of the vocabulary).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let l = self.adjusted(logits);
+        self.sample_within(logits, None)
+    }
+
+    /// Picks the next token from `logits` among the tokens `allowed` lets through
+    /// (all, without a mask): the others are removed before bias, penalties and
+    /// truncation, so the sampler's rules apply to the allowed tokens alone.
+    pub fn sample_within(&mut self, logits: &[f32], allowed: Option<&TokenMask>) -> u32 {
+        let l = self.adjusted(logits, allowed);
         let p = &self.params;
         if p.temperature <= 0.0 {
             return argmax(&l);
@@ -147,7 +163,7 @@ impl Sampler {
         let mut cand: Vec<(u32, f32)> = l
             .iter()
             .enumerate()
-            .filter(|(_, v)| !v.is_nan())
+            .filter(|(_, v)| !v.is_nan() && **v > f32::NEG_INFINITY)
             .map(|(i, &v)| (i as u32, v))
             .collect();
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));

@@ -81,6 +81,25 @@ fn prompts(st: &AppState, req: &ValidRequest) -> Result<Vec<Vec<u32>>, ApiError>
     })
 }
 
+/// Tokenizes the prompts and compiles the output grammar on a blocking thread:
+/// template rendering, tokenization and grammar compilation are CPU work that must
+/// not hold the async runtime's threads.
+async fn prepare(
+    st: &Arc<AppState>,
+    mut req: ValidRequest,
+) -> Result<(ValidRequest, Vec<Vec<u32>>), ApiError> {
+    let st = Arc::clone(st);
+    tokio::task::spawn_blocking(move || {
+        let prompts = prompts(&st, &req)?;
+        if let Some(spec) = &req.grammar {
+            req.params.grammar = Some(Arc::new(st.compile_grammar(spec)?));
+        }
+        Ok((req, prompts))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
 /// Submits every prompt; on a refusal, the ones already submitted are dropped
 /// (cancelled) and the refusal is answered.
 fn submit_all(
@@ -132,7 +151,7 @@ async fn handle(
     {
         return Err(ApiError::model_not_found(m, &st.model_id));
     }
-    let prompts = prompts(&st, &req)?;
+    let (req, prompts) = prepare(&st, req).await?;
     let prompt_text = RequestLog::prompt_text(&st, &prompts);
     let started = Instant::now();
     let (streams, lens) = submit_all(&st, &req, prompts)?;

@@ -45,6 +45,16 @@ impl ApiError {
         }
     }
 
+    /// A 500 `internal_error`: a bug, reported rather than hidden.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal_error",
+            message,
+        )
+    }
+
     /// A 400 `invalid_request_error` about `param`.
     pub fn invalid(param: Option<&str>, message: impl Into<String>) -> ApiError {
         ApiError {
@@ -133,6 +143,12 @@ impl ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
                 "generation_failed",
+                f.to_string(),
+            ),
+            Failure::Constraint(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "grammar_failed",
                 f.to_string(),
             ),
             Failure::EngineDown(_) => ApiError::new(

@@ -1,6 +1,7 @@
 //! ferrox-server: the OpenAI-compatible HTTP server over the engine.
 //!
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
+//! * [`structured`]: the structured-output fields, into a grammar spec (pure).
 //! * [`error`]: OpenAI-shaped errors; the only place refusals become statuses (S18).
 //! * [`completions`]: chat and text completions, JSON and SSE.
 //! * [`anthropic`]: Anthropic's Messages API (`POST /v1/messages`), JSON and SSE.
@@ -23,6 +24,7 @@ pub mod request_log;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod structured;
 pub mod webui;
 
 pub use limits::Limits;

@@ -8,6 +8,7 @@
 
 use ferrox_engine::GenerationParams;
 use ferrox_models::chat::ChatMessage;
+use ferrox_models::grammar::GrammarSpec;
 use ferrox_models::sampler::SamplingParams;
 use serde_json::{Map, Value};
 
@@ -35,6 +36,8 @@ pub struct ValidRequest {
     pub params: GenerationParams,
     pub stream: bool,
     pub include_usage: bool,
+    /// The grammar the output must follow (compiled by the handler).
+    pub grammar: Option<GrammarSpec>,
 }
 
 /// Parameters refused because ferrox would answer differently from what they ask.
@@ -49,7 +52,7 @@ const UNSUPPORTED: [&str; 8] = [
     "audio",
 ];
 
-fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
+pub(crate) fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
     let kind = match got {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -109,6 +112,7 @@ fn token_id(field: &str, v: &Value) -> Result<u32, ApiError> {
 /// The fields chat and completions share, validated.
 struct Common {
     params: GenerationParams,
+    grammar: Option<GrammarSpec>,
     max_tokens: Option<usize>,
     stream: bool,
     include_usage: bool,
@@ -132,15 +136,6 @@ fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
         return Err(ApiError::invalid(
             Some("n"),
             format!("n must be 1 (one choice per prompt), got {n}"),
-        ));
-    }
-    if let Some(rf) = o.get("response_format")
-        && !rf.is_null()
-        && rf.get("type").and_then(Value::as_str) != Some("text")
-    {
-        return Err(ApiError::invalid(
-            Some("response_format"),
-            "only response_format {\"type\": \"text\"} is supported",
         ));
     }
     let model = match o.get("model") {
@@ -279,7 +274,9 @@ fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
             stop_token_ids,
             logprobs: None,
             ignore_eos,
+            grammar: None,
         },
+        grammar: crate::structured::output_grammar(o)?,
         max_tokens,
         stream,
         include_usage,
@@ -329,6 +326,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = object(body)?;
     let Common {
         mut params,
+        grammar,
         max_tokens,
         stream,
         include_usage,
@@ -413,6 +411,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         params,
         stream,
         include_usage,
+        grammar,
     })
 }
 
@@ -421,6 +420,7 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = object(body)?;
     let Common {
         mut params,
+        grammar,
         max_tokens,
         stream,
         include_usage,
@@ -465,6 +465,7 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         params,
         stream,
         include_usage,
+        grammar,
     })
 }
 

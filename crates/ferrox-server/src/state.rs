@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use ferrox_engine::EngineHandle;
 use ferrox_models::chat::{ChatMessage, ChatTemplate};
+use ferrox_models::grammar::{Grammar, GrammarError, GrammarSpec, Grammars};
 use ferrox_models::{ModelError, Tokenizer};
 
 use crate::auth::ApiKey;
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 
 /// Where the server is in its life (what `/health` reports).
@@ -69,12 +71,29 @@ pub struct AppState {
     pub log_prompts: bool,
     /// How requests ended, for the summary at shutdown.
     pub tally: crate::request_log::Tally,
+    /// The grammar compiler for structured output, or why this model has none.
+    pub grammars: Result<Grammars, GrammarError>,
 }
 
 impl AppState {
     /// Whether `name` names the served model.
     pub fn serves(&self, name: &str) -> bool {
         name == self.model_id || self.aliases.iter().any(|a| a == name)
+    }
+
+    /// Compiles an output grammar; a grammar that cannot be compiled, or a model
+    /// without a grammar compiler, is a 400 that says why.
+    pub fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, ApiError> {
+        let compiled = match &self.grammars {
+            Ok(g) => g.compile(spec),
+            Err(e) => {
+                return Err(ApiError::invalid(
+                    Some("response_format"),
+                    format!("structured output is not available for this model: {e}"),
+                ));
+            }
+        };
+        compiled.map_err(|e| ApiError::invalid(Some("response_format"), e.to_string()))
     }
 
     /// Token ids of a conversation rendered by the model's chat template.

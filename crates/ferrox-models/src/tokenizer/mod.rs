@@ -25,7 +25,8 @@ use ferrox_gguf::Metadata;
 use crate::error::ModelError;
 use bpe::Merges;
 use pretokenize::PreTokenizer;
-use vocab::{Fragment, TokenType, Vocab};
+pub use vocab::TokenType;
+use vocab::{Fragment, Vocab};
 
 pub use stream::Utf8Stream;
 

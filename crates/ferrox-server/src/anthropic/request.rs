@@ -165,6 +165,7 @@ pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
             stop_token_ids: Vec::new(),
             logprobs: None,
             ignore_eos: false,
+            grammar: None,
         },
         model: req.model,
         messages,

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ferrox_engine::{EngineConfig, start};
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Logits, Span};
+use ferrox_models::grammar::Grammars;
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::testing::TinyModel;
 use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
@@ -86,6 +87,7 @@ impl Default for Setup {
 pub fn state(setup: Setup) -> Arc<AppState> {
     let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap();
     let tokenizer = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
+    let grammars = Grammars::new(&tokenizer);
     let decoder = Faulty {
         inner: Transformer::new(file(), 1).unwrap(),
         calls: AtomicUsize::new(0),
@@ -116,5 +118,6 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         webui: setup.webui,
         log_prompts: setup.log_prompts,
         tally: Default::default(),
+        grammars,
     })
 }
