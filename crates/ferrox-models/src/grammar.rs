@@ -155,10 +155,11 @@ impl Grammars {
 }
 
 /// `schema` with the JSON layout ferrox generates: compact separators and no free
-/// whitespace (a small model given free whitespace may emit it forever), and
-/// unsupported keywords ignored unless `strict`. A schema's own `x-guidance`
-/// options win.
+/// whitespace (a small model given free whitespace may emit it forever), objects
+/// closed (see [`close_objects`]), and unsupported keywords ignored unless
+/// `strict`. A schema's own `x-guidance` options win.
 fn with_options(mut schema: Value, strict: bool) -> Value {
+    close_objects(&mut schema);
     let options = json!({
         "whitespace_flexible": false,
         "item_separator": ", ",
@@ -174,6 +175,45 @@ fn with_options(mut schema: Value, strict: bool) -> Value {
         o.insert("x-guidance".into(), merged);
     }
     schema
+}
+
+/// Objects generate only their declared properties: every object schema with
+/// `properties` and no word on others gets `additionalProperties: false`, as
+/// xgrammar's strict mode does. Every output still validates against the schema
+/// as given, and a model cannot wander into invented keys until `max_tokens`.
+fn close_objects(schema: &mut Value) {
+    let Value::Object(o) = schema else { return };
+    let open = [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+    ];
+    if o.get("properties").is_some_and(Value::is_object) && !open.iter().any(|k| o.contains_key(*k))
+    {
+        o.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for (key, value) in o.iter_mut() {
+        match (key.as_str(), value) {
+            ("properties" | "patternProperties" | "$defs" | "definitions", Value::Object(m)) => {
+                m.values_mut().for_each(close_objects)
+            }
+            ("prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(a)) => {
+                a.iter_mut().for_each(close_objects)
+            }
+            (
+                "items"
+                | "additionalItems"
+                | "additionalProperties"
+                | "contains"
+                | "not"
+                | "if"
+                | "then"
+                | "else",
+                v,
+            ) => close_objects(v),
+            _ => {}
+        }
+    }
 }
 
 /// A compiled grammar, ready to start constraints from.
@@ -238,5 +278,35 @@ impl Constraint {
         self.matcher
             .consume_token(token)
             .map_err(|e| ConstraintError(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_are_closed_where_the_schema_says_nothing() {
+        let mut s = json!({
+            "type": "object",
+            "properties": {
+                "properties": {"type": "object", "properties": {"a": {}}},
+                "open": {"type": "object", "properties": {"b": {}}, "additionalProperties": true},
+                "list": {"type": "array", "items": {"properties": {"c": {}}}}
+            },
+            "$defs": {"d": {"properties": {"e": {}}}},
+            "anyOf": [{"properties": {"f": {}}}, {"type": "string"}]
+        });
+        close_objects(&mut s);
+        let closed = |v: &Value| v["additionalProperties"] == json!(false);
+        assert!(closed(&s));
+        assert!(closed(&s["properties"]["properties"]));
+        assert_eq!(s["properties"]["open"]["additionalProperties"], json!(true));
+        assert!(closed(&s["properties"]["list"]["items"]));
+        assert!(closed(&s["$defs"]["d"]));
+        assert!(closed(&s["anyOf"][0]));
+        assert!(s["anyOf"][1].get("additionalProperties").is_none());
+        // A property named "properties" is a property, not a keyword.
+        assert!(s["properties"].get("additionalProperties").is_none());
     }
 }
