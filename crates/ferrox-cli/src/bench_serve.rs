@@ -56,6 +56,15 @@ pub struct BenchServeArgs {
     /// Chat scenario: rules in the shared system prompt (about 16 tokens each).
     #[arg(long, default_value_t = 100)]
     pub system_rules: usize,
+    /// Random scenario: constrain every answer to this JSON schema (given as
+    /// JSON), sent as OpenAI's `response_format` json_schema, to measure what
+    /// structured output costs. A schema that can end early ends requests early.
+    #[arg(long, value_name = "SCHEMA", value_parser = parse_schema)]
+    pub json_schema: Option<serde_json::Value>,
+}
+
+fn parse_schema(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not a JSON schema: {e}"))
 }
 
 /// The load shape of `bench-serve`.
@@ -84,10 +93,15 @@ pub struct Sample {
 }
 
 fn one_request(agent: &ureq::Agent, a: &BenchServeArgs, i: usize) -> Sample {
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "model": a.model, "prompt": format!("{} {i}:", a.prompt), "max_tokens": a.max_tokens,
         "temperature": 0.0, "stream": true, "ignore_eos": true,
     });
+    if let Some(schema) = &a.json_schema {
+        body["response_format"] = serde_json::json!({
+            "type": "json_schema", "json_schema": {"name": "bench", "schema": schema},
+        });
+    }
     stream(agent, a, "/v1/completions", &body)
 }
 

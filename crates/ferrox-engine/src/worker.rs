@@ -677,8 +677,16 @@ impl Worker {
             }
             None => {
                 a.phase = Phase::Decoding { pending: tok };
-                if let Some(Err(e)) = a.constraint.as_mut().map(|c| c.commit(tok)) {
-                    self.fail(id, Failure::Constraint(e));
+                match a
+                    .constraint
+                    .as_mut()
+                    .map(|c| c.commit(tok).map(|()| c.is_complete()))
+                {
+                    Some(Err(e)) => self.fail(id, Failure::Constraint(e)),
+                    // The grammar is complete: nothing may follow, whatever
+                    // `ignore_eos` says.
+                    Some(Ok(true)) => self.finish(id, FinishReason::Stop),
+                    None | Some(Ok(false)) => {}
                 }
             }
         }

@@ -151,6 +151,20 @@ fn real_model_smollm2_follows_its_grammar_and_leaves_other_rows_alone() {
             "{spec:?}: {text:?}"
         );
     }
+    // A complete grammar ends the request even with ignore_eos (nothing may
+    // follow it), and the end-of-generation token is not shown.
+    let mut p = GenerationParams::greedy(30);
+    p.ignore_eos = true;
+    p.grammar = Some(Arc::new(
+        grammars
+            .compile(&GrammarSpec::Lark(r#"start: "ok""#.into()))
+            .unwrap(),
+    ));
+    let events = h
+        .submit(tok.encode("Say ok:", true, true), p)
+        .unwrap()
+        .collect_blocking();
+    assert_eq!(text_of(&events), ("ok".to_string(), FinishReason::Stop));
     wait_idle(&h);
     assert_eq!(h.stats().kv_blocks_free, 256);
 }

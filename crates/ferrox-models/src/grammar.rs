@@ -273,6 +273,11 @@ impl Constraint {
             .map_err(|e| ConstraintError(e.to_string()))
     }
 
+    /// Whether the grammar is complete and nothing may follow: the request ends.
+    pub fn is_complete(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+
     /// Feeds the token that was sampled.
     pub fn commit(&mut self, token: u32) -> Result<(), ConstraintError> {
         self.matcher
