@@ -99,15 +99,15 @@ def json_object_and_stream(s):
     jsonschema.validate(json.loads(plain), schema)
 
 
-@check("llama-server and vLLM names: json_schema, grammar, guided_json, guided_regex, guided_grammar, guided_choice")
+@check("llama-server and vLLM names: json_schema, grammar (Lark and GBNF), guided_json, guided_regex, guided_grammar, guided_choice")
 def aliases(s):
     name, schema = SCHEMAS[2]
     for field in ("json_schema", "guided_json"):
         text = ask(s, "Pick a color.", extra_body={field: schema}, temperature=0).choices[0].message.content
         jsonschema.validate(json.loads(text), schema)
-    for field in ("grammar", "guided_grammar"):
-        text = ask(s, "Is water wet?", extra_body={field: 'start: "yes" | "no" | "maybe"'}).choices[0].message.content
-        assert text in ("yes", "no", "maybe"), text
+    for field, g in (("grammar", 'start: "yes" | "no" | "maybe"'), ("guided_grammar", 'start: "yes" | "no" | "maybe"'), ("grammar", 'root ::= answer\nanswer ::= "yes" | "no" | "maybe" # GBNF')):
+        text = ask(s, "Is water wet?", extra_body={field: g}).choices[0].message.content
+        assert text in ("yes", "no", "maybe"), (field, g, text)
     text = ask(s, "Call me.", extra_body={"guided_regex": r"\+1 [0-9]{3}-[0-9]{4}"}).choices[0].message.content
     assert re.fullmatch(r"\+1 [0-9]{3}-[0-9]{4}", text), text
     text = ask(s, "Best pet?", extra_body={"guided_choice": ["cat", "dog"]}).choices[0].message.content

@@ -169,6 +169,48 @@ fn real_model_smollm2_follows_its_grammar_and_leaves_other_rows_alone() {
     assert_eq!(h.stats().kv_blocks_free, 256);
 }
 
+/// llama-server users' GBNF: every grammar llama.cpp ships compiles, and its
+/// JSON grammar gives JSON.
+#[test]
+fn real_model_smollm2_runs_llama_cpps_gbnf_grammars() {
+    let Some((h, tok)) = smollm2() else {
+        return;
+    };
+    let grammars = Grammars::new(&tok).unwrap();
+    let dir = ferrox_models::testing::llama_refs_dir().join("grammars");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch-llama-refs)", dir.display()))
+    {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let spec = GrammarSpec::grammar(&text);
+        assert!(matches!(spec, GrammarSpec::Gbnf(_)), "{}", path.display());
+        if let Err(e) = grammars.compile(&spec) {
+            panic!("{}: {e}", path.display());
+        }
+        names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    names.sort();
+    assert_eq!(names.len(), 8, "{names:?}");
+    let json = std::fs::read_to_string(dir.join("json.gbnf")).unwrap();
+    let mut p = GenerationParams::greedy(200);
+    p.grammar = Some(Arc::new(
+        grammars.compile(&GrammarSpec::grammar(&json)).unwrap(),
+    ));
+    let shots = "Cat: {\"name\": \"Tom\", \"age\": 3}\nDog: {\"name\": \"Rex\", \"age\": 5}\nBird:";
+    let events = h
+        .submit(tok.encode(shots, true, true), p)
+        .unwrap()
+        .collect_blocking();
+    let (text, reason) = text_of(&events);
+    assert_eq!(reason, FinishReason::Stop, "{text}");
+    assert!(
+        serde_json::from_str::<Value>(&text).unwrap().is_object(),
+        "{text}"
+    );
+}
+
 #[test]
 fn real_model_smollm2_grammars_that_cannot_compile_say_why() {
     let Some(path) = real_model("smollm2-135m") else {

@@ -2,7 +2,7 @@
 //! validated into a [`GrammarSpec`] (pure; the handler compiles it).
 //!
 //! OpenAI's `response_format` (`text`, `json_object`, `json_schema` with
-//! `strict`), llama-server's `json_schema` and `grammar`, and vLLM's
+//! `strict`), llama-server's `json_schema` and `grammar` (GBNF, or Lark), and vLLM's
 //! `guided_json`, `guided_regex`, `guided_grammar` and `guided_choice` all name
 //! the same thing; at most one may be given.
 
@@ -32,8 +32,8 @@ pub(crate) fn output_grammar(o: &Map<String, Value>) -> Result<Option<GrammarSpe
         if let Some(v) = o.get(field).filter(|v| !v.is_null()) {
             let g = v
                 .as_str()
-                .ok_or_else(|| type_error(field, "a string (a Lark grammar)", v))?;
-            found.push((field, GrammarSpec::Lark(g.to_string())));
+                .ok_or_else(|| type_error(field, "a string (a GBNF or Lark grammar)", v))?;
+            found.push((field, GrammarSpec::grammar(g)));
         }
     }
     if let Some(v) = o.get("guided_regex").filter(|v| !v.is_null()) {
@@ -188,6 +188,14 @@ mod tests {
             (
                 json!({"guided_grammar": "start: \"a\""}),
                 Some(GrammarSpec::Lark("start: \"a\"".into())),
+            ),
+            (
+                json!({"grammar": "root ::= \"a\""}),
+                Some(GrammarSpec::Gbnf("root ::= \"a\"".into())),
+            ),
+            (
+                json!({"grammar": "root ::= \"a\""}),
+                Some(GrammarSpec::Gbnf("root ::= \"a\"".into())),
             ),
             (
                 json!({"guided_regex": "[0-9]+"}),

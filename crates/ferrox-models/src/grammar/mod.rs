@@ -3,6 +3,7 @@
 //! per-request [`Constraint`] that says, before each sampling step, which tokens
 //! may come next.
 //!
+//! * GBNF grammars (llama.cpp's) are rewritten into Lark first ([`GrammarSpec::grammar`]).
 //! * [`Grammars`] is built once per model: the tokenizer's vocabulary as
 //!   `llguidance`'s token trie (control tokens marked special, so text never
 //!   matches them; the end-of-generation tokens are its EOS set).
@@ -14,6 +15,8 @@
 //!
 //! When the grammar is complete and nothing may follow, the mask allows only the
 //! end-of-generation tokens, so the request stops by the ordinary stop rules.
+
+mod gbnf;
 
 use std::sync::Arc;
 
@@ -35,8 +38,22 @@ pub enum GrammarSpec {
     JsonSchema { schema: Value, strict: bool },
     /// A grammar in llguidance's Lark syntax.
     Lark(String),
+    /// A grammar in llama.cpp's GBNF (rewritten into Lark).
+    Gbnf(String),
     /// A regular expression the whole output must match.
     Regex(String),
+}
+
+impl GrammarSpec {
+    /// A grammar given as text: GBNF when it defines rules with `name ::=`, else
+    /// llguidance's Lark.
+    pub fn grammar(text: &str) -> GrammarSpec {
+        if gbnf::looks_like_gbnf(text) {
+            GrammarSpec::Gbnf(text.to_string())
+        } else {
+            GrammarSpec::Lark(text.to_string())
+        }
+    }
 }
 
 /// Why a grammar cannot constrain a request.
@@ -139,6 +156,10 @@ impl Grammars {
                 TopLevelGrammar::from_json_schema(with_options(schema.clone(), *strict)),
             ),
             GrammarSpec::Lark(g) => ("grammar", TopLevelGrammar::from_lark(g.clone())),
+            GrammarSpec::Gbnf(g) => (
+                "GBNF grammar",
+                TopLevelGrammar::from_lark(gbnf::to_lark(g)?),
+            ),
             GrammarSpec::Regex(r) => ("regular expression", TopLevelGrammar::from_regex(r)),
         };
         let compile_error = |reason: String| GrammarError::Compile { what, reason };
