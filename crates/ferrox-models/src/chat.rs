@@ -11,17 +11,25 @@
 //! Invariant: a template that fails to parse or render is an error naming the
 //! template line, never a panic or a silently different prompt.
 
+use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, Value, syntax::SyntaxConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ModelError;
 use crate::hparams::Architecture;
+use crate::tools::{Tool, ToolCall, ToolFormat, builtin_messages};
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant message's calls to tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// A `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -30,7 +38,31 @@ impl ChatMessage {
         ChatMessage {
             role: role.to_string(),
             content: content.to_string(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+
+    /// The message as templates see it (OpenAI's shape, as `transformers` passes
+    /// it): `tool_calls` only when there are some, since templates test for the
+    /// key itself.
+    fn template_value(&self) -> Value {
+        let mut pairs = vec![
+            ("role", Value::from(self.role.as_str())),
+            ("content", Value::from(self.content.as_str())),
+        ];
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<serde_json::Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| serde_json::json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                .collect();
+            pairs.push(("tool_calls", Value::from(minijinja::value::Serde(&calls))));
+        }
+        if let Some(id) = &self.tool_call_id {
+            pairs.push(("tool_call_id", Value::from(id.as_str())));
+        }
+        Value::from_pairs(pairs)
     }
 }
 
@@ -43,6 +75,9 @@ pub enum ChatTemplate {
         env: Box<Environment<'static>>,
         bos: String,
         eos: String,
+        /// The tool-call format, when the template renders tools in one ferrox
+        /// parses.
+        tools: Option<ToolFormat>,
     },
     /// The built-in Gemma turn format.
     GemmaTurns,
@@ -65,21 +100,74 @@ fn template_error(e: &Error) -> ModelError {
     ModelError::ChatTemplate(msg)
 }
 
-fn tojson(value: Value, indent: Option<usize>) -> Result<Value, Error> {
+/// `tojson` as `transformers` defines it: `json.dumps` without HTML escaping and
+/// with non-ASCII kept, taking `indent` (positional or by name); `sort_keys` and
+/// `ensure_ascii` by name too.
+fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
     let bad =
         |e: serde_json::Error| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}"));
+    let indent: Option<usize> = match indent {
+        Some(v) if !v.is_none() => Some(usize::try_from(v)?),
+        _ => kwargs.get::<Option<usize>>("indent")?,
+    };
+    let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    let _ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let mut json = serde_json::to_value(&value).map_err(bad)?;
+    if sort_keys {
+        json = sorted(json);
+    }
     let s = match indent {
         Some(n) => {
             let mut buf = Vec::new();
             let indent_str = " ".repeat(n);
             let fmt = serde_json::ser::PrettyFormatter::with_indent(indent_str.as_bytes());
             let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-            value.serialize(&mut ser).map_err(bad)?;
+            json.serialize(&mut ser).map_err(bad)?;
             String::from_utf8(buf).expect("JSON is UTF-8")
         }
-        None => serde_json::to_string(&value).map_err(bad)?,
+        None => python_json(&json),
     };
     Ok(Value::from_safe_string(s))
+}
+
+/// `json` with every object's keys sorted.
+fn sorted(json: serde_json::Value) -> serde_json::Value {
+    match json {
+        serde_json::Value::Object(m) => {
+            let mut entries: Vec<(String, serde_json::Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        serde_json::Value::Array(a) => {
+            serde_json::Value::Array(a.into_iter().map(sorted).collect())
+        }
+        v => v,
+    }
+}
+
+/// `json` as Python's `json.dumps` writes it by default: `", "` and `": "`.
+fn python_json(json: &serde_json::Value) -> String {
+    match json {
+        serde_json::Value::Object(m) => {
+            let items: Vec<String> = m
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{}: {}",
+                        serde_json::Value::String(k.clone()),
+                        python_json(v)
+                    )
+                })
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        serde_json::Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(python_json).collect();
+            format!("[{}]", items.join(", "))
+        }
+        v => v.to_string(),
+    }
 }
 
 impl ChatTemplate {
@@ -111,10 +199,16 @@ impl ChatTemplate {
         });
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| template_error(&e))?;
+        let reads_tools = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| template_error(&e))?
+            .undeclared_variables(false)
+            .contains("tools");
         Ok(ChatTemplate::Jinja {
             env: Box::new(env),
             bos: bos.to_string(),
             eos: eos.to_string(),
+            tools: ToolFormat::of_template(source).filter(|_| reads_tools),
         })
     }
 
@@ -135,19 +229,57 @@ impl ChatTemplate {
         }
     }
 
+    /// How the model writes tool calls: the template's format, else the built-in
+    /// one (Hermes, described in the system prompt).
+    pub fn tool_format(&self) -> ToolFormat {
+        match self {
+            ChatTemplate::Jinja { tools: Some(f), .. } => *f,
+            _ => ToolFormat::Hermes,
+        }
+    }
+
     /// Renders `messages` into a prompt; `add_generation_prompt` opens the assistant turn.
     pub fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// Renders `messages` offering `tools`: through the template when it renders
+    /// tools in a format ferrox parses, else in the built-in format.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Tool],
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        let uses_history_tools = messages
+            .iter()
+            .any(|m| !m.tool_calls.is_empty() || m.role == "tool");
+        let builtin = (!tools.is_empty() || uses_history_tools)
+            && !matches!(self, ChatTemplate::Jinja { tools: Some(_), .. });
+        if builtin {
+            // A template without a system role gets the tools in the first user turn.
+            let rewritten = builtin_messages(messages, tools, true);
+            return self
+                .render_with_tools(&rewritten, &[], add_generation_prompt)
+                .or_else(|_| {
+                    let rewritten = builtin_messages(messages, tools, false);
+                    self.render_with_tools(&rewritten, &[], add_generation_prompt)
+                });
+        }
         match self {
-            ChatTemplate::Jinja { env, bos, eos } => {
+            ChatTemplate::Jinja { env, bos, eos, .. } => {
                 let t = env
                     .get_template(TEMPLATE_NAME)
                     .map_err(|e| template_error(&e))?;
+                let tools: Option<Vec<serde_json::Value>> =
+                    (!tools.is_empty()).then(|| tools.iter().map(Tool::template_value).collect());
                 let ctx = minijinja::context! {
-                    messages => messages.iter().map(|m| Value::from_pairs([("role", m.role.as_str()), ("content", m.content.as_str())])).collect::<Vec<Value>>(),
+                    messages => messages.iter().map(ChatMessage::template_value).collect::<Vec<Value>>(),
+                    tools => tools.map(|t| Value::from(minijinja::value::Serde(&t))),
                     add_generation_prompt => add_generation_prompt,
                     bos_token => bos,
                     eos_token => eos,
@@ -168,10 +300,21 @@ pub fn encode_chat(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>, ModelError> {
+    encode_chat_with_tools(template, tokenizer, messages, &[], add_generation_prompt)
+}
+
+/// [`encode_chat`] offering `tools`.
+pub fn encode_chat_with_tools(
+    template: Option<&ChatTemplate>,
+    tokenizer: &crate::tokenizer::Tokenizer,
+    messages: &[ChatMessage],
+    tools: &[Tool],
+    add_generation_prompt: bool,
+) -> Result<Vec<u32>, ModelError> {
     let template = template.ok_or_else(|| {
         ModelError::ChatTemplate("the model has no chat template; send a raw prompt instead".into())
     })?;
-    let text = template.render(messages, add_generation_prompt)?;
+    let text = template.render_with_tools(messages, tools, add_generation_prompt)?;
     let starts_with_bos = tokenizer
         .bos()
         .is_some_and(|b| text.starts_with(&tokenizer.decode(&[b], true)));

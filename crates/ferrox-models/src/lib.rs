@@ -25,6 +25,7 @@ pub mod model;
 pub mod sampler;
 pub mod testing;
 pub mod tokenizer;
+pub mod tools;
 pub mod transformer;
 pub mod weights;
 

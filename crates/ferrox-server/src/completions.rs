@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
+use ferrox_models::tools::{ToolCall, ToolFormat, ToolStream};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{Value, json};
 
@@ -24,6 +25,7 @@ use crate::error::ApiError;
 use crate::request::{PromptInput, ValidRequest, parse_chat, parse_completion};
 use crate::request_log::{RequestLog, Route, SharedLog, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
+use crate::tool_request::ToolChoice;
 
 /// Which endpoint.
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -68,9 +70,10 @@ pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError>
 
 /// Tokenizes each prompt of a request.
 fn prompts(st: &AppState, req: &ValidRequest) -> Result<Vec<Vec<u32>>, ApiError> {
+    let tools = req.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
     Ok(match &req.prompt {
         PromptInput::Chat(msgs) => vec![
-            st.model_chat_ids(msgs)
+            st.model_chat_ids_with_tools(msgs, tools)
                 .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?,
         ],
         PromptInput::Text(texts) => texts
@@ -91,7 +94,12 @@ async fn prepare(
     let st = Arc::clone(st);
     tokio::task::spawn_blocking(move || {
         let prompts = prompts(&st, &req)?;
-        if let Some(spec) = &req.grammar {
+        let forced = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto);
+        let spec = match forced {
+            Some(t) => Some(st.tool_format().call_grammar(&t.callable(), t.parallel)),
+            None => req.grammar.clone(),
+        };
+        if let Some(spec) = &spec {
             req.params.grammar = Some(Arc::new(st.compile_grammar(spec)?));
         }
         Ok((req, prompts))
@@ -166,9 +174,11 @@ async fn handle(
         prompt_text,
     );
     if req.stream {
-        Ok(sse(st, kind, id, streams, req.include_usage, log).into_response())
+        let tools = req.tools.as_ref().map(|_| st.tool_format());
+        Ok(sse(st, kind, id, streams, req.include_usage, log, tools).into_response())
     } else {
-        Ok(collect_within(st, kind, id, streams, log).await)
+        let tools = req.tools.as_ref().map(|_| st.tool_format());
+        Ok(collect_within(st, kind, id, streams, log, tools).await)
     }
 }
 
@@ -180,11 +190,13 @@ async fn collect_within(
     id: String,
     streams: Vec<RequestStream>,
     mut log: RequestLog,
+    tools: Option<ToolFormat>,
 ) -> Response {
     let Some(limit) = st.limits.request_timeout else {
-        return collect(&st, kind, id, streams, &mut log).await;
+        return collect(&st, kind, id, streams, &mut log, tools).await;
     };
-    let answer = tokio::time::timeout(limit, collect(&st, kind, id, streams, &mut log)).await;
+    let answer =
+        tokio::time::timeout(limit, collect(&st, kind, id, streams, &mut log, tools)).await;
     answer.unwrap_or_else(|_| {
         log.timed_out();
         not_a_refusal(request_timeout(limit).into_response())
@@ -263,6 +275,50 @@ fn logprobs_value(st: &AppState, kind: Kind, entries: &[(u32, TokenLogprob, usiz
     }
 }
 
+/// Fresh call ids in `format`'s style.
+fn call_ids(format: ToolFormat) -> impl FnMut() -> String {
+    let mut n = 0;
+    move || {
+        n += 1;
+        format.call_id(n)
+    }
+}
+
+/// OpenAI's `tool_calls`: the arguments as JSON text.
+fn tool_calls_value(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.to_string()}}))
+        .collect()
+}
+
+/// The stream chunks of `calls`, as OpenAI streams them: the id and name first,
+/// then the arguments in pieces.
+fn tool_call_chunks(
+    id: &str,
+    model: &str,
+    created: u64,
+    index: usize,
+    calls: &[ToolCall],
+) -> Vec<Value> {
+    let delta = |d: Value| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+               "choices": [{"index": index, "delta": {"tool_calls": [d]}, "finish_reason": null, "logprobs": null}]})
+    };
+    let mut out = Vec::new();
+    for (k, c) in calls.iter().enumerate() {
+        out.push(delta(json!({"index": k, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}})));
+        let args = c.arguments.to_string();
+        let chars: Vec<char> = args.chars().collect();
+        for piece in chars.chunks(chars.len().div_ceil(3).max(1)) {
+            out.push(delta(
+                json!({"index": k, "function": {"arguments": piece.iter().collect::<String>()}}),
+            ));
+        }
+    }
+    out
+}
+
 fn add_usage(total: &mut Usage, u: &Usage) {
     total.prompt_tokens += u.prompt_tokens;
     total.completion_tokens += u.completion_tokens;
@@ -285,6 +341,7 @@ async fn collect(
     id: String,
     streams: Vec<RequestStream>,
     log: &mut RequestLog,
+    tools: Option<ToolFormat>,
 ) -> Response {
     let mut choices = Vec::new();
     let mut total = Usage::default();
@@ -328,7 +385,26 @@ async fn collect(
         } else {
             Value::Null
         };
+        let calls = match tools {
+            Some(format) if kind == Kind::Chat => {
+                let (content, calls) = format.parse(&text, &mut call_ids(format));
+                if !calls.is_empty() {
+                    text = content;
+                }
+                calls
+            }
+            _ => Vec::new(),
+        };
+        let reason = if calls.is_empty() {
+            reason
+        } else {
+            Some("tool_calls")
+        };
         choices.push(match kind {
+            Kind::Chat if !calls.is_empty() => {
+                let content = (!text.is_empty()).then_some(text);
+                json!({"index": index, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls_value(&calls)}, "finish_reason": reason, "logprobs": logprobs})
+            }
             Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": logprobs}),
             Kind::Text => json!({"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}),
         });
@@ -415,6 +491,7 @@ fn sse(
     streams: Vec<RequestStream>,
     include_usage: bool,
     log: RequestLog,
+    tools: Option<ToolFormat>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let created = now();
     let n = streams.len();
@@ -431,6 +508,10 @@ fn sse(
     let log = log.shared();
     let log_tail = log.clone();
     let mut announced = vec![false; n];
+    // With tools, text that may be a call is held back until the end.
+    let mut held: Vec<Option<ToolStream>> = (0..n)
+        .map(|_| tools.filter(|_| kind == Kind::Chat).map(ToolStream::new))
+        .collect();
     let (mut done, mut total) = (0usize, Usage::default());
     // After an error event the stream ends: no more chunks and no `[DONE]`, so
     // no client mistakes a cut-off for a complete answer (S18).
@@ -462,6 +543,10 @@ fn sse(
                 }
                 Event::Token { id: tok, text, logprob } => {
                     announced[i] = true;
+                    let text = match &mut held[i] {
+                        Some(h) => h.push(&text),
+                        None => text,
+                    };
                     let lp = match &logprob {
                         Some(lp) => logprobs_value(&st, kind, &[(tok, lp.clone(), 0)]),
                         None => Value::Null,
@@ -472,11 +557,22 @@ fn sse(
                 }
                 Event::Finished { reason, usage, text } => {
                     announced[i] = true;
+                    let (text, calls) = match held[i].take() {
+                        Some(mut h) => {
+                            let shown = h.push(&text);
+                            let mut ids = call_ids(h.format());
+                            let (rest, calls) = h.finish(&mut ids);
+                            (shown + &rest, calls)
+                        }
+                        None => (text, Vec::new()),
+                    };
                     if !text.is_empty() {
                         out.push(chunk(kind, &id, &model, created, i, Some(&text), first, None, Value::Null));
                     }
+                    out.extend(tool_call_chunks(&id, &model, created, i, &calls));
+                    let finish = if calls.is_empty() { reason.as_str() } else { "tool_calls" };
                     if reason != FinishReason::Cancelled {
-                        out.push(chunk(kind, &id, &model, created, i, None, false, Some(reason.as_str()), Value::Null));
+                        out.push(chunk(kind, &id, &model, created, i, None, false, Some(finish), Value::Null));
                     }
                     add_usage(&mut total, &usage);
                     done += 1;

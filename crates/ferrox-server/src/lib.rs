@@ -2,6 +2,7 @@
 //!
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
 //! * [`structured`]: the structured-output fields, into a grammar spec (pure).
+//! * [`tool_request`]: `tools`, `tool_choice` and the tool parts of messages (pure).
 //! * [`error`]: OpenAI-shaped errors; the only place refusals become statuses (S18).
 //! * [`completions`]: chat and text completions, JSON and SSE.
 //! * [`anthropic`]: Anthropic's Messages API (`POST /v1/messages`), JSON and SSE.
@@ -25,6 +26,7 @@ pub mod routes;
 pub mod serve;
 pub mod state;
 pub mod structured;
+pub mod tool_request;
 pub mod webui;
 
 pub use limits::Limits;

@@ -38,12 +38,12 @@ pub struct ValidRequest {
     pub include_usage: bool,
     /// The grammar the output must follow (compiled by the handler).
     pub grammar: Option<GrammarSpec>,
+    /// The tools offered (chat only).
+    pub tools: Option<crate::tool_request::ToolRequest>,
 }
 
 /// Parameters refused because ferrox would answer differently from what they ask.
-const UNSUPPORTED: [&str; 8] = [
-    "tools",
-    "tool_choice",
+const UNSUPPORTED: [&str; 6] = [
     "functions",
     "function_call",
     "suffix",
@@ -351,17 +351,15 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
             .as_object()
             .ok_or_else(|| ApiError::invalid(Some(&field), format!("{field} must be an object")))?;
         let role = match mo.get("role").and_then(Value::as_str) {
-            Some(r @ ("system" | "user" | "assistant" | "developer")) => {
-                if r == "developer" {
-                    "system"
-                } else {
-                    r
-                }
+            Some(r @ ("system" | "user" | "assistant" | "developer" | "tool")) => {
+                if r == "developer" { "system" } else { r }
             }
             Some(r) => {
                 return Err(ApiError::invalid(
                     Some(&field),
-                    format!("{field}.role {r:?} is not supported (system, user, assistant)"),
+                    format!(
+                        "{field}.role {r:?} is not supported (system, developer, user, assistant, tool)"
+                    ),
                 ));
             }
             None => {
@@ -399,10 +397,34 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
                 ));
             }
         };
+        let tool_calls = if role == "assistant" {
+            crate::tool_request::message_tool_calls(&field, mo)?
+        } else {
+            Vec::new()
+        };
+        let tool_call_id = match (role, mo.get("tool_call_id")) {
+            ("tool", Some(Value::String(id))) => Some(id.clone()),
+            ("tool", _) => {
+                return Err(ApiError::invalid(
+                    Some(&field),
+                    format!("{field}.tool_call_id must be the id of the call it answers"),
+                ));
+            }
+            _ => None,
+        };
         out.push(ChatMessage {
             role: role.to_string(),
             content,
+            tool_calls,
+            tool_call_id,
         });
+    }
+    let tools = crate::tool_request::tool_request(o)?;
+    if tools.is_some() && grammar.is_some() {
+        return Err(ApiError::invalid(
+            Some("tools"),
+            "give tools or an output constraint (response_format, grammar, ...), not both",
+        ));
     }
     Ok(ValidRequest {
         model,
@@ -412,6 +434,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         stream,
         include_usage,
         grammar,
+        tools,
     })
 }
 
@@ -426,6 +449,14 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         include_usage,
         model,
     } = common(o)?;
+    for f in ["tools", "tool_choice", "parallel_tool_calls"] {
+        if o.get(f).is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::invalid(
+                Some(f),
+                format!("{f} is for /v1/chat/completions; a raw prompt has no tools"),
+            ));
+        }
+    }
     params.logprobs = text_logprobs(o)?;
     let bad = || {
         ApiError::invalid(
@@ -466,6 +497,7 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         stream,
         include_usage,
         grammar,
+        tools: None,
     })
 }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use ferrox_engine::EngineHandle;
 use ferrox_models::chat::{ChatMessage, ChatTemplate};
 use ferrox_models::grammar::{Grammar, GrammarError, GrammarSpec, Grammars};
+use ferrox_models::tools::{Tool, ToolFormat};
 use ferrox_models::{ModelError, Tokenizer};
 
 use crate::auth::ApiKey;
@@ -98,6 +99,28 @@ impl AppState {
 
     /// Token ids of a conversation rendered by the model's chat template.
     pub fn model_chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ModelError> {
-        ferrox_models::chat::encode_chat(self.chat.as_ref(), &self.tokenizer, messages, true)
+        self.model_chat_ids_with_tools(messages, &[])
+    }
+
+    /// [`Self::model_chat_ids`] offering `tools`.
+    pub fn model_chat_ids_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Tool],
+    ) -> Result<Vec<u32>, ModelError> {
+        ferrox_models::chat::encode_chat_with_tools(
+            self.chat.as_ref(),
+            &self.tokenizer,
+            messages,
+            tools,
+            true,
+        )
+    }
+
+    /// How the served model writes tool calls.
+    pub fn tool_format(&self) -> ToolFormat {
+        self.chat
+            .as_ref()
+            .map_or(ToolFormat::Hermes, ChatTemplate::tool_format)
     }
 }
