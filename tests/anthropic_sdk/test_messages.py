@@ -91,7 +91,7 @@ def system_and_prefill(s):
     assert p.content[0].text and p.usage.input_tokens > b.usage.input_tokens, p
 
 
-@check("errors have Anthropic's types: unknown model, bad max_tokens, tools, wrong key")
+@check("errors have Anthropic's types: unknown model, bad max_tokens, server tools, temperature")
 def errors(s):
     c = client(s)
     try:
@@ -99,13 +99,40 @@ def errors(s):
         raise AssertionError("no 404")
     except anthropic.NotFoundError as e:
         assert e.body["error"]["type"] == "not_found_error", e.body
-    for kwargs in ({"max_tokens": 0}, {"max_tokens": 4, "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
+    for kwargs in ({"max_tokens": 0}, {"max_tokens": 4, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
                    {"max_tokens": 4, "extra_body": {"temperature": 1.5}}):
         try:
             c.messages.create(model=MODEL, messages=QUESTION, **kwargs)
             raise AssertionError(f"{kwargs} accepted")
         except anthropic.BadRequestError as e:
             assert e.body["type"] == "error" and e.body["error"]["type"] == "invalid_request_error", e.body
+
+
+WEATHER = {"name": "get_weather", "description": "Current weather of a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"]}}
+
+
+@check("tool use: a forced call is a valid tool_use block, streamed alike, and a tool_result loop ends in text")
+def tool_use(s):
+    import jsonschema
+
+    c = client(s)
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for choice in ({"type": "any", "disable_parallel_tool_use": True}, {"type": "tool", "name": "get_weather"}):
+        m = c.messages.create(model=MODEL, max_tokens=100, messages=ask, tools=[WEATHER], tool_choice=choice, extra_body={"temperature": 0})
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert m.stop_reason == "tool_use" and uses and uses[0].id.startswith("toolu_"), m
+        for u in uses:
+            assert u.name == "get_weather", u
+            jsonschema.validate(u.input, WEATHER["input_schema"])
+    with c.messages.stream(model=MODEL, max_tokens=100, messages=ask, tools=[WEATHER], tool_choice={"type": "any", "disable_parallel_tool_use": True}, extra_body={"temperature": 0}) as st:
+        final = st.get_final_message()
+    streamed = [(b.name, b.input) for b in final.content if b.type == "tool_use"]
+    assert final.stop_reason == "tool_use" and streamed == [(u.name, u.input) for u in uses[:1]], (final, uses)
+    history = ask + [{"role": "assistant", "content": [b.model_dump() for b in m.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "18 C and sunny"}]}]
+    answer = c.messages.create(model=MODEL, max_tokens=30, messages=history, tools=[WEATHER], tool_choice={"type": "none"}, extra_body={"temperature": 0})
+    assert answer.stop_reason in ("end_turn", "max_tokens") and answer.content[0].type == "text" and answer.content[0].text, answer
 
 
 @check("the API key is taken from x-api-key; a wrong one is an authentication_error")
@@ -128,7 +155,7 @@ def api_key(_):
 def main():
     s = Server()
     try:
-        for t in (plain, streamed, stop_sequence, system_and_prefill, errors):
+        for t in (plain, streamed, stop_sequence, system_and_prefill, errors, tool_use):
             t(s)
     finally:
         s.stop()

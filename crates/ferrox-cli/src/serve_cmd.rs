@@ -304,14 +304,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             format!("{b} blocks of {}, {} at peak", config.block_size, format_bytes(kv_peak))
         });
         ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace) }, stop, |addr| {
+            // One line, one write: a client that reads this line and closes the
+            // pipe must not make a second write fail.
+            let page = if webui { format!(", chat page at http://{addr}/") } else { String::new() };
             println!(
-                "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1; KV {blocks}, {} slots, {activations} activations)",
+                "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1{page}; KV {blocks}, {} slots, {activations} activations)",
                 path.display(),
                 config.max_seqs
             );
-            if webui {
-                println!("chat page at http://{addr}/");
-            }
         })
         .await?;
         Ok(())

@@ -111,6 +111,17 @@ fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, 
         _ => kwargs.get::<Option<usize>>("indent")?,
     };
     let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    let (item_sep, key_sep) = match separators.as_deref() {
+        None => (", ", ": "),
+        Some([item, key]) => (item.as_str(), key.as_str()),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators must be (item separator, key separator)",
+            ));
+        }
+    };
     let _ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
     let mut json = serde_json::to_value(&value).map_err(bad)?;
@@ -126,7 +137,7 @@ fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, 
             json.serialize(&mut ser).map_err(bad)?;
             String::from_utf8(buf).expect("JSON is UTF-8")
         }
-        None => python_json(&json),
+        None => python_json(&json, item_sep, key_sep),
     };
     Ok(Value::from_safe_string(s))
 }
@@ -146,25 +157,26 @@ fn sorted(json: serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// `json` as Python's `json.dumps` writes it by default: `", "` and `": "`.
-fn python_json(json: &serde_json::Value) -> String {
+/// `json` as Python's `json.dumps` writes it without an indent, with these
+/// separators (by default `", "` and `": "`).
+fn python_json(json: &serde_json::Value, item_sep: &str, key_sep: &str) -> String {
     match json {
         serde_json::Value::Object(m) => {
             let items: Vec<String> = m
                 .iter()
                 .map(|(k, v)| {
-                    format!(
-                        "{}: {}",
-                        serde_json::Value::String(k.clone()),
-                        python_json(v)
-                    )
+                    let key = serde_json::Value::String(k.clone());
+                    format!("{key}{key_sep}{}", python_json(v, item_sep, key_sep))
                 })
                 .collect();
-            format!("{{{}}}", items.join(", "))
+            format!("{{{}}}", items.join(item_sep))
         }
         serde_json::Value::Array(a) => {
-            let items: Vec<String> = a.iter().map(python_json).collect();
-            format!("[{}]", items.join(", "))
+            let items: Vec<String> = a
+                .iter()
+                .map(|v| python_json(v, item_sep, key_sep))
+                .collect();
+            format!("[{}]", items.join(item_sep))
         }
         v => v.to_string(),
     }
@@ -371,6 +383,24 @@ mod tests {
     }
 
     #[test]
+    fn tojson_takes_python_json_dumps_options() {
+        let src = "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':')) }}|{{ x | tojson(sort_keys=true) }}";
+        let t = ChatTemplate::jinja(src, "", "").unwrap();
+        let ChatTemplate::Jinja { env, .. } = &t else {
+            panic!()
+        };
+        let out = env
+            .get_template(TEMPLATE_NAME)
+            .unwrap()
+            .render(minijinja::context! { x => Value::from(minijinja::value::Serde(serde_json::json!({"b": [1, 2], "a": "é"}))) })
+            .unwrap();
+        assert_eq!(
+            out,
+            "{\"b\": [1, 2], \"a\": \"é\"}|{\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": \"é\"\n}|{\"b\":[1,2],\"a\":\"é\"}|{\"a\": \"é\", \"b\": [1, 2]}"
+        );
+    }
+
+    #[test]
     fn hugging_face_idioms_render() {
         let src = "{% for m in messages %}{% if m.content.strip().startswith('x') %}{{ m | tojson }}{% endif %}\n{% endfor %}{{ bos_token }}";
         let t = ChatTemplate::jinja(src, "<s>", "</s>").unwrap();
@@ -383,7 +413,8 @@ mod tests {
                 false,
             )
             .unwrap();
-        assert_eq!(out, "{\"role\":\"user\",\"content\":\" x<&>\"}<s>");
+        // transformers' tojson is json.dumps: ", " and ": " separators.
+        assert_eq!(out, "{\"role\": \"user\", \"content\": \" x<&>\"}<s>");
     }
 
     #[test]

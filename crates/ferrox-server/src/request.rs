@@ -2,9 +2,10 @@
 //! [`ValidRequest`] or an [`ApiError`] naming the field out.
 //!
 //! Invariants: every field is type-checked with a message naming it; parameters
-//! ferrox does not implement and that would change the answer (`n > 1`, `tools`,
-//! `logprobs`, ...) are refused, never silently ignored; fields that change nothing
-//! (`user`, `metadata`, ...) are accepted.
+//! ferrox does not implement and that would change the answer (`n > 1`, `echo`,
+//! `functions`, ...) are refused, never silently ignored; fields that change
+//! nothing (`user`, `metadata`, ...) are accepted. The output-constraint fields
+//! are read by [`crate::structured`], the tool fields by [`crate::tool_request`].
 
 use ferrox_engine::GenerationParams;
 use ferrox_models::chat::ChatMessage;
@@ -533,7 +534,13 @@ mod tests {
         assert_eq!(with("n", json!(2)).as_deref(), Some("n"));
         assert_eq!(
             with("tools", json!([{"type": "function"}])).as_deref(),
-            Some("tools")
+            Some("tools[0]"),
+            "a tool without a function"
+        );
+        assert_eq!(
+            with("functions", json!([{"name": "f"}])).as_deref(),
+            Some("functions"),
+            "the legacy functions field is refused"
         );
         assert_eq!(
             with("top_logprobs", json!(3)).as_deref(),

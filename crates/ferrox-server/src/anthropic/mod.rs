@@ -2,17 +2,21 @@
 //! and sampler as the OpenAI routes. Bodies are parsed into typed structs at the
 //! edge; responses and stream events are typed too.
 //!
-//! Field policy: `model`, `max_tokens`, `messages` (text content, as a string or
-//! `text` blocks), `system`, `stop_sequences`, `temperature` (0..=1), `top_p`,
-//! `top_k` and `stream` are implemented (the sampling fields are gone from the
-//! newest SDKs' signatures, which send them through `extra_body`); `metadata`,
-//! `service_tier`, `speed`, `inference_geo`, `cache_control` (the prefix cache is
-//! automatic), `diagnostics`, `user_profile_id` and `workspace_id` are accepted
-//! and mean nothing here; `tools`, `tool_choice`, `thinking`, `output_config` and
-//! `container` are refused by name until tool use and structured output land;
-//! any other field is refused.
+//! Field policy: `model`, `max_tokens`, `messages` (text as a string or `text`
+//! blocks, `tool_use` and `tool_result` blocks), `system`, `stop_sequences`,
+//! `temperature` (0..=1), `top_p`, `top_k`, `stream`, `tools` (custom tools with
+//! an `input_schema`) and `tool_choice` (`auto`, `any`, `tool`, `none`, with
+//! `disable_parallel_tool_use`) are implemented, on the chat completions' tool
+//! machinery (the sampling fields are gone from the newest SDKs' signatures,
+//! which send them through `extra_body`); `metadata`, `service_tier`, `speed`,
+//! `inference_geo`, `cache_control` (the prefix cache is automatic),
+//! `diagnostics`, `user_profile_id` and `workspace_id` are accepted and mean
+//! nothing here; server tools, `thinking`, `output_config` and `container` are
+//! refused by name; any other field is refused.
 //!
-//! A last message from the assistant is a prefill: the answer continues it.
+//! A last message from the assistant is a prefill: the answer continues it. Calls
+//! come back as `tool_use` blocks with `stop_reason: "tool_use"`; a stream sends
+//! each after the text block, its input as `input_json_delta` pieces.
 //! Streams follow Anthropic's event sequence (`message_start`,
 //! `content_block_start`, `ping`, `content_block_delta`..., `content_block_stop`,
 //! `message_delta`, `message_stop`); a failure after the start is an `error`
@@ -36,13 +40,17 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
+use ferrox_models::tools::{ToolCall, ToolFormat, ToolStream};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
-use request::parse;
+use crate::tool_request::ToolChoice;
+use ferrox_engine::GenerationParams;
+use request::{Valid, parse};
 
 /// An error answered in Anthropic's shape.
 pub struct AnthropicError(pub ApiError);
@@ -120,18 +128,56 @@ impl IntoResponse for AnthropicError {
     }
 }
 
-/// A text content block.
+/// A content block of the answer.
 #[derive(Serialize)]
-struct TextBlock {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    text: String,
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ContentBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
 }
 
-impl TextBlock {
-    fn new(text: String) -> TextBlock {
-        TextBlock { kind: "text", text }
+impl ContentBlock {
+    fn tool_use(c: ToolCall) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: c.id,
+            name: c.name,
+            input: c.arguments,
+        }
     }
+}
+
+/// Fresh tool-use ids: Anthropic's `toolu_` style, or the 9 characters
+/// Mistral's template requires.
+fn tool_use_ids(format: ToolFormat) -> impl FnMut() -> String {
+    let mut n = 0;
+    move || {
+        n += 1;
+        let id = format.call_id(n);
+        match format {
+            ToolFormat::Mistral => id,
+            _ => format!("toolu_{}", id.trim_start_matches("call_")),
+        }
+    }
+}
+
+/// The answer's blocks: its text, then its calls when tools are on offer.
+fn answer_blocks(text: String, tools: Option<ToolFormat>) -> Vec<ContentBlock> {
+    let (text, calls) = match tools {
+        Some(f) => f.parse(&text, &mut tool_use_ids(f)),
+        None => (text, Vec::new()),
+    };
+    let mut blocks = Vec::with_capacity(calls.len() + 1);
+    if !text.is_empty() || calls.is_empty() {
+        blocks.push(ContentBlock::Text { text });
+    }
+    blocks.extend(calls.into_iter().map(ContentBlock::tool_use));
+    blocks
 }
 
 #[derive(Serialize, Clone, Copy, Default)]
@@ -162,7 +208,7 @@ struct Message<'a> {
     kind: &'static str,
     role: &'static str,
     model: &'a str,
-    content: Vec<TextBlock>,
+    content: Vec<ContentBlock>,
     stop_reason: Option<&'static str>,
     stop_sequence: Option<&'a str>,
     usage: UsageOut,
@@ -177,11 +223,12 @@ fn stop_reason(reason: FinishReason, stops: &[String]) -> (&'static str, Option<
     }
 }
 
+/// What a `content_block_delta` adds.
 #[derive(Serialize)]
-struct TextDelta<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    text: &'a str,
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Delta<'a> {
+    TextDelta { text: &'a str },
+    InputJsonDelta { partial_json: &'a str },
 }
 
 #[derive(Serialize)]
@@ -199,12 +246,12 @@ enum StreamEvent<'a> {
     },
     ContentBlockStart {
         index: usize,
-        content_block: TextBlock,
+        content_block: ContentBlock,
     },
     Ping,
     ContentBlockDelta {
         index: usize,
-        delta: TextDelta<'a>,
+        delta: Delta<'a>,
     },
     ContentBlockStop {
         index: usize,
@@ -271,19 +318,16 @@ async fn handle(
     if !st.serves(&req.model) {
         return Err(ApiError::model_not_found(&req.model, &st.model_id));
     }
-    let mut ids = st
-        .model_chat_ids(&req.messages)
-        .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
-    if let Some(p) = &req.prefill {
-        ids.extend(st.tokenizer.encode(p, false, true));
-    }
+    let tools = req.tools.as_ref().map(|_| st.tool_format());
+    let (mut req, ids) = prepare(&st, req).await?;
     let n = ids.len();
     let stops = req.params.stop.clone();
     let prompt_text = RequestLog::prompt_text(&st, std::slice::from_ref(&ids));
     let started = Instant::now();
+    let params = std::mem::replace(&mut req.params, GenerationParams::greedy(1));
     let stream = st
         .engine
-        .submit(ids, req.params)
+        .submit(ids, params)
         .map_err(|e| ApiError::from_submit(e, n))?;
     let id = unique_id("msg_", stream.id());
     let log = RequestLog::new(
@@ -295,25 +339,55 @@ async fn handle(
         &[n],
         prompt_text,
     );
+    let answer = Answer { id, stops, tools };
     if req.stream {
-        return Ok(sse(st, id, stream, n, stops, log).into_response());
+        return Ok(sse(st, answer, stream, n, log).into_response());
     }
-    Ok(collect_within(st, id, stream, stops, log).await)
+    Ok(collect_within(st, answer, stream, log).await)
+}
+
+/// What the response needs to know of its request.
+struct Answer {
+    id: String,
+    stops: Vec<String>,
+    /// The tool-call format, when tools are on offer.
+    tools: Option<ToolFormat>,
+}
+
+/// Renders and tokenizes the conversation and compiles a forced tool call's
+/// grammar, on a blocking thread (CPU work off the async runtime).
+async fn prepare(st: &Arc<AppState>, mut req: Valid) -> Result<(Valid, Vec<u32>), ApiError> {
+    let st = Arc::clone(st);
+    tokio::task::spawn_blocking(move || {
+        let offered = req.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
+        let mut ids = st
+            .model_chat_ids_with_tools(&req.messages, offered)
+            .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+        if let Some(p) = &req.prefill {
+            ids.extend(st.tokenizer.encode(p, false, true));
+        }
+        if let Some(t) = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto) {
+            let spec = st.tool_format().call_grammar(&t.callable(), t.parallel);
+            req.params.grammar = Some(Arc::new(st.compile_grammar(&spec)?));
+        }
+        Ok((req, ids))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
 }
 
 /// [`collect`] under `--request-timeout`: on timeout the stream is dropped, which
 /// cancels the request, and the answer is a 504.
 async fn collect_within(
     st: Arc<AppState>,
-    id: String,
+    answer: Answer,
     stream: RequestStream,
-    stops: Vec<String>,
     mut log: RequestLog,
 ) -> Response {
     let Some(limit) = st.limits.request_timeout else {
-        return collect(&st, id, stream, stops, &mut log).await;
+        return collect(&st, answer, stream, &mut log).await;
     };
-    let answer = tokio::time::timeout(limit, collect(&st, id, stream, stops, &mut log)).await;
+    let answer = tokio::time::timeout(limit, collect(&st, answer, stream, &mut log)).await;
     answer.unwrap_or_else(|_| {
         log.timed_out();
         let err = crate::completions::request_timeout(limit);
@@ -323,9 +397,8 @@ async fn collect_within(
 
 async fn collect(
     st: &AppState,
-    id: String,
+    answer: Answer,
     mut stream: RequestStream,
-    stops: Vec<String>,
     log: &mut RequestLog,
 ) -> Response {
     let mut text = String::new();
@@ -340,13 +413,20 @@ async fn collect(
                 text: t,
             } => {
                 text.push_str(&t);
-                let (stop_reason, stop_sequence) = stop_reason(reason, &stops);
+                let (mut stop_reason, stop_sequence) = stop_reason(reason, &answer.stops);
+                let content = answer_blocks(text, answer.tools);
+                if content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+                {
+                    stop_reason = "tool_use";
+                }
                 return axum::Json(Message {
-                    id: &id,
+                    id: &answer.id,
                     kind: "message",
                     role: "assistant",
                     model: &st.model_id,
-                    content: vec![TextBlock::new(text)],
+                    content,
                     stop_reason: Some(stop_reason),
                     stop_sequence,
                     usage: UsageOut::from(&usage),
@@ -388,7 +468,9 @@ fn opening(id: &str, model: &str, prompt_tokens: usize) -> Vec<SseEvent> {
     };
     let block = StreamEvent::ContentBlockStart {
         index: 0,
-        content_block: TextBlock::new(String::new()),
+        content_block: ContentBlock::Text {
+            text: String::new(),
+        },
     };
     [start, block, StreamEvent::Ping]
         .iter()
@@ -396,59 +478,126 @@ fn opening(id: &str, model: &str, prompt_tokens: usize) -> Vec<SseEvent> {
         .collect()
 }
 
-/// The SSE events of one engine event.
-fn events_of(e: Event, stops: &[String]) -> Vec<SseEvent> {
-    let delta = |text: &str| {
+/// A stream's state: the text block is index 0; with tools, text that may be a
+/// call is held back and the calls become `tool_use` blocks at the end.
+struct Streamer {
+    stops: Vec<String>,
+    held: Option<ToolStream>,
+}
+
+impl Streamer {
+    fn text_delta(text: &str) -> SseEvent {
         StreamEvent::ContentBlockDelta {
             index: 0,
-            delta: TextDelta {
-                kind: "text_delta",
-                text,
-            },
+            delta: Delta::TextDelta { text },
         }
         .sse()
-    };
-    match e {
-        Event::Admitted => Vec::new(),
-        Event::Token { text, .. } if text.is_empty() => Vec::new(),
-        Event::Token { text, .. } => vec![delta(&text)],
-        Event::Finished {
-            reason,
-            usage,
-            text,
-        } => {
-            let (stop_reason, stop_sequence) = stop_reason(reason, stops);
-            let mut out: Vec<SseEvent> = (!text.is_empty())
-                .then(|| delta(&text))
-                .into_iter()
-                .collect();
-            out.extend([
-                StreamEvent::ContentBlockStop { index: 0 }.sse(),
-                StreamEvent::MessageDelta {
-                    delta: MessageDeltaBody {
-                        stop_reason,
-                        stop_sequence,
-                    },
-                    usage: UsageOut::from(&usage),
-                }
-                .sse(),
-                StreamEvent::MessageStop.sse(),
-            ]);
-            out
-        }
-        Event::Failed(f) => vec![error_event(ApiError::from_failure(&f))],
     }
+
+    /// The SSE events of one engine event.
+    fn events(&mut self, e: Event) -> Vec<SseEvent> {
+        match e {
+            Event::Admitted => Vec::new(),
+            Event::Token { text, .. } => {
+                let text = match &mut self.held {
+                    Some(h) => h.push(&text),
+                    None => text,
+                };
+                (!text.is_empty())
+                    .then(|| Self::text_delta(&text))
+                    .into_iter()
+                    .collect()
+            }
+            Event::Finished {
+                reason,
+                usage,
+                text,
+            } => self.finished(reason, &usage, text),
+            Event::Failed(f) => vec![error_event(ApiError::from_failure(&f))],
+        }
+    }
+
+    fn finished(&mut self, reason: FinishReason, usage: &Usage, text: String) -> Vec<SseEvent> {
+        let (text, calls) = match self.held.take() {
+            Some(mut h) => {
+                let shown = h.push(&text);
+                let mut ids = tool_use_ids(h.format());
+                let (rest, calls) = h.finish(&mut ids);
+                (shown + &rest, calls)
+            }
+            None => (text, Vec::new()),
+        };
+        let (mut stop_reason, stop_sequence) = stop_reason(reason, &self.stops);
+        let mut out: Vec<SseEvent> = (!text.is_empty())
+            .then(|| Self::text_delta(&text))
+            .into_iter()
+            .collect();
+        out.push(StreamEvent::ContentBlockStop { index: 0 }.sse());
+        if !calls.is_empty() {
+            stop_reason = "tool_use";
+        }
+        for (k, c) in calls.into_iter().enumerate() {
+            out.extend(tool_use_events(k + 1, c));
+        }
+        out.extend([
+            StreamEvent::MessageDelta {
+                delta: MessageDeltaBody {
+                    stop_reason,
+                    stop_sequence,
+                },
+                usage: UsageOut::from(usage),
+            }
+            .sse(),
+            StreamEvent::MessageStop.sse(),
+        ]);
+        out
+    }
+}
+
+/// A `tool_use` block as a stream sends it: its start with an empty input, the
+/// input's JSON in pieces, its stop.
+fn tool_use_events(index: usize, c: ToolCall) -> Vec<SseEvent> {
+    let json = c.arguments.to_string();
+    let mut out = vec![
+        StreamEvent::ContentBlockStart {
+            index,
+            content_block: ContentBlock::ToolUse {
+                id: c.id,
+                name: c.name,
+                input: serde_json::json!({}),
+            },
+        }
+        .sse(),
+    ];
+    let chars: Vec<char> = json.chars().collect();
+    for piece in chars.chunks(chars.len().div_ceil(3).max(1)) {
+        let partial: String = piece.iter().collect();
+        out.push(
+            StreamEvent::ContentBlockDelta {
+                index,
+                delta: Delta::InputJsonDelta {
+                    partial_json: &partial,
+                },
+            }
+            .sse(),
+        );
+    }
+    out.push(StreamEvent::ContentBlockStop { index }.sse());
+    out
 }
 
 fn sse(
     st: Arc<AppState>,
-    id: String,
+    answer: Answer,
     stream: RequestStream,
     prompt_tokens: usize,
-    stops: Vec<String>,
     log: RequestLog,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let head = opening(&id, &st.model_id, prompt_tokens);
+    let head = opening(&answer.id, &st.model_id, prompt_tokens);
+    let mut streamer = Streamer {
+        stops: answer.stops,
+        held: answer.tools.map(ToolStream::new),
+    };
     let limit = st.limits.request_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));
     let timed_out_set = Arc::clone(&timed_out);
@@ -468,7 +617,7 @@ fn sse(
     .take_until(deadline)
     .flat_map(move |e| {
         log.on_event(0, &e);
-        stream::iter(events_of(e, &stops))
+        stream::iter(streamer.events(e))
     });
     // A request cut by the deadline ends with a timeout error event.
     let tail = stream::once(async move {

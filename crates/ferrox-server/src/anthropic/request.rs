@@ -10,6 +10,9 @@ use serde::de::IgnoredAny;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::ApiError;
+use crate::tool_request::{ToolChoice, ToolRequest};
+use ferrox_models::tools::{Tool, ToolCall};
+use serde_json::Value;
 
 /// A Messages request as the client sends it.
 #[derive(Debug, Deserialize)]
@@ -54,17 +57,54 @@ struct MessagesRequest {
     #[serde(default)]
     #[allow(dead_code)]
     workspace_id: Option<IgnoredAny>,
+    #[serde(default)]
+    tools: Vec<ToolIn>,
+    #[serde(default)]
+    tool_choice: Option<ToolChoiceIn>,
     /// Refused by name (see the module header).
-    #[serde(default)]
-    tools: Option<IgnoredAny>,
-    #[serde(default)]
-    tool_choice: Option<IgnoredAny>,
     #[serde(default)]
     thinking: Option<IgnoredAny>,
     #[serde(default)]
     output_config: Option<IgnoredAny>,
     #[serde(default)]
     container: Option<IgnoredAny>,
+}
+
+/// A tool the client offers: a function with an input schema. Anthropic's
+/// server tools (web search, code execution, ...) name another `type`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolIn {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    input_schema: Option<Value>,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    cache_control: Option<IgnoredAny>,
+}
+
+/// What the model may or must do with the tools.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum ToolChoiceIn {
+    Auto {
+        #[serde(default)]
+        disable_parallel_tool_use: bool,
+    },
+    Any {
+        #[serde(default)]
+        disable_parallel_tool_use: bool,
+    },
+    Tool {
+        name: String,
+        #[serde(default)]
+        disable_parallel_tool_use: bool,
+    },
+    None,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,7 +139,27 @@ enum Block {
         #[allow(dead_code)]
         cache_control: Option<IgnoredAny>,
     },
-    /// Images, documents, tool use and results: refused.
+    /// An assistant's call to a tool.
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+        #[serde(default)]
+        #[allow(dead_code)]
+        cache_control: Option<IgnoredAny>,
+    },
+    /// A user's result of a call.
+    ToolResult {
+        tool_use_id: String,
+        #[serde(default)]
+        content: Option<Content>,
+        #[serde(default)]
+        is_error: bool,
+        #[serde(default)]
+        #[allow(dead_code)]
+        cache_control: Option<IgnoredAny>,
+    },
+    /// Images and documents: refused.
     #[serde(other)]
     Other,
 }
@@ -111,17 +171,136 @@ impl Content {
             Content::Text(t) => Ok(t.clone()),
             Content::Blocks(blocks) => blocks
                 .iter()
+                .filter(|b| !matches!(b, Block::ToolUse { .. } | Block::ToolResult { .. }))
                 .map(|b| match b {
                     Block::Text { text, .. } => Ok(text.as_str()),
-                    Block::Other => Err(ApiError::invalid(
+                    _ => Err(ApiError::invalid(
                         Some(field),
-                        format!("{field}: only text content blocks are supported here (no images, documents or tool blocks)"),
+                        format!("{field}: only text and tool blocks are supported here (no images or documents)"),
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(|parts| parts.concat()),
         }
     }
+}
+
+impl Content {
+    /// The tool calls of an assistant message.
+    fn tool_uses(&self) -> Vec<ToolCall> {
+        let Content::Blocks(blocks) = self else {
+            return Vec::new();
+        };
+        blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolUse {
+                    id, name, input, ..
+                } => Some(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: input.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The tool results of a user message: the call id and the result's text
+    /// (an error result says so).
+    fn tool_results(&self, field: &str) -> Result<Vec<(String, String)>, ApiError> {
+        let Content::Blocks(blocks) = self else {
+            return Ok(Vec::new());
+        };
+        blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                    ..
+                } => Some((tool_use_id, content, is_error)),
+                _ => None,
+            })
+            .map(|(id, content, is_error)| {
+                let text = match content {
+                    Some(c) => c.text(field)?,
+                    None => String::new(),
+                };
+                let text = if *is_error {
+                    format!("error: {text}")
+                } else {
+                    text
+                };
+                Ok((id.clone(), text))
+            })
+            .collect()
+    }
+}
+
+/// `tools` and `tool_choice` as the chat completions machinery takes them.
+fn tool_request(req: &MessagesRequest) -> Result<Option<ToolRequest>, ApiError> {
+    let mut tools = Vec::with_capacity(req.tools.len());
+    for (i, t) in req.tools.iter().enumerate() {
+        let field = format!("tools.{i}");
+        if t.kind.as_deref().is_some_and(|k| k != "custom") {
+            return Err(ApiError::invalid(
+                Some(&field),
+                format!(
+                    "{field}: server tools ({}) are not supported here; give a custom tool with an input_schema",
+                    t.kind.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        let Some(schema @ Value::Object(_)) = &t.input_schema else {
+            return Err(ApiError::invalid(
+                Some(&field),
+                format!("{field}.input_schema must be a JSON schema object"),
+            ));
+        };
+        tools.push(Tool {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: schema.clone(),
+        });
+    }
+    let (choice, single) = match &req.tool_choice {
+        None => (ToolChoice::Auto, false),
+        Some(ToolChoiceIn::None) => return Ok(None),
+        Some(ToolChoiceIn::Auto {
+            disable_parallel_tool_use,
+        }) => (ToolChoice::Auto, *disable_parallel_tool_use),
+        Some(ToolChoiceIn::Any {
+            disable_parallel_tool_use,
+        }) => (ToolChoice::Required, *disable_parallel_tool_use),
+        Some(ToolChoiceIn::Tool {
+            name,
+            disable_parallel_tool_use,
+        }) => {
+            if !tools.iter().any(|t| &t.name == name) {
+                return Err(ApiError::invalid(
+                    Some("tool_choice"),
+                    format!("tool_choice names {name:?}, which is not in tools"),
+                ));
+            }
+            (ToolChoice::Named(name.clone()), *disable_parallel_tool_use)
+        }
+    };
+    if tools.is_empty() {
+        return match choice {
+            ToolChoice::Auto => Ok(None),
+            _ => Err(ApiError::invalid(
+                Some("tool_choice"),
+                "tool_choice requires a tool call, but no tools are given",
+            )),
+        };
+    }
+    Ok(Some(ToolRequest {
+        tools,
+        choice,
+        parallel: !single,
+    }))
 }
 
 /// A validated request: the conversation, an assistant prefill, the parameters.
@@ -131,14 +310,13 @@ pub(super) struct Valid {
     pub(super) prefill: Option<String>,
     pub(super) params: GenerationParams,
     pub(super) stream: bool,
+    pub(super) tools: Option<ToolRequest>,
 }
 
 pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
     let req: MessagesRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
     for (name, given) in [
-        ("tools", req.tools.is_some()),
-        ("tool_choice", req.tool_choice.is_some()),
         ("thinking", req.thinking.is_some()),
         ("output_config", req.output_config.is_some()),
         ("container", req.container.is_some()),
@@ -157,7 +335,15 @@ pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
         ));
     }
     let (messages, prefill) = conversation(&req)?;
+    let tools = tool_request(&req)?;
+    if tools.is_some() && prefill.is_some() {
+        return Err(ApiError::invalid(
+            Some("messages"),
+            "an assistant prefill cannot be combined with tools",
+        ));
+    }
     Ok(Valid {
+        tools,
         params: GenerationParams {
             max_tokens: req.max_tokens as usize,
             sampling: sampling(&req)?,
@@ -230,17 +416,28 @@ fn conversation(req: &MessagesRequest) -> Result<(Vec<ChatMessage>, Option<Strin
         }
     }
     for (i, m) in req.messages.iter().enumerate() {
-        let role = match m.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
-        out.push(ChatMessage::new(
-            role,
-            &m.content.text(&format!("messages.{i}.content"))?,
-        ));
+        let field = format!("messages.{i}.content");
+        let text = m.content.text(&field)?;
+        match m.role {
+            Role::User => {
+                for (id, result) in m.content.tool_results(&field)? {
+                    let mut r = ChatMessage::new("tool", &result);
+                    r.tool_call_id = Some(id);
+                    out.push(r);
+                }
+                if !text.is_empty() || m.content.tool_results(&field)?.is_empty() {
+                    out.push(ChatMessage::new("user", &text));
+                }
+            }
+            Role::Assistant => {
+                let mut a = ChatMessage::new("assistant", &text);
+                a.tool_calls = m.content.tool_uses();
+                out.push(a);
+            }
+        }
     }
-    let prefill = match req.messages.last().map(|m| m.role) {
-        Some(Role::Assistant) => out.pop().map(|m| m.content),
+    let prefill = match out.last() {
+        Some(m) if m.role == "assistant" && m.tool_calls.is_empty() => out.pop().map(|m| m.content),
         _ => None,
     };
     Ok((out, prefill))

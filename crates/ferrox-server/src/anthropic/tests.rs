@@ -32,8 +32,24 @@ fn a_request_becomes_a_conversation_with_its_system_prompt_and_prefill() {
 fn unsupported_or_malformed_fields_are_refused_by_name() {
     for (body, says) in [
         (
-            r#"{"model": "m", "max_tokens": 5, "messages": [], "tools": []}"#,
-            "tools",
+            r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled"}}"#,
+            "thinking",
+        ),
+        (
+            r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]}"#,
+            "server tools",
+        ),
+        (
+            r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}"#,
+            "input_schema",
+        ),
+        (
+            r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}], "tool_choice": {"type": "tool", "name": "g"}}"#,
+            "not in tools",
+        ),
+        (
+            r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "any"}}"#,
+            "no tools are given",
         ),
         (
             r#"{"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}"#,
@@ -61,7 +77,7 @@ fn unsupported_or_malformed_fields_are_refused_by_name() {
         ),
         (
             r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}"#,
-            "only text content blocks",
+            "only text and tool blocks",
         ),
     ] {
         let e = parsed(body)
