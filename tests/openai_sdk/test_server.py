@@ -82,6 +82,25 @@ def check(name):
     return wrap
 
 
+def run_suite(checks, *server_args):
+    """Runs `checks` against one server started with `server_args`, stops it,
+    prints the tally and exits non-zero when any failed."""
+    s = Server(*server_args)
+    try:
+        for t in checks:
+            t(s)
+    finally:
+        s.stop()
+    finish()
+
+
+def finish():
+    """Prints the tally of every check run and exits non-zero when any failed."""
+    failed = [r for r in RESULTS if r[1] is not None]
+    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed else 0)
+
+
 def wait_for(cond, what, timeout=60):
     t = time.time()
     while time.time() - t < timeout:
@@ -320,9 +339,7 @@ def main():
     api_key(None)
     model_identity(None)
     log_lines(None)
-    failed = [r for r in RESULTS if r[1] is not None]
-    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import openai  # noqa: E402
 import pydantic  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_server import RESULTS, Server, check  # noqa: E402
+from test_server import check, run_suite  # noqa: E402
 
 MODEL = "smollm2-135m"
 
@@ -133,6 +133,20 @@ def refusals(s):
             assert says in e.body["message"], e.body
 
 
+@check("reasoning fields: chat_template_kwargs reach the template; reasoning_effort is refused where the template has no knob")
+def reasoning_fields(s):
+    plain = ask(s, "Hi", temperature=0, max_tokens=8).choices[0].message
+    with_kwargs = ask(s, "Hi", temperature=0, max_tokens=8, extra_body={"chat_template_kwargs": {"enable_thinking": False}}).choices[0].message
+    assert with_kwargs.content == plain.content, (plain, with_kwargs)
+    assert getattr(plain, "reasoning_content", None) is None, plain
+    for kw, param in (({"reasoning_effort": "high"}, "reasoning_effort"), ({"extra_body": {"chat_template_kwargs": [1]}}, "chat_template_kwargs"), ({"extra_body": {"reasoning_effort": "max"}}, "reasoning_effort")):
+        try:
+            ask(s, "Hi", max_tokens=4, **kw)
+            raise AssertionError(f"no 400 for {kw}")
+        except openai.BadRequestError as e:
+            assert e.body["param"] == param, e.body
+
+
 @check("LangChain with_structured_output (json_schema) returns a validated Pydantic object")
 def langchain(s):
     from langchain_openai import ChatOpenAI
@@ -154,15 +168,7 @@ def litellm_check(s):
 
 
 def main():
-    s = Server()
-    try:
-        for t in (twenty_schemas, sdk_parse, json_object_and_stream, aliases, refusals, langchain, litellm_check):
-            t(s)
-    finally:
-        s.stop()
-    failed = [r for r in RESULTS if r[1] is not None]
-    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
-    sys.exit(1 if failed else 0)
+    run_suite((twenty_schemas, sdk_parse, json_object_and_stream, aliases, refusals, reasoning_fields, langchain, litellm_check))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import jsonschema  # noqa: E402
 import openai  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_server import RESULTS, Server, check  # noqa: E402
+from test_server import check, run_suite  # noqa: E402
 
 MODEL = "smollm2-135m"
 
@@ -164,15 +164,7 @@ def litellm_check(s):
 
 
 def main():
-    s = Server()
-    try:
-        for t in (required, named, loop, streamed, auto, refusals, langchain, litellm_check):
-            t(s)
-    finally:
-        s.stop()
-    failed = [r for r in RESULTS if r[1] is not None]
-    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
-    sys.exit(1 if failed else 0)
+    run_suite((required, named, loop, streamed, auto, refusals, langchain, litellm_check))
 
 
 if __name__ == "__main__":

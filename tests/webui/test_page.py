@@ -23,7 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "openai_sdk"))
-from test_server import RESULTS, Server, check, wait_for  # noqa: E402
+from test_server import Server, check, finish, wait_for  # noqa: E402
 
 KEY = "sesame"
 CONVERSATIONS = "return JSON.parse(localStorage.getItem('ferrox.conversations'))"
@@ -228,9 +228,7 @@ def main():
     finally:
         d.quit()
         s.stop()
-    failed = [r for r in RESULTS if r[1] is not None]
-    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -68,6 +68,9 @@ impl ChatMessage {
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// Extra variables for a chat template (`chat_template_kwargs`).
+pub type TemplateVars = serde_json::Map<String, serde_json::Value>;
+
 /// How a model's conversations become prompts.
 pub enum ChatTemplate {
     /// The file's own Jinja template.
@@ -78,6 +81,11 @@ pub enum ChatTemplate {
         /// The tool-call format, when the template renders tools in one ferrox
         /// parses.
         tools: Option<ToolFormat>,
+        /// The variables the template reads (`enable_thinking`,
+        /// `reasoning_effort`, ...).
+        reads: std::collections::BTreeSet<String>,
+        /// Whether the model thinks in `<think>` tags.
+        thinks: bool,
     },
     /// The built-in Gemma turn format.
     GemmaTurns,
@@ -211,16 +219,19 @@ impl ChatTemplate {
         });
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| template_error(&e))?;
-        let reads_tools = env
+        let reads: std::collections::BTreeSet<String> = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| template_error(&e))?
             .undeclared_variables(false)
-            .contains("tools");
+            .into_iter()
+            .collect();
         Ok(ChatTemplate::Jinja {
             env: Box::new(env),
             bos: bos.to_string(),
             eos: eos.to_string(),
-            tools: ToolFormat::of_template(source).filter(|_| reads_tools),
+            tools: ToolFormat::of_template(source).filter(|_| reads.contains("tools")),
+            thinks: crate::reasoning::template_thinks(source),
+            reads,
         })
     }
 
@@ -250,21 +261,35 @@ impl ChatTemplate {
         }
     }
 
+    /// Whether the template reads the variable `name` (a knob such as
+    /// `enable_thinking` or `reasoning_effort`).
+    pub fn reads(&self, name: &str) -> bool {
+        matches!(self, ChatTemplate::Jinja { reads, .. } if reads.contains(name))
+    }
+
+    /// Whether the model thinks in `<think>` tags before it answers.
+    pub fn thinks(&self) -> bool {
+        matches!(self, ChatTemplate::Jinja { thinks: true, .. })
+    }
+
     /// Renders `messages` into a prompt; `add_generation_prompt` opens the assistant turn.
     pub fn render(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
-        self.render_with_tools(messages, &[], add_generation_prompt)
+        self.render_with_tools(messages, &[], &TemplateVars::new(), add_generation_prompt)
     }
 
     /// Renders `messages` offering `tools`: through the template when it renders
-    /// tools in a format ferrox parses, else in the built-in format.
+    /// tools in a format ferrox parses, else in the built-in format. `vars` are
+    /// extra template variables (`chat_template_kwargs`); they cannot replace the
+    /// conversation, the tools or the special tokens.
     pub fn render_with_tools(
         &self,
         messages: &[ChatMessage],
         tools: &[Tool],
+        vars: &TemplateVars,
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
         let uses_history_tools = messages
@@ -276,10 +301,10 @@ impl ChatTemplate {
             // A template without a system role gets the tools in the first user turn.
             let rewritten = builtin_messages(messages, tools, true);
             return self
-                .render_with_tools(&rewritten, &[], add_generation_prompt)
+                .render_with_tools(&rewritten, &[], vars, add_generation_prompt)
                 .or_else(|_| {
                     let rewritten = builtin_messages(messages, tools, false);
-                    self.render_with_tools(&rewritten, &[], add_generation_prompt)
+                    self.render_with_tools(&rewritten, &[], vars, add_generation_prompt)
                 });
         }
         match self {
@@ -295,6 +320,7 @@ impl ChatTemplate {
                     add_generation_prompt => add_generation_prompt,
                     bos_token => bos,
                     eos_token => eos,
+                    ..Value::from(minijinja::value::Serde(vars))
                 };
                 t.render(ctx).map_err(|e| template_error(&e))
             }
@@ -312,7 +338,14 @@ pub fn encode_chat(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>, ModelError> {
-    encode_chat_with_tools(template, tokenizer, messages, &[], add_generation_prompt)
+    encode_chat_with_tools(
+        template,
+        tokenizer,
+        messages,
+        &[],
+        &TemplateVars::new(),
+        add_generation_prompt,
+    )
 }
 
 /// [`encode_chat`] offering `tools`.
@@ -321,12 +354,13 @@ pub fn encode_chat_with_tools(
     tokenizer: &crate::tokenizer::Tokenizer,
     messages: &[ChatMessage],
     tools: &[Tool],
+    vars: &TemplateVars,
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>, ModelError> {
     let template = template.ok_or_else(|| {
         ModelError::ChatTemplate("the model has no chat template; send a raw prompt instead".into())
     })?;
-    let text = template.render_with_tools(messages, tools, add_generation_prompt)?;
+    let text = template.render_with_tools(messages, tools, vars, add_generation_prompt)?;
     let starts_with_bos = tokenizer
         .bos()
         .is_some_and(|b| text.starts_with(&tokenizer.decode(&[b], true)));

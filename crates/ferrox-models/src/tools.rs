@@ -47,6 +47,19 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
+impl ToolCall {
+    /// The arguments' JSON text in the pieces a stream sends them in (three, or
+    /// fewer for short arguments): clients must reassemble them, as OpenAI's and
+    /// Anthropic's streams require.
+    pub fn argument_pieces(&self) -> Vec<String> {
+        let chars: Vec<char> = self.arguments.to_string().chars().collect();
+        chars
+            .chunks(chars.len().div_ceil(3).max(1))
+            .map(|p| p.iter().collect())
+            .collect()
+    }
+}
+
 /// How a model writes tool calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolFormat {

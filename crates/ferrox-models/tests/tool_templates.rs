@@ -5,7 +5,7 @@
 //! turn parse back into the same calls. Templates that render tools in other
 //! formats fall back to the built-in one and still render.
 
-use ferrox_models::chat::{ChatMessage, ChatTemplate};
+use ferrox_models::chat::{ChatMessage, ChatTemplate, TemplateVars};
 use ferrox_models::testing::llama_refs_dir;
 use ferrox_models::tools::{Tool, ToolCall, ToolFormat};
 use serde_json::json;
@@ -85,7 +85,12 @@ fn templates_with_tools_round_trip_their_calls() {
         let tools = [weather()];
         // The offered tools are in the prompt.
         let prompt = t
-            .render_with_tools(std::slice::from_ref(&user), &tools, true)
+            .render_with_tools(
+                std::slice::from_ref(&user),
+                &tools,
+                &TemplateVars::new(),
+                true,
+            )
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(
             prompt.contains("get_weather") && prompt.contains("Current weather of a city"),
@@ -95,7 +100,12 @@ fn templates_with_tools_round_trip_their_calls() {
         let mut assistant = ChatMessage::new("assistant", "");
         assistant.tool_calls = vec![call(id)];
         let full = t
-            .render_with_tools(&[user.clone(), assistant.clone()], &tools, false)
+            .render_with_tools(
+                &[user.clone(), assistant.clone()],
+                &tools,
+                &TemplateVars::new(),
+                false,
+            )
             .unwrap();
         let turn = full.strip_prefix(&prompt).unwrap_or_else(|| {
             panic!("{name}: the call's turn does not extend the prompt:\n{prompt}\n---\n{full}")
@@ -112,7 +122,12 @@ fn templates_with_tools_round_trip_their_calls() {
         let mut result = ChatMessage::new("tool", "18 C and sunny");
         result.tool_call_id = Some(id.into());
         let history = t
-            .render_with_tools(&[user, assistant, result], &tools, true)
+            .render_with_tools(
+                &[user, assistant, result],
+                &tools,
+                &TemplateVars::new(),
+                true,
+            )
             .unwrap();
         assert!(history.contains("18 C and sunny"), "{name}");
     }
@@ -136,7 +151,9 @@ fn templates_without_a_known_format_get_the_builtin_one() {
             assistant,
             result,
         ];
-        let text = t.render_with_tools(&msgs, &[weather()], true).unwrap();
+        let text = t
+            .render_with_tools(&msgs, &[weather()], &TemplateVars::new(), true)
+            .unwrap();
         for part in [
             "<tools>",
             "get_weather",

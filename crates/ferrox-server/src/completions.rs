@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
+use ferrox_models::reasoning::{self, AnswerPhase, ReasoningStream};
 use ferrox_models::tools::{ToolCall, ToolFormat, ToolStream};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{Value, json};
@@ -73,7 +74,7 @@ fn prompts(st: &AppState, req: &ValidRequest) -> Result<Vec<Vec<u32>>, ApiError>
     let tools = req.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
     Ok(match &req.prompt {
         PromptInput::Chat(msgs) => vec![
-            st.model_chat_ids_with_tools(msgs, tools)
+            st.model_chat_ids_with_tools(msgs, tools, &req.template_vars)
                 .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?,
         ],
         PromptInput::Text(texts) => texts
@@ -93,6 +94,7 @@ async fn prepare(
 ) -> Result<(ValidRequest, Vec<Vec<u32>>), ApiError> {
     let st = Arc::clone(st);
     tokio::task::spawn_blocking(move || {
+        st.check_template_vars(&req.template_vars)?;
         let prompts = prompts(&st, &req)?;
         let forced = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto);
         let spec = match forced {
@@ -160,6 +162,12 @@ async fn handle(
         return Err(ApiError::model_not_found(m, &st.model_id));
     }
     let (req, prompts) = prepare(&st, req).await?;
+    let shape = Shape {
+        tools: req.tools.as_ref().map(|_| st.tool_format()),
+        thinking: (kind == Kind::Chat)
+            .then(|| st.thinking_start(&prompts[0]))
+            .flatten(),
+    };
     let prompt_text = RequestLog::prompt_text(&st, &prompts);
     let started = Instant::now();
     let (streams, lens) = submit_all(&st, &req, prompts)?;
@@ -174,11 +182,9 @@ async fn handle(
         prompt_text,
     );
     if req.stream {
-        let tools = req.tools.as_ref().map(|_| st.tool_format());
-        Ok(sse(st, kind, id, streams, req.include_usage, log, tools).into_response())
+        Ok(sse(st, kind, id, streams, req.include_usage, log, shape).into_response())
     } else {
-        let tools = req.tools.as_ref().map(|_| st.tool_format());
-        Ok(collect_within(st, kind, id, streams, log, tools).await)
+        Ok(collect_within(st, kind, id, streams, log, shape).await)
     }
 }
 
@@ -190,13 +196,13 @@ async fn collect_within(
     id: String,
     streams: Vec<RequestStream>,
     mut log: RequestLog,
-    tools: Option<ToolFormat>,
+    shape: Shape,
 ) -> Response {
     let Some(limit) = st.limits.request_timeout else {
-        return collect(&st, kind, id, streams, &mut log, tools).await;
+        return collect(&st, kind, id, streams, &mut log, shape).await;
     };
     let answer =
-        tokio::time::timeout(limit, collect(&st, kind, id, streams, &mut log, tools)).await;
+        tokio::time::timeout(limit, collect(&st, kind, id, streams, &mut log, shape)).await;
     answer.unwrap_or_else(|_| {
         log.timed_out();
         not_a_refusal(request_timeout(limit).into_response())
@@ -275,6 +281,33 @@ fn logprobs_value(st: &AppState, kind: Kind, entries: &[(u32, TokenLogprob, usiz
     }
 }
 
+/// How a chat answer is taken apart: its thinking and its tool calls.
+#[derive(Clone, Copy, Default)]
+struct Shape {
+    /// The tool-call format, when tools are on offer.
+    tools: Option<ToolFormat>,
+    /// Where the answer starts, for a model that thinks in `<think>` tags.
+    thinking: Option<AnswerPhase>,
+}
+
+/// A chunk of thinking (`delta.reasoning_content`, as vLLM and llama-server
+/// stream it).
+fn reasoning_chunk(
+    id: &str,
+    model: &str,
+    created: u64,
+    index: usize,
+    text: &str,
+    role: bool,
+) -> Value {
+    let mut delta = json!({"reasoning_content": text});
+    if role {
+        delta["role"] = json!("assistant");
+    }
+    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+           "choices": [{"index": index, "delta": delta, "finish_reason": null, "logprobs": null}]})
+}
+
 /// Fresh call ids in `format`'s style.
 fn call_ids(format: ToolFormat) -> impl FnMut() -> String {
     let mut n = 0;
@@ -308,12 +341,8 @@ fn tool_call_chunks(
     let mut out = Vec::new();
     for (k, c) in calls.iter().enumerate() {
         out.push(delta(json!({"index": k, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}})));
-        let args = c.arguments.to_string();
-        let chars: Vec<char> = args.chars().collect();
-        for piece in chars.chunks(chars.len().div_ceil(3).max(1)) {
-            out.push(delta(
-                json!({"index": k, "function": {"arguments": piece.iter().collect::<String>()}}),
-            ));
+        for piece in c.argument_pieces() {
+            out.push(delta(json!({"index": k, "function": {"arguments": piece}})));
         }
     }
     out
@@ -341,7 +370,7 @@ async fn collect(
     id: String,
     streams: Vec<RequestStream>,
     log: &mut RequestLog,
-    tools: Option<ToolFormat>,
+    shape: Shape,
 ) -> Response {
     let mut choices = Vec::new();
     let mut total = Usage::default();
@@ -385,7 +414,15 @@ async fn collect(
         } else {
             Value::Null
         };
-        let calls = match tools {
+        let reasoning = match shape.thinking {
+            Some(start) => {
+                let (r, content) = reasoning::split(&text, start);
+                text = content;
+                r
+            }
+            None => None,
+        };
+        let calls = match shape.tools {
             Some(format) if kind == Kind::Chat => {
                 let (content, calls) = format.parse(&text, &mut call_ids(format));
                 if !calls.is_empty() {
@@ -401,11 +438,19 @@ async fn collect(
             Some("tool_calls")
         };
         choices.push(match kind {
-            Kind::Chat if !calls.is_empty() => {
-                let content = (!text.is_empty()).then_some(text);
-                json!({"index": index, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls_value(&calls)}, "finish_reason": reason, "logprobs": logprobs})
+            Kind::Chat => {
+                let mut message = json!({"role": "assistant", "content": text});
+                if !calls.is_empty() {
+                    message["tool_calls"] = tool_calls_value(&calls);
+                    if text.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                }
+                if let Some(r) = reasoning {
+                    message["reasoning_content"] = json!(r);
+                }
+                json!({"index": index, "message": message, "finish_reason": reason, "logprobs": logprobs})
             }
-            Kind::Chat => json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": reason, "logprobs": logprobs}),
             Kind::Text => json!({"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}),
         });
     }
@@ -491,7 +536,7 @@ fn sse(
     streams: Vec<RequestStream>,
     include_usage: bool,
     log: RequestLog,
-    tools: Option<ToolFormat>,
+    shape: Shape,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let created = now();
     let n = streams.len();
@@ -510,7 +555,16 @@ fn sse(
     let mut announced = vec![false; n];
     // With tools, text that may be a call is held back until the end.
     let mut held: Vec<Option<ToolStream>> = (0..n)
-        .map(|_| tools.filter(|_| kind == Kind::Chat).map(ToolStream::new))
+        .map(|_| {
+            shape
+                .tools
+                .filter(|_| kind == Kind::Chat)
+                .map(ToolStream::new)
+        })
+        .collect();
+    // A thinking model's thinking goes to `reasoning_content` deltas.
+    let mut thinking: Vec<Option<ReasoningStream>> = (0..n)
+        .map(|_| shape.thinking.map(ReasoningStream::new))
         .collect();
     let (mut done, mut total) = (0usize, Usage::default());
     // After an error event the stream ends: no more chunks and no `[DONE]`, so
@@ -543,6 +597,17 @@ fn sse(
                 }
                 Event::Token { id: tok, text, logprob } => {
                     announced[i] = true;
+                    let text = match &mut thinking[i] {
+                        Some(t) => {
+                            let (r, c) = t.push(&text);
+                            if !r.is_empty() {
+                                out.push(reasoning_chunk(&id, &model, created, i, &r, first));
+                            }
+                            c
+                        }
+                        None => text,
+                    };
+                    let first = first && out.is_empty();
                     let text = match &mut held[i] {
                         Some(h) => h.push(&text),
                         None => text,
@@ -557,6 +622,18 @@ fn sse(
                 }
                 Event::Finished { reason, usage, text } => {
                     announced[i] = true;
+                    let text = match thinking[i].take() {
+                        Some(mut t) => {
+                            let (r, c) = t.push(&text);
+                            let (r2, c2) = t.finish();
+                            if !(r.is_empty() && r2.is_empty()) {
+                                out.push(reasoning_chunk(&id, &model, created, i, &(r + &r2), first));
+                            }
+                            c + &c2
+                        }
+                        None => text,
+                    };
+                    let first = first && out.is_empty();
                     let (text, calls) = match held[i].take() {
                         Some(mut h) => {
                             let shown = h.push(&text);

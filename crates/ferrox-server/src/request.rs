@@ -8,7 +8,7 @@
 //! are read by [`crate::structured`], the tool fields by [`crate::tool_request`].
 
 use ferrox_engine::GenerationParams;
-use ferrox_models::chat::ChatMessage;
+use ferrox_models::chat::{ChatMessage, TemplateVars};
 use ferrox_models::grammar::GrammarSpec;
 use ferrox_models::sampler::SamplingParams;
 use serde_json::{Map, Value};
@@ -41,6 +41,9 @@ pub struct ValidRequest {
     pub grammar: Option<GrammarSpec>,
     /// The tools offered (chat only).
     pub tools: Option<crate::tool_request::ToolRequest>,
+    /// Extra chat template variables: `chat_template_kwargs`, and
+    /// `reasoning_effort` for templates with that knob (chat only).
+    pub template_vars: TemplateVars,
 }
 
 /// Parameters refused because ferrox would answer differently from what they ask.
@@ -436,6 +439,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         include_usage,
         grammar,
         tools,
+        template_vars: template_vars(o)?,
     })
 }
 
@@ -450,11 +454,17 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         include_usage,
         model,
     } = common(o)?;
-    for f in ["tools", "tool_choice", "parallel_tool_calls"] {
+    for f in [
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "chat_template_kwargs",
+        "reasoning_effort",
+    ] {
         if o.get(f).is_some_and(|v| !v.is_null()) {
             return Err(ApiError::invalid(
                 Some(f),
-                format!("{f} is for /v1/chat/completions; a raw prompt has no tools"),
+                format!("{f} is for /v1/chat/completions; a raw prompt has no chat template"),
             ));
         }
     }
@@ -499,7 +509,32 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         include_usage,
         grammar,
         tools: None,
+        template_vars: TemplateVars::new(),
     })
+}
+
+/// `chat_template_kwargs` (variables for the chat template, as vLLM and
+/// llama-server take them, e.g. `{"enable_thinking": false}`) and
+/// `reasoning_effort`, which reaches templates as the variable of that name.
+fn template_vars(o: &Map<String, Value>) -> Result<TemplateVars, ApiError> {
+    let mut vars = match o.get("chat_template_kwargs") {
+        None | Some(Value::Null) => TemplateVars::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(v) => return Err(type_error("chat_template_kwargs", "an object", v)),
+    };
+    match o.get("reasoning_effort") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(e)) if ["minimal", "low", "medium", "high"].contains(&e.as_str()) => {
+            vars.insert("reasoning_effort".into(), Value::String(e.clone()));
+        }
+        Some(v) => {
+            return Err(ApiError::invalid(
+                Some("reasoning_effort"),
+                format!("reasoning_effort must be minimal, low, medium or high, got {v}"),
+            ));
+        }
+    }
+    Ok(vars)
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use ferrox_engine::EngineHandle;
-use ferrox_models::chat::{ChatMessage, ChatTemplate};
+use ferrox_models::chat::{ChatMessage, ChatTemplate, TemplateVars};
 use ferrox_models::grammar::{Grammar, GrammarError, GrammarSpec, Grammars};
+use ferrox_models::reasoning::AnswerPhase;
 use ferrox_models::tools::{Tool, ToolFormat};
 use ferrox_models::{ModelError, Tokenizer};
 
@@ -99,7 +100,7 @@ impl AppState {
 
     /// Token ids of a conversation rendered by the model's chat template.
     pub fn model_chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ModelError> {
-        self.model_chat_ids_with_tools(messages, &[])
+        self.model_chat_ids_with_tools(messages, &[], &TemplateVars::new())
     }
 
     /// [`Self::model_chat_ids`] offering `tools`.
@@ -107,14 +108,43 @@ impl AppState {
         &self,
         messages: &[ChatMessage],
         tools: &[Tool],
+        vars: &TemplateVars,
     ) -> Result<Vec<u32>, ModelError> {
         ferrox_models::chat::encode_chat_with_tools(
             self.chat.as_ref(),
             &self.tokenizer,
             messages,
             tools,
+            vars,
             true,
         )
+    }
+
+    /// Refuses template variables the chat template has no knob for: a
+    /// `reasoning_effort` the template does not read would change nothing.
+    pub fn check_template_vars(&self, vars: &TemplateVars) -> Result<(), ApiError> {
+        if vars.contains_key("reasoning_effort")
+            && !self
+                .chat
+                .as_ref()
+                .is_some_and(|t| t.reads("reasoning_effort"))
+        {
+            return Err(ApiError::invalid(
+                Some("reasoning_effort"),
+                "this model's chat template has no reasoning_effort knob",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the answer to `prompt` (token ids) starts, when the model thinks in
+    /// `<think>` tags: read from the prompt's last tokens.
+    pub fn thinking_start(&self, prompt: &[u32]) -> Option<AnswerPhase> {
+        self.chat.as_ref().filter(|t| t.thinks())?;
+        let tail = &prompt[prompt.len().saturating_sub(8)..];
+        Some(AnswerPhase::after_prompt(
+            &self.tokenizer.decode(tail, true),
+        ))
     }
 
     /// How the served model writes tool calls.

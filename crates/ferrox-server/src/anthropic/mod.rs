@@ -361,7 +361,7 @@ async fn prepare(st: &Arc<AppState>, mut req: Valid) -> Result<(Valid, Vec<u32>)
     tokio::task::spawn_blocking(move || {
         let offered = req.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
         let mut ids = st
-            .model_chat_ids_with_tools(&req.messages, offered)
+            .model_chat_ids_with_tools(&req.messages, offered, &Default::default())
             .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
         if let Some(p) = &req.prefill {
             ids.extend(st.tokenizer.encode(p, false, true));
@@ -557,7 +557,7 @@ impl Streamer {
 /// A `tool_use` block as a stream sends it: its start with an empty input, the
 /// input's JSON in pieces, its stop.
 fn tool_use_events(index: usize, c: ToolCall) -> Vec<SseEvent> {
-    let json = c.arguments.to_string();
+    let pieces = c.argument_pieces();
     let mut out = vec![
         StreamEvent::ContentBlockStart {
             index,
@@ -569,9 +569,7 @@ fn tool_use_events(index: usize, c: ToolCall) -> Vec<SseEvent> {
         }
         .sse(),
     ];
-    let chars: Vec<char> = json.chars().collect();
-    for piece in chars.chunks(chars.len().div_ceil(3).max(1)) {
-        let partial: String = piece.iter().collect();
+    for partial in pieces {
         out.push(
             StreamEvent::ContentBlockDelta {
                 index,

@@ -67,6 +67,8 @@ pub struct Setup {
     pub cors_origins: Vec<String>,
     pub webui: bool,
     pub log_prompts: bool,
+    /// A chat template for the tiny model (it has none).
+    pub chat_template: Option<&'static str>,
 }
 
 impl Default for Setup {
@@ -79,6 +81,7 @@ impl Default for Setup {
             cors_origins: Vec::new(),
             webui: true,
             log_prompts: false,
+            chat_template: None,
         }
     }
 }
@@ -107,7 +110,9 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         metrics: Metrics::new(engine.clone(), "tiny"),
         engine,
         tokenizer,
-        chat: None,
+        chat: setup
+            .chat_template
+            .map(|t| ferrox_models::chat::ChatTemplate::jinja(t, "", "").unwrap()),
         model_id: "tiny".into(),
         aliases: vec![],
         api_key: setup.api_key.map(|k| ApiKey::new(k).unwrap()),
