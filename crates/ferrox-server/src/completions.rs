@@ -23,6 +23,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::json_body::json_body;
 use crate::request::{PromptInput, ValidRequest, parse_chat, parse_completion};
 use crate::request_log::{RequestLog, Route, SharedLog, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
@@ -58,15 +59,6 @@ fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// The body as JSON, or the error naming what is wrong with it (its size was
-/// checked by the `limits::read_body` middleware).
-pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let bytes =
-        body.map_err(|e| ApiError::invalid(None, format!("cannot read the request body: {e}")))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
 }
 
 /// Tokenizes each prompt of a request.

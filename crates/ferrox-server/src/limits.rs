@@ -243,6 +243,9 @@ pub async fn read_body(State(st): State<Arc<AppState>>, req: Request, next: Next
 }
 
 async fn read_whole(st: &AppState, req: Request) -> Result<Request, ApiError> {
+    if req.method() == axum::http::Method::POST {
+        crate::json_body::check_content_type(req.headers())?;
+    }
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)

@@ -14,8 +14,9 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
-use crate::completions::{self, json_body};
+use crate::completions;
 use crate::error::ApiError;
+use crate::json_body::json_body;
 use crate::state::{AppState, Phase};
 
 /// Largest request body accepted.
@@ -139,6 +140,26 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
+/// 405 in the shape of the route's API (axum's own has no body).
+async fn method_not_allowed(req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let mut r = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        "method_not_allowed",
+        format!("{} is not allowed on {path}", req.method()),
+    )
+    .response_for(&path);
+    let allow = if path.starts_with("/v1/models") || path == "/health" || path == "/metrics" {
+        "GET"
+    } else {
+        "POST"
+    };
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
 /// The API key check: `Authorization: Bearer KEY`, or `x-api-key: KEY` as
 /// Anthropic's clients send it. The 401 has the shape of the route's API.
 async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
@@ -184,6 +205,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         // The `read_body` middleware below polices the size (and the time).
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(

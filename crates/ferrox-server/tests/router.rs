@@ -409,3 +409,62 @@ async fn thinking_goes_to_reasoning_content() {
         "{text}"
     );
 }
+
+/// A wrong method gets a 405 with the API's error body and an `Allow` header,
+/// Anthropic's shape on `/v1/messages`.
+#[tokio::test]
+async fn wrong_methods_get_a_shaped_405() {
+    for (method, path, allow) in [
+        ("GET", "/v1/chat/completions", "POST"),
+        ("DELETE", "/v1/models", "GET"),
+        ("GET", "/v1/messages", "POST"),
+    ] {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let r = app(usize::MAX).oneshot(req).await.unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        assert_eq!(r.headers()["allow"], allow, "{method} {path}");
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if path == "/v1/messages" {
+            assert_eq!(v["type"], "error", "{v}");
+        } else {
+            assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+        }
+    }
+}
+
+/// A body that does not say it is JSON, or names a key twice, is a 400 naming
+/// the problem, on the OpenAI and Anthropic routes alike.
+#[tokio::test]
+async fn bodies_must_be_declared_json_without_duplicate_keys() {
+    let body = r#"{"prompt": "a", "max_tokens": 1}"#;
+    let req = Request::post("/v1/completions")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from(body))
+        .unwrap();
+    let (status, text) = send(app(usize::MAX), req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("Content-Type: application/json"), "{text}");
+    for (path, body) in [
+        (
+            "/v1/completions",
+            r#"{"prompt": "a", "max_tokens": 1, "max_tokens": 9}"#,
+        ),
+        (
+            "/v1/messages",
+            r#"{"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "a", "content": "b"}]}"#,
+        ),
+    ] {
+        let (status, text) = post(app(usize::MAX), path, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(text.contains("duplicate key"), "{path}: {text}");
+    }
+}

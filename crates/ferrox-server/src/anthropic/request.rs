@@ -314,6 +314,7 @@ pub(super) struct Valid {
 }
 
 pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
+    crate::json_body::check_json(body)?;
     let req: MessagesRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
     for (name, given) in [
