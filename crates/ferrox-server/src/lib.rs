@@ -1,6 +1,7 @@
 //! ferrox-server: the OpenAI-compatible HTTP server over the engine.
 //!
 //! * [`json_body`]: strict JSON bodies (content type, no duplicate keys).
+//! * [`field_policy`]: every request field: implemented, alias, no-op or refused.
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
 //! * [`structured`]: the structured-output fields, into a grammar spec (pure).
 //! * [`tool_request`]: `tools`, `tool_choice` and the tool parts of messages (pure).
@@ -19,6 +20,7 @@ pub mod anthropic;
 pub mod auth;
 pub mod completions;
 pub mod error;
+pub mod field_policy;
 pub mod json_body;
 pub mod limits;
 pub mod metrics;

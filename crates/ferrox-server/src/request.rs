@@ -14,6 +14,7 @@ use ferrox_models::sampler::SamplingParams;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::field_policy::{self, Endpoint};
 
 /// What the prompt is.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,16 +46,6 @@ pub struct ValidRequest {
     /// `reasoning_effort` for templates with that knob (chat only).
     pub template_vars: TemplateVars,
 }
-
-/// Parameters refused because ferrox would answer differently from what they ask.
-const UNSUPPORTED: [&str; 6] = [
-    "functions",
-    "function_call",
-    "suffix",
-    "echo",
-    "best_of",
-    "audio",
-];
 
 pub(crate) fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
     let kind = match got {
@@ -124,16 +115,6 @@ struct Common {
 }
 
 fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
-    for f in UNSUPPORTED {
-        if o.get(f)
-            .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
-        {
-            return Err(ApiError::invalid(
-                Some(f),
-                format!("{f} is not supported by this server"),
-            ));
-        }
-    }
     if let Some(n) = integer(o, "n")?
         && n != 1
     {
@@ -327,7 +308,9 @@ fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
 
 /// Validates a `/v1/chat/completions` body.
 pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
-    let o = object(body)?;
+    let mut o = object(body)?.clone();
+    field_policy::apply(Endpoint::Chat, &mut o)?;
+    let o = &o;
     let Common {
         mut params,
         grammar,
@@ -445,7 +428,9 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
 
 /// Validates a `/v1/completions` body.
 pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
-    let o = object(body)?;
+    let mut o = object(body)?.clone();
+    field_policy::apply(Endpoint::Completions, &mut o)?;
+    let o = &o;
     let Common {
         mut params,
         grammar,
@@ -454,20 +439,6 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         include_usage,
         model,
     } = common(o)?;
-    for f in [
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-        "chat_template_kwargs",
-        "reasoning_effort",
-    ] {
-        if o.get(f).is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::invalid(
-                Some(f),
-                format!("{f} is for /v1/chat/completions; a raw prompt has no chat template"),
-            ));
-        }
-    }
     params.logprobs = text_logprobs(o)?;
     let bad = || {
         ApiError::invalid(
