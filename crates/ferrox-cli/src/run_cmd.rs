@@ -12,7 +12,7 @@ use ferrox_models::chat::ChatMessage;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::kv_plan::defaults;
 use ferrox_models::model::Model;
-use ferrox_models::sampler::SamplingParams;
+use ferrox_models::sampler::{SamplingError, SamplingParams};
 
 /// Flags of `ferrox run`.
 #[derive(Args, Debug)]
@@ -73,21 +73,27 @@ pub struct RunArgs {
     pub stops: Vec<String>,
 }
 
+/// The sampling flags, checked by the one sampling validation; an error names the
+/// flag.
 pub fn check_sampling(a: &RunArgs) -> Result<()> {
-    let bad = |name: &str, v: f32, rule: &str| anyhow::anyhow!("--{name} {v}: {rule}");
-    if a.temp.is_nan() || a.temp < 0.0 {
-        return Err(bad("temp", a.temp, "must be a number >= 0"));
-    }
-    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
-        return Err(bad("top-p", a.top_p, "must be in (0, 1]"));
-    }
-    if !(0.0..=1.0).contains(&a.min_p) {
-        return Err(bad("min-p", a.min_p, "must be in [0, 1]"));
-    }
-    if a.repeat_penalty.is_nan() || a.repeat_penalty <= 0.0 {
-        return Err(bad("repeat-penalty", a.repeat_penalty, "must be > 0"));
-    }
-    Ok(())
+    let params = SamplingParams {
+        temperature: a.temp,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repetition_penalty: a.repeat_penalty,
+        ..Default::default()
+    };
+    params.validate().map_err(|e| {
+        let flag = match e {
+            SamplingError::Temperature(_) => "--temp",
+            SamplingError::TopP(_) => "--top-p",
+            SamplingError::MinP(_) => "--min-p",
+            SamplingError::RepetitionPenalty(_) => "--repeat-penalty",
+            _ => e.field(),
+        };
+        anyhow::anyhow!("{flag}: {e}")
+    })
 }
 
 /// The prompt text: `-p`, or `-f FILE` (`-f -`: standard input); `None` without

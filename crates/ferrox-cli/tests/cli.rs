@@ -341,12 +341,16 @@ fn run_refuses_bad_flags_with_a_clear_message() {
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
     let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "--top-p", "0"], &[]);
     assert!(
-        stderr(&o).contains("--top-p 0: must be in (0, 1]"),
+        stderr(&o).contains("--top-p: top_p must be in (0, 1], got 0"),
         "{}",
         stderr(&o)
     );
     let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "--temp", "NaN"], &[]);
-    assert!(stderr(&o).contains("--temp NaN"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--temp: temperature must be a finite number >= 0, got NaN"),
+        "{}",
+        stderr(&o)
+    );
     let o = ferrox(&["run", "-m", "/x.gguf", "-p", "hi", "-n", "0"], &[]);
     assert!(
         stderr(&o).contains("-n 0 generates nothing"),

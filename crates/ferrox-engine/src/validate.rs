@@ -28,38 +28,8 @@ pub fn validate(prompt: &[u32], p: &GenerationParams, vocab: usize) -> Result<()
     if p.max_tokens < 1 {
         return bad("max_tokens", "max_tokens must be at least 1".into());
     }
-    let s = &p.sampling;
-    if !(s.temperature >= 0.0 && s.temperature.is_finite()) {
-        return bad(
-            "temperature",
-            format!(
-                "temperature must be a finite number >= 0, got {}",
-                s.temperature
-            ),
-        );
-    }
-    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
-        return bad("top_p", format!("top_p must be in (0, 1], got {}", s.top_p));
-    }
-    if !(0.0..=1.0).contains(&s.min_p) {
-        return bad("min_p", format!("min_p must be in [0, 1], got {}", s.min_p));
-    }
-    if !(s.repetition_penalty > 0.0 && s.repetition_penalty.is_finite()) {
-        return bad(
-            "repetition_penalty",
-            format!(
-                "repetition_penalty must be a finite number > 0, got {}",
-                s.repetition_penalty
-            ),
-        );
-    }
-    for (name, v) in [
-        ("presence_penalty", s.presence_penalty),
-        ("frequency_penalty", s.frequency_penalty),
-    ] {
-        if !(-2.0..=2.0).contains(&v) {
-            return bad(name, format!("{name} must be in [-2, 2], got {v}"));
-        }
+    if let Err(e) = p.sampling.validate() {
+        return bad(e.field(), e.to_string());
     }
     if let Some(n) = p.logprobs
         && n > 20
@@ -75,19 +45,16 @@ pub fn validate(prompt: &[u32], p: &GenerationParams, vocab: usize) -> Result<()
             format!("token id {t} is outside the vocabulary of {vocab} tokens"),
         );
     }
-    for &(t, b) in &s.logit_bias {
-        if t as usize >= vocab {
-            return bad(
-                "logit_bias",
-                format!("token id {t} is outside the vocabulary of {vocab} tokens"),
-            );
-        }
-        if !b.is_finite() {
-            return bad(
-                "logit_bias",
-                format!("bias for token {t} must be a finite number"),
-            );
-        }
+    if let Some((t, _)) = p
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|(t, _)| *t as usize >= vocab)
+    {
+        return bad(
+            "logit_bias",
+            format!("token id {t} is outside the vocabulary of {vocab} tokens"),
+        );
     }
     Ok(())
 }

@@ -57,7 +57,72 @@ impl Default for SamplingParams {
     }
 }
 
+/// A sampling parameter out of its range (the one validation of sampling bounds:
+/// the server, the engine and `ferrox run` all call [`SamplingParams::validate`]).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SamplingError {
+    #[error("temperature must be a finite number >= 0, got {0}")]
+    Temperature(f32),
+    #[error("top_p must be in (0, 1], got {0}")]
+    TopP(f32),
+    #[error("min_p must be in [0, 1], got {0}")]
+    MinP(f32),
+    #[error("repetition_penalty must be a finite number > 0, got {0}")]
+    RepetitionPenalty(f32),
+    #[error("presence_penalty must be in [-2, 2], got {0}")]
+    PresencePenalty(f32),
+    #[error("frequency_penalty must be in [-2, 2], got {0}")]
+    FrequencyPenalty(f32),
+    #[error("logit_bias for token {0} must be in [-100, 100], got {1}")]
+    LogitBias(u32, f32),
+}
+
+impl SamplingError {
+    /// The field at fault, as the OpenAI API names it.
+    pub fn field(&self) -> &'static str {
+        match self {
+            SamplingError::Temperature(_) => "temperature",
+            SamplingError::TopP(_) => "top_p",
+            SamplingError::MinP(_) => "min_p",
+            SamplingError::RepetitionPenalty(_) => "repetition_penalty",
+            SamplingError::PresencePenalty(_) => "presence_penalty",
+            SamplingError::FrequencyPenalty(_) => "frequency_penalty",
+            SamplingError::LogitBias(..) => "logit_bias",
+        }
+    }
+}
+
 impl SamplingParams {
+    /// Checks every bound (NaN fails every check).
+    pub fn validate(&self) -> Result<(), SamplingError> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(SamplingError::Temperature(self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(SamplingError::TopP(self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(SamplingError::MinP(self.min_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return Err(SamplingError::RepetitionPenalty(self.repetition_penalty));
+        }
+        if !(-2.0..=2.0).contains(&self.presence_penalty) {
+            return Err(SamplingError::PresencePenalty(self.presence_penalty));
+        }
+        if !(-2.0..=2.0).contains(&self.frequency_penalty) {
+            return Err(SamplingError::FrequencyPenalty(self.frequency_penalty));
+        }
+        if let Some(&(t, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return Err(SamplingError::LogitBias(t, b));
+        }
+        Ok(())
+    }
+
     /// Greedy decoding with no penalties.
     pub fn greedy() -> SamplingParams {
         SamplingParams {

@@ -47,6 +47,9 @@ pub struct ValidRequest {
     pub template_vars: TemplateVars,
 }
 
+/// The most stop strings a request may give (OpenAI's bound).
+const MAX_STOPS: usize = 4;
+
 pub(crate) fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
     let kind = match got {
         Value::Null => "null",
@@ -155,44 +158,24 @@ fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
             2.0,
         )? as f32,
         top_p: number(o, "top_p")?.unwrap_or(d.top_p as f64) as f32,
-        min_p: range(
-            "min_p",
-            number(o, "min_p")?.unwrap_or(d.min_p as f64),
-            0.0,
-            1.0,
-        )? as f32,
-        presence_penalty: range(
-            "presence_penalty",
-            number(o, "presence_penalty")?.unwrap_or(0.0),
-            -2.0,
-            2.0,
-        )? as f32,
-        frequency_penalty: range(
-            "frequency_penalty",
-            number(o, "frequency_penalty")?.unwrap_or(0.0),
-            -2.0,
-            2.0,
-        )? as f32,
+        min_p: number(o, "min_p")?.unwrap_or(d.min_p as f64) as f32,
+        presence_penalty: number(o, "presence_penalty")?.unwrap_or(0.0) as f32,
+        frequency_penalty: number(o, "frequency_penalty")?.unwrap_or(0.0) as f32,
         repetition_penalty: number(o, "repetition_penalty")?.unwrap_or(1.0) as f32,
         ..d
     };
-    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
-        return Err(ApiError::invalid(
-            Some("top_p"),
-            format!("top_p must be in (0, 1], got {}", s.top_p),
-        ));
-    }
-    if s.repetition_penalty.is_nan() || s.repetition_penalty <= 0.0 {
-        return Err(ApiError::invalid(
-            Some("repetition_penalty"),
-            format!(
-                "repetition_penalty must be > 0, got {}",
-                s.repetition_penalty
-            ),
-        ));
-    }
     if let Some(k) = integer(o, "top_k")? {
-        s.top_k = if k <= 0 { 0 } else { k as usize };
+        // vLLM's -1 and llama-server's 0 both mean off.
+        s.top_k = match k {
+            -1 | 0 => 0,
+            k if k > 0 => k as usize,
+            k => {
+                return Err(ApiError::invalid(
+                    Some("top_k"),
+                    format!("top_k must be a positive count, or 0 or -1 for off, got {k}"),
+                ));
+            }
+        };
     }
     if let Some(seed) = integer(o, "seed")? {
         s.seed = seed as u64;
@@ -216,10 +199,11 @@ fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
                 .as_f64()
                 .filter(|x| x.is_finite())
                 .ok_or_else(|| type_error("logit_bias", "numbers", v))?;
-            s.logit_bias
-                .push((id, range("logit_bias", b, -100.0, 100.0)? as f32));
+            s.logit_bias.push((id, b as f32));
         }
     }
+    s.validate()
+        .map_err(|e| ApiError::invalid(Some(e.field()), e.to_string()))?;
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(x)) => vec![x.clone()],
@@ -233,6 +217,15 @@ fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
             .collect::<Result<_, _>>()?,
         Some(v) => return Err(type_error("stop", "a string or an array of strings", v)),
     };
+    if stop.len() > MAX_STOPS || stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            Some("stop"),
+            format!(
+                "stop takes at most {MAX_STOPS} non-empty strings, got {:?}",
+                stop
+            ),
+        ));
+    }
     let stop_token_ids = match o.get("stop_token_ids") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a
@@ -538,6 +531,22 @@ mod tests {
         assert_eq!(with("max_tokens", json!(0)).as_deref(), Some("max_tokens"));
         assert_eq!(with("max_tokens", json!(-5)).as_deref(), Some("max_tokens"));
         assert_eq!(with("n", json!(2)).as_deref(), Some("n"));
+        assert_eq!(with("top_k", json!(-3)).as_deref(), Some("top_k"));
+        assert!(with("top_k", json!(-1)).is_none(), "-1 is vLLM's off");
+        assert_eq!(
+            with("stop", json!(["a", "b", "c", "d", "e"])).as_deref(),
+            Some("stop")
+        );
+        assert_eq!(with("stop", json!([""])).as_deref(), Some("stop"));
+        assert_eq!(with("min_p", json!(1.5)).as_deref(), Some("min_p"));
+        assert_eq!(
+            with("presence_penalty", json!(3)).as_deref(),
+            Some("presence_penalty")
+        );
+        assert_eq!(
+            with("logit_bias", json!({"3": 101})).as_deref(),
+            Some("logit_bias")
+        );
         assert_eq!(
             with("tools", json!([{"type": "function"}])).as_deref(),
             Some("tools[0]"),
