@@ -145,8 +145,9 @@ impl ReasoningStream {
     }
 }
 
-/// The longest end of `text` that is a proper start of `marker`.
-fn partial_suffix(text: &str, marker: &str) -> usize {
+/// The longest end of `text` that is a proper start of `marker` (what a stream
+/// holds back until it knows whether the marker follows).
+pub(crate) fn partial_suffix(text: &str, marker: &str) -> usize {
     (1..marker.len().min(text.len() + 1))
         .rev()
         .find(|&n| {

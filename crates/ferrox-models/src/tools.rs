@@ -206,12 +206,7 @@ impl ToolFormat {
                 };
             }
         };
-        (1..marker.len().min(text.len() + 1))
-            .rev()
-            .find(|&n| {
-                text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..])
-            })
-            .unwrap_or(0)
+        crate::reasoning::partial_suffix(text, marker)
     }
 }
 
@@ -312,13 +307,26 @@ impl ToolStream {
     /// The end of the answer: the text not shown yet (when it held no call), and
     /// the calls.
     pub fn finish(self, ids: &mut dyn FnMut() -> String) -> (String, Vec<ToolCall>) {
-        let (content, calls) = self.format.parse(&self.text, ids);
-        if calls.is_empty() {
-            return (self.text[self.shown..].to_string(), calls);
-        }
-        // The calls' surrounding text was shown already, up to the first call.
-        let _ = content;
-        (String::new(), calls)
+        let (_, calls) = self.format.parse(&self.text, ids);
+        // With calls, the text around them was shown already, up to the first one.
+        let rest = if calls.is_empty() {
+            self.text[self.shown..].to_string()
+        } else {
+            String::new()
+        };
+        (rest, calls)
+    }
+
+    /// Adds the answer's `last` piece and ends it: all the text still to show,
+    /// and the calls.
+    pub fn finish_with(
+        mut self,
+        last: &str,
+        ids: &mut dyn FnMut() -> String,
+    ) -> (String, Vec<ToolCall>) {
+        let shown = self.push(last);
+        let (rest, calls) = self.finish(ids);
+        (shown + &rest, calls)
     }
 }
 

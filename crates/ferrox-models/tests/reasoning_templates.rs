@@ -6,20 +6,11 @@
 
 use ferrox_models::chat::{ChatMessage, ChatTemplate, TemplateVars};
 use ferrox_models::reasoning::{AnswerPhase, split};
-use ferrox_models::testing::llama_refs_dir;
+use ferrox_models::testing::llama_template;
 use serde_json::json;
 
 fn template(name: &str) -> Option<ChatTemplate> {
-    let path = llama_refs_dir().join("templates").join(name);
-    let Ok(source) = std::fs::read_to_string(&path) else {
-        assert!(
-            std::env::var("FERROX_REQUIRE_MODELS").as_deref() != Ok("1"),
-            "{} is missing (run scripts/fetch-llama-refs)",
-            path.display()
-        );
-        return None;
-    };
-    Some(ChatTemplate::jinja(&source, "<s>", "</s>").unwrap())
+    llama_template(name)
 }
 
 fn vars(v: serde_json::Value) -> TemplateVars {

@@ -6,21 +6,12 @@
 //! formats fall back to the built-in one and still render.
 
 use ferrox_models::chat::{ChatMessage, ChatTemplate, TemplateVars};
-use ferrox_models::testing::llama_refs_dir;
+use ferrox_models::testing::llama_template;
 use ferrox_models::tools::{Tool, ToolCall, ToolFormat};
 use serde_json::json;
 
 fn template(name: &str) -> Option<ChatTemplate> {
-    let path = llama_refs_dir().join("templates").join(name);
-    let Ok(source) = std::fs::read_to_string(&path) else {
-        assert!(
-            std::env::var("FERROX_REQUIRE_MODELS").as_deref() != Ok("1"),
-            "{} is missing (run scripts/fetch-llama-refs)",
-            path.display()
-        );
-        return None;
-    };
-    Some(ChatTemplate::jinja(&source, "<s>", "</s>").unwrap())
+    llama_template(name)
 }
 
 fn weather() -> Tool {

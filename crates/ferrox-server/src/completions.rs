@@ -627,11 +627,9 @@ fn sse(
                     };
                     let first = first && out.is_empty();
                     let (text, calls) = match held[i].take() {
-                        Some(mut h) => {
-                            let shown = h.push(&text);
+                        Some(h) => {
                             let mut ids = call_ids(h.format());
-                            let (rest, calls) = h.finish(&mut ids);
-                            (shown + &rest, calls)
+                            h.finish_with(&text, &mut ids)
                         }
                         None => (text, Vec::new()),
                     };

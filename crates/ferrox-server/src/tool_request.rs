@@ -30,6 +30,39 @@ pub struct ToolRequest {
 }
 
 impl ToolRequest {
+    /// The tools on offer under `choice` (`None` when none are given and none
+    /// must be called): a forced call needs tools, and a named one a tool of
+    /// that name. Both APIs' fields end here.
+    pub fn new(
+        tools: Vec<Tool>,
+        choice: ToolChoice,
+        parallel: bool,
+    ) -> Result<Option<ToolRequest>, ApiError> {
+        if let ToolChoice::Named(name) = &choice
+            && !tools.is_empty()
+            && !tools.iter().any(|t| &t.name == name)
+        {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                format!("tool_choice names {name:?}, which is not in tools"),
+            ));
+        }
+        if tools.is_empty() {
+            return match choice {
+                ToolChoice::Auto => Ok(None),
+                _ => Err(ApiError::invalid(
+                    Some("tool_choice"),
+                    "tool_choice requires a tool call, but no tools are given",
+                )),
+            };
+        }
+        Ok(Some(ToolRequest {
+            tools,
+            choice,
+            parallel,
+        }))
+    }
+
     /// The functions a forced call may go to: the named one, or all.
     pub fn callable(&self) -> Vec<Tool> {
         match &self.choice {
@@ -86,30 +119,14 @@ pub fn tool_request(o: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiEr
                         v,
                     )
                 })?;
-            if !tools.iter().any(|t| t.name == name) {
-                return Err(ApiError::invalid(
-                    Some("tool_choice"),
-                    format!("tool_choice names {name:?}, which is not in tools"),
-                ));
-            }
             Some(ToolChoice::Named(name.to_string()))
         }
         Some(v) => return Err(type_error("tool_choice", "a string or an object", v)),
     };
-    if tools.is_empty() {
-        return match choice {
-            Some(ToolChoice::Required | ToolChoice::Named(_)) => Err(ApiError::invalid(
-                Some("tool_choice"),
-                "tool_choice requires a tool call, but no tools are given",
-            )),
-            _ => Ok(None),
-        };
+    match choice {
+        Some(choice) => ToolRequest::new(tools, choice, parallel),
+        None => Ok(None),
     }
-    Ok(choice.map(|choice| ToolRequest {
-        tools,
-        choice,
-        parallel,
-    }))
 }
 
 fn tool(field: &str, v: &Value) -> Result<Tool, ApiError> {

@@ -36,6 +36,23 @@ pub fn vocab_file(name: &str) -> Option<PathBuf> {
     }
 }
 
+/// llama.cpp's `models/templates/NAME` compiled as a chat template (`<s>` and
+/// `</s>` as its BOS and EOS), or `None` (reason printed).
+pub fn llama_template(name: &str) -> Option<crate::chat::ChatTemplate> {
+    let path = llama_refs_dir().join("templates").join(name);
+    let Ok(source) = std::fs::read_to_string(&path) else {
+        return absent(
+            &format!("chat template {}", path.display()),
+            "run scripts/fetch-llama-refs, or set FERROX_LLAMA_REFS",
+        )
+        .and(None);
+    };
+    Some(
+        crate::chat::ChatTemplate::jinja(&source, "<s>", "</s>")
+            .unwrap_or_else(|e| panic!("{name}: {e}")),
+    )
+}
+
 /// The GGUF whose tokenizer family `f` copies, or `None` (reason printed).
 pub fn family_vocab(f: &family::Family) -> Option<ferrox_gguf::GgufFile> {
     let path = match f.vocab {

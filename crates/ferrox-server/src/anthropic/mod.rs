@@ -519,11 +519,9 @@ impl Streamer {
 
     fn finished(&mut self, reason: FinishReason, usage: &Usage, text: String) -> Vec<SseEvent> {
         let (text, calls) = match self.held.take() {
-            Some(mut h) => {
-                let shown = h.push(&text);
+            Some(h) => {
                 let mut ids = tool_use_ids(h.format());
-                let (rest, calls) = h.finish(&mut ids);
-                (shown + &rest, calls)
+                h.finish_with(&text, &mut ids)
             }
             None => (text, Vec::new()),
         };

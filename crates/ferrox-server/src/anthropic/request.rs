@@ -277,30 +277,9 @@ fn tool_request(req: &MessagesRequest) -> Result<Option<ToolRequest>, ApiError> 
         Some(ToolChoiceIn::Tool {
             name,
             disable_parallel_tool_use,
-        }) => {
-            if !tools.iter().any(|t| &t.name == name) {
-                return Err(ApiError::invalid(
-                    Some("tool_choice"),
-                    format!("tool_choice names {name:?}, which is not in tools"),
-                ));
-            }
-            (ToolChoice::Named(name.clone()), *disable_parallel_tool_use)
-        }
+        }) => (ToolChoice::Named(name.clone()), *disable_parallel_tool_use),
     };
-    if tools.is_empty() {
-        return match choice {
-            ToolChoice::Auto => Ok(None),
-            _ => Err(ApiError::invalid(
-                Some("tool_choice"),
-                "tool_choice requires a tool call, but no tools are given",
-            )),
-        };
-    }
-    Ok(Some(ToolRequest {
-        tools,
-        choice,
-        parallel: !single,
-    }))
+    ToolRequest::new(tools, choice, !single)
 }
 
 /// A validated request: the conversation, an assistant prefill, the parameters.
