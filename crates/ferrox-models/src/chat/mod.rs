@@ -11,9 +11,10 @@
 //! Invariant: a template that fails to parse or render is an error naming the
 //! template line, never a panic or a silently different prompt.
 
-use minijinja::value::Kwargs;
-use minijinja::{Environment, Error, ErrorKind, Value, syntax::SyntaxConfig};
+use minijinja::{Environment, Error, syntax::SyntaxConfig};
 use serde::{Deserialize, Serialize};
+
+mod python;
 
 use crate::error::ModelError;
 use crate::hparams::Architecture;
@@ -45,28 +46,27 @@ impl ChatMessage {
 
     /// The message as templates see it (OpenAI's shape, as `transformers` passes
     /// it): `tool_calls` only when there are some, since templates test for the
-    /// key itself.
-    fn template_value(&self) -> Value {
-        let mut pairs = vec![
-            ("role", Value::from(self.role.as_str())),
-            ("content", Value::from(self.content.as_str())),
-        ];
+    /// key itself; a call's `arguments` as an object.
+    pub fn template_value(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("role".into(), self.role.clone().into());
+        m.insert("content".into(), self.content.clone().into());
         if !self.tool_calls.is_empty() {
             let calls: Vec<serde_json::Value> = self
                 .tool_calls
                 .iter()
                 .map(|c| serde_json::json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
                 .collect();
-            pairs.push(("tool_calls", Value::from(minijinja::value::Serde(&calls))));
+            m.insert("tool_calls".into(), calls.into());
         }
         if let Some(id) = &self.tool_call_id {
-            pairs.push(("tool_call_id", Value::from(id.as_str())));
+            m.insert("tool_call_id".into(), id.clone().into());
         }
-        Value::from_pairs(pairs)
+        serde_json::Value::Object(m)
     }
 }
 
-const TEMPLATE_NAME: &str = "chat_template";
+pub(crate) const TEMPLATE_NAME: &str = "chat_template";
 
 /// Extra variables for a chat template (`chat_template_kwargs`).
 pub type TemplateVars = serde_json::Map<String, serde_json::Value>;
@@ -108,92 +108,21 @@ fn template_error(e: &Error) -> ModelError {
     ModelError::ChatTemplate(msg)
 }
 
-/// `tojson` as `transformers` defines it: `json.dumps` without HTML escaping and
-/// with non-ASCII kept, taking `indent` (positional or by name); `sort_keys` and
-/// `ensure_ascii` by name too.
-fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
-    let bad =
-        |e: serde_json::Error| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}"));
-    let indent: Option<usize> = match indent {
-        Some(v) if !v.is_none() => Some(usize::try_from(v)?),
-        _ => kwargs.get::<Option<usize>>("indent")?,
-    };
-    let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
-    let separators: Option<Vec<String>> = kwargs.get("separators")?;
-    let (item_sep, key_sep) = match separators.as_deref() {
-        None => (", ", ": "),
-        Some([item, key]) => (item.as_str(), key.as_str()),
-        Some(_) => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "tojson: separators must be (item separator, key separator)",
-            ));
-        }
-    };
-    let _ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
-    kwargs.assert_all_used()?;
-    let mut json = serde_json::to_value(&value).map_err(bad)?;
-    if sort_keys {
-        json = sorted(json);
-    }
-    let s = match indent {
-        Some(n) => {
-            let mut buf = Vec::new();
-            let indent_str = " ".repeat(n);
-            let fmt = serde_json::ser::PrettyFormatter::with_indent(indent_str.as_bytes());
-            let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-            json.serialize(&mut ser).map_err(bad)?;
-            String::from_utf8(buf).expect("JSON is UTF-8")
-        }
-        None => python_json(&json, item_sep, key_sep),
-    };
-    Ok(Value::from_safe_string(s))
-}
-
-/// `json` with every object's keys sorted.
-fn sorted(json: serde_json::Value) -> serde_json::Value {
-    match json {
-        serde_json::Value::Object(m) => {
-            let mut entries: Vec<(String, serde_json::Value)> = m.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
-        }
-        serde_json::Value::Array(a) => {
-            serde_json::Value::Array(a.into_iter().map(sorted).collect())
-        }
-        v => v,
-    }
-}
-
-/// `json` as Python's `json.dumps` writes it without an indent, with these
-/// separators (by default `", "` and `": "`).
-fn python_json(json: &serde_json::Value, item_sep: &str, key_sep: &str) -> String {
-    match json {
-        serde_json::Value::Object(m) => {
-            let items: Vec<String> = m
-                .iter()
-                .map(|(k, v)| {
-                    let key = serde_json::Value::String(k.clone());
-                    format!("{key}{key_sep}{}", python_json(v, item_sep, key_sep))
-                })
-                .collect();
-            format!("{{{}}}", items.join(item_sep))
-        }
-        serde_json::Value::Array(a) => {
-            let items: Vec<String> = a
-                .iter()
-                .map(|v| python_json(v, item_sep, key_sep))
-                .collect();
-            format!("[{}]", items.join(item_sep))
-        }
-        v => v.to_string(),
-    }
-}
-
 impl ChatTemplate {
     /// Compiles a Jinja chat template; `bos` / `eos` are the texts templates see as
-    /// `bos_token` / `eos_token`.
+    /// `bos_token` / `eos_token`. `strftime_now` reads the local clock.
     pub fn jinja(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, ModelError> {
+        ChatTemplate::jinja_at(source, bos, eos, None)
+    }
+
+    /// [`ChatTemplate::jinja`] whose `strftime_now` formats `fixed_time` (Unix
+    /// seconds, UTC) when given, so that a rendering can be reproduced.
+    pub fn jinja_at(
+        source: &str,
+        bos: &str,
+        eos: &str,
+        fixed_time: Option<i64>,
+    ) -> Result<ChatTemplate, ModelError> {
         let mut env = Environment::new();
         let syntax = SyntaxConfig::builder()
             .trim_blocks(true)
@@ -201,23 +130,8 @@ impl ChatTemplate {
             .build()
             .map_err(|e| template_error(&e))?;
         env.set_syntax(syntax);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_filter("tojson", tojson);
-        env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
-            Err(Error::new(
-                ErrorKind::InvalidOperation,
-                format!("template raised: {msg}"),
-            ))
-        });
-        env.add_function("strftime_now", |fmt: String| -> String {
-            // Deterministic: templates use this for a date line; ferrox has no clock here.
-            fmt.replace("%d", "01")
-                .replace("%m", "01")
-                .replace("%Y", "2026")
-                .replace("%b", "Jan")
-                .replace("%B", "January")
-        });
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+        python::install(&mut env, fixed_time);
+        env.add_template_owned(TEMPLATE_NAME, python::without_generation_tags(source))
             .map_err(|e| template_error(&e))?;
         let reads: std::collections::BTreeSet<String> = env
             .get_template(TEMPLATE_NAME)
@@ -298,35 +212,109 @@ impl ChatTemplate {
         let builtin = (!tools.is_empty() || uses_history_tools)
             && !matches!(self, ChatTemplate::Jinja { tools: Some(_), .. });
         if builtin {
-            // A template without a system role gets the tools in the first user turn.
-            let rewritten = builtin_messages(messages, tools, true);
-            return self
-                .render_with_tools(&rewritten, &[], vars, add_generation_prompt)
-                .or_else(|_| {
-                    let rewritten = builtin_messages(messages, tools, false);
-                    self.render_with_tools(&rewritten, &[], vars, add_generation_prompt)
-                });
+            return self.render_builtin_tools(messages, tools, vars, add_generation_prompt);
         }
+        let offered = Some(tools).filter(|t| !t.is_empty());
+        self.render_parts(messages, offered, vars, add_generation_prompt)
+    }
+
+    /// The built-in tool format: the tools described in the system prompt, or in
+    /// the first user turn for a template without a system role; a template that
+    /// iterates `tools` regardless gets an empty list rather than `None`.
+    fn render_builtin_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Tool],
+        vars: &TemplateVars,
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        let mut first_error = None;
+        for in_system in [true, false] {
+            let rewritten = builtin_messages(messages, tools, in_system);
+            for offered in [None, Some(&[][..])] {
+                match self.render_parts(&rewritten, offered, vars, add_generation_prompt) {
+                    Ok(text) => return Ok(text),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        Err(first_error.expect("at least one rendering was tried"))
+    }
+
+    fn render_parts(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[Tool]>,
+        vars: &TemplateVars,
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
         match self {
-            ChatTemplate::Jinja { env, bos, eos, .. } => {
-                let t = env
-                    .get_template(TEMPLATE_NAME)
-                    .map_err(|e| template_error(&e))?;
-                let tools: Option<Vec<serde_json::Value>> =
-                    (!tools.is_empty()).then(|| tools.iter().map(Tool::template_value).collect());
-                let ctx = minijinja::context! {
-                    messages => messages.iter().map(ChatMessage::template_value).collect::<Vec<Value>>(),
-                    tools => tools.map(|t| Value::from(minijinja::value::Serde(&t))),
-                    add_generation_prompt => add_generation_prompt,
-                    bos_token => bos,
-                    eos_token => eos,
-                    ..Value::from(minijinja::value::Serde(vars))
-                };
-                t.render(ctx).map_err(|e| template_error(&e))
+            ChatTemplate::Jinja { bos, eos, .. } => {
+                let ctx = template_context(messages, tools, vars, bos, eos, add_generation_prompt);
+                self.render_context(&ctx)
             }
             ChatTemplate::GemmaTurns => Ok(render_gemma(messages, add_generation_prompt)),
         }
     }
+
+    /// Renders a Jinja template with exactly the variables of `ctx` (a
+    /// [`template_context`]); the built-in Gemma format has no template to render.
+    pub fn render_context(&self, ctx: &serde_json::Value) -> Result<String, ModelError> {
+        let ChatTemplate::Jinja { env, .. } = self else {
+            return Err(ModelError::ChatTemplate(
+                "the built-in Gemma turn format is not a Jinja template".into(),
+            ));
+        };
+        let t = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| template_error(&e))?;
+        t.render(python::top_level(ctx))
+            .map_err(|e| template_error(&e))
+    }
+
+    /// The BOS and EOS texts a Jinja template sees.
+    pub fn special_tokens(&self) -> Option<(&str, &str)> {
+        match self {
+            ChatTemplate::Jinja { bos, eos, .. } => Some((bos, eos)),
+            ChatTemplate::GemmaTurns => None,
+        }
+    }
+}
+
+/// The variables a chat template is rendered with, as `transformers`' `apply_chat_template`
+/// passes them: `messages`, `tools` (`None` when none are offered), `documents`
+/// (`none`), `add_generation_prompt`, `bos_token`, `eos_token`, then `vars`, which
+/// cannot replace any of those.
+pub fn template_context(
+    messages: &[ChatMessage],
+    tools: Option<&[Tool]>,
+    vars: &TemplateVars,
+    bos: &str,
+    eos: &str,
+    add_generation_prompt: bool,
+) -> serde_json::Value {
+    let mut ctx = vars.clone();
+    let tools = tools.map(|t| t.iter().map(Tool::template_value).collect());
+    let own: [(&str, serde_json::Value); 6] = [
+        (
+            "messages",
+            messages.iter().map(ChatMessage::template_value).collect(),
+        ),
+        (
+            "tools",
+            tools.map_or(serde_json::Value::Null, serde_json::Value::Array),
+        ),
+        ("documents", serde_json::Value::Null),
+        ("add_generation_prompt", add_generation_prompt.into()),
+        ("bos_token", bos.into()),
+        ("eos_token", eos.into()),
+    ];
+    for (k, v) in own {
+        ctx.insert(k.to_string(), v);
+    }
+    serde_json::Value::Object(ctx)
 }
 
 /// Token ids of a conversation rendered by `template`: special tokens parsed (the
@@ -413,24 +401,6 @@ mod tests {
         assert_eq!(
             p,
             "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n<start_of_turn>user\nJoke?<end_of_turn>\n<start_of_turn>model\n"
-        );
-    }
-
-    #[test]
-    fn tojson_takes_python_json_dumps_options() {
-        let src = "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':')) }}|{{ x | tojson(sort_keys=true) }}";
-        let t = ChatTemplate::jinja(src, "", "").unwrap();
-        let ChatTemplate::Jinja { env, .. } = &t else {
-            panic!()
-        };
-        let out = env
-            .get_template(TEMPLATE_NAME)
-            .unwrap()
-            .render(minijinja::context! { x => Value::from(minijinja::value::Serde(serde_json::json!({"b": [1, 2], "a": "é"}))) })
-            .unwrap();
-        assert_eq!(
-            out,
-            "{\"b\": [1, 2], \"a\": \"é\"}|{\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": \"é\"\n}|{\"b\":[1,2],\"a\":\"é\"}|{\"a\": \"é\", \"b\": [1, 2]}"
         );
     }
 
