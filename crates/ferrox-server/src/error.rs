@@ -9,9 +9,39 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Failure, SubmitError};
 
+use serde::Serialize;
+
 /// The code of a request cut off (or refused) because the server is shutting down.
 pub const SHUTTING_DOWN: &str = "server_shutting_down";
-use serde_json::{Value, json};
+
+/// What a KV refusal adds to the error: the request's size against the limits,
+/// also under llama-server's names (`n_prompt_tokens`, `n_ctx`).
+#[derive(Clone, Debug, Serialize)]
+pub struct KvDetail {
+    pub positions: u64,
+    pub positions_limit: u64,
+    pub estimated_bytes: u64,
+    pub limit_bytes: u64,
+    pub n_prompt_tokens: usize,
+    pub n_ctx: u64,
+}
+
+/// The body: `{"error": {...}}`.
+#[derive(Serialize)]
+struct ErrorEnvelope<'a> {
+    error: ErrorObject<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorObject<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: &'a str,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    kv: Option<&'a KvDetail>,
+}
 
 /// An error answer.
 #[derive(Debug, Clone)]
@@ -21,8 +51,8 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<Box<str>>,
     pub code: &'static str,
-    /// Extra fields beside the standard four.
-    pub extra: Vec<(&'static str, Value)>,
+    /// The sizes of a KV refusal, beside the standard four fields.
+    pub kv: Option<Box<KvDetail>>,
     pub retry_after: Option<u64>,
 }
 
@@ -63,7 +93,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: param.map(Box::from),
             code: "invalid_request_error",
-            extra: Vec::new(),
+            kv: None,
             retry_after: None,
         }
     }
@@ -92,7 +122,7 @@ impl ApiError {
             kind,
             param: None,
             code,
-            extra: Vec::new(),
+            kv: None,
             retry_after: None,
         }
     }
@@ -104,14 +134,14 @@ impl ApiError {
             SubmitError::Kv(r) => {
                 let mut err = ApiError::invalid(Some("max_tokens"), r.message.clone());
                 err.code = r.kind.code();
-                err.extra = vec![
-                    ("positions", json!(r.positions)),
-                    ("positions_limit", json!(r.positions_limit)),
-                    ("estimated_bytes", json!(r.estimated_bytes)),
-                    ("limit_bytes", json!(r.limit_bytes)),
-                    ("n_prompt_tokens", json!(prompt_tokens)),
-                    ("n_ctx", json!(r.positions_limit)),
-                ];
+                err.kv = Some(Box::new(KvDetail {
+                    positions: r.positions,
+                    positions_limit: r.positions_limit,
+                    estimated_bytes: r.estimated_bytes,
+                    limit_bytes: r.limit_bytes,
+                    n_prompt_tokens: prompt_tokens,
+                    n_ctx: r.positions_limit,
+                }));
                 err
             }
             SubmitError::QueueFull { retry_after_s, .. } => {
@@ -173,18 +203,24 @@ impl ApiError {
     }
 
     /// The JSON body.
-    pub fn body(&self) -> Value {
-        let mut e = json!({ "message": self.message, "type": self.kind, "param": self.param, "code": self.code });
-        for (k, v) in &self.extra {
-            e[*k] = v.clone();
-        }
-        json!({ "error": e })
+    pub fn body(&self) -> String {
+        let envelope = ErrorEnvelope {
+            error: ErrorObject {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param.as_deref(),
+                code: self.code,
+                kv: self.kv.as_deref(),
+            },
+        };
+        serde_json::to_string(&envelope).expect("an error body serializes")
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut r = (self.status, axum::Json(self.body())).into_response();
+        let json = HeaderValue::from_static("application/json");
+        let mut r = (self.status, [(header::CONTENT_TYPE, json)], self.body()).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));

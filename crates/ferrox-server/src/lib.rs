@@ -2,6 +2,7 @@
 //!
 //! * [`json_body`]: strict JSON bodies (content type, no duplicate keys).
 //! * [`field_policy`]: every request field: implemented, alias, no-op or refused.
+//! * [`openai`]: the OpenAI request, response and chunk types (serde).
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
 //! * [`structured`]: the structured-output fields, into a grammar spec (pure).
 //! * [`tool_request`]: `tools`, `tool_choice` and the tool parts of messages (pure).
@@ -14,6 +15,7 @@
 //! * [`request_log`]: the log: a line per request, per refusal, and a summary at shutdown.
 //! * [`mod@serve`]: binding, readiness and graceful shutdown.
 //! * [`webui`]: the chat page at `/`, compiled in.
+//! * [`unparsed`]: hyper's own refusals (malformed requests, huge headers) with a JSON body.
 //! * [`limits`]: header, body, idle and request timeouts; connection and body limits.
 
 pub mod anthropic;
@@ -24,6 +26,7 @@ pub mod field_policy;
 pub mod json_body;
 pub mod limits;
 pub mod metrics;
+pub mod openai;
 pub mod request;
 pub mod request_log;
 pub mod routes;
@@ -31,6 +34,7 @@ pub mod serve;
 pub mod state;
 pub mod structured;
 pub mod tool_request;
+pub mod unparsed;
 pub mod webui;
 
 pub use limits::Limits;

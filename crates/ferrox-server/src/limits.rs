@@ -15,7 +15,9 @@
 //!   place the body size is policed; handlers get a body already within it.
 //! * Connections: a semaphore in the accept loop (`serve`); beyond it new
 //!   connections wait in the kernel's backlog.
-//! * Wall clock: the completion handlers end a request at its deadline.
+//! * Wall clock: the completion handlers end a request at its deadline
+//!   (`within_request_timeout`, and the streams' own deadline), answering
+//!   a 504 `request_timeout`.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -284,5 +286,34 @@ async fn read_whole(st: &AppState, req: Request) -> Result<Request, ApiError> {
             bytes.len()
         ))),
         Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
+    }
+}
+
+/// The code of a request cancelled by `--request-timeout`.
+pub const REQUEST_TIMEOUT: &str = "request_timeout";
+
+/// 504 `request_timeout`: the request ran past the server's wall-clock limit.
+pub(crate) fn request_timeout(limit: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "server_error",
+        REQUEST_TIMEOUT,
+        format!(
+            "the request ran longer than the server's limit of {} s (--request-timeout / FERROX_REQUEST_TIMEOUT) and was cancelled",
+            limit.as_secs_f64()
+        ),
+    )
+}
+
+/// `answer` (a whole, unstreamed response) within the request timeout, or the
+/// limit it ran past: then `answer` is dropped, which drops its request
+/// streams and so cancels them.
+pub(crate) async fn within_request_timeout(
+    limit: Option<Duration>,
+    answer: impl std::future::Future<Output = Response>,
+) -> Result<Response, Duration> {
+    match limit {
+        None => Ok(answer.await),
+        Some(l) => tokio::time::timeout(l, answer).await.map_err(|_| l),
     }
 }

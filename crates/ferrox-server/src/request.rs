@@ -1,20 +1,25 @@
 //! Request bodies to validated requests (SPEC S17). Pure: JSON in, a
 //! [`ValidRequest`] or an [`ApiError`] naming the field out.
 //!
-//! Invariants: every field is type-checked with a message naming it; parameters
-//! ferrox does not implement and that would change the answer (`n > 1`, `echo`,
-//! `functions`, ...) are refused, never silently ignored; fields that change
-//! nothing (`user`, `metadata`, ...) are accepted. The output-constraint fields
-//! are read by [`crate::structured`], the tool fields by [`crate::tool_request`].
+//! A body goes through three steps: [`field_policy::apply`] (which fields
+//! exist: aliases rewritten, refused and unknown fields named), serde into the
+//! typed bodies of [`crate::openai::request`] (a wrong type is a 400 naming the
+//! field's path, e.g. `messages[1].content`), then the bounds and combinations
+//! here. The output-constraint fields are read by [`crate::structured`], the
+//! tool fields by [`crate::tool_request`].
 
 use ferrox_engine::GenerationParams;
 use ferrox_models::chat::{ChatMessage, TemplateVars};
 use ferrox_models::grammar::GrammarSpec;
 use ferrox_models::sampler::SamplingParams;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::field_policy::{self, Endpoint};
+use crate::openai::request::{
+    ChatFields, CompletionFields, Content, ContentPart, Message, Prompt, SharedFields,
+};
 
 /// What the prompt is.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,61 +55,27 @@ pub struct ValidRequest {
 /// The most stop strings a request may give (OpenAI's bound).
 const MAX_STOPS: usize = 4;
 
-pub(crate) fn type_error(field: &str, want: &str, got: &Value) -> ApiError {
-    let kind = match got {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    };
-    ApiError::invalid(Some(field), format!("{field}: expected {want}, got {kind}"))
-}
-
-fn number(o: &Map<String, Value>, field: &str) -> Result<Option<f64>, ApiError> {
-    match o.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .filter(|x| x.is_finite())
-            .map(Some)
-            .ok_or_else(|| type_error(field, "a finite number", v)),
-    }
-}
-
-fn integer(o: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
-    match o.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| type_error(field, "an integer", v)),
-    }
-}
-
-fn boolean(o: &Map<String, Value>, field: &str) -> Result<bool, ApiError> {
-    match o.get(field) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(type_error(field, "a boolean", v)),
-    }
+/// `body` read as `T`; a type error names the path of the field.
+pub(crate) fn typed<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            ApiError::invalid(None, format!("invalid request body: {inner}"))
+        } else {
+            ApiError::invalid(Some(&path), format!("{path}: {inner}"))
+        }
+    })
 }
 
 fn range(field: &str, v: f64, lo: f64, hi: f64) -> Result<f64, ApiError> {
-    if v < lo || v > hi {
+    if !(lo..=hi).contains(&v) {
         return Err(ApiError::invalid(
             Some(field),
             format!("{field} must be between {lo} and {hi}, got {v}"),
         ));
     }
     Ok(v)
-}
-
-fn token_id(field: &str, v: &Value) -> Result<u32, ApiError> {
-    v.as_u64()
-        .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| type_error(field, "non-negative integer token ids", v))
 }
 
 /// The fields chat and completions share, validated.
@@ -117,8 +88,91 @@ struct Common {
     model: Option<String>,
 }
 
-fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
-    if let Some(n) = integer(o, "n")?
+/// `max_completion_tokens` (chat's newer name) or `max_tokens`: at least 1.
+fn max_tokens(field: &str, n: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match n {
+        Some(n) if n < 1 => Err(ApiError::invalid(
+            Some(field),
+            format!("{field} must be at least 1, got {n}"),
+        )),
+        n => Ok(n.map(|n| n as usize)),
+    }
+}
+
+/// vLLM's -1 and llama-server's 0 both mean off.
+fn top_k(k: Option<i64>, default: usize) -> Result<usize, ApiError> {
+    match k {
+        None => Ok(default),
+        Some(-1 | 0) => Ok(0),
+        Some(k) if k > 0 => Ok(k as usize),
+        Some(k) => Err(ApiError::invalid(
+            Some("top_k"),
+            format!("top_k must be a positive count, or 0 or -1 for off, got {k}"),
+        )),
+    }
+}
+
+fn sampling(f: &SharedFields) -> Result<SamplingParams, ApiError> {
+    let d = SamplingParams::default();
+    let finite = |field: &str, v: Option<f64>, default: f32| match v {
+        Some(x) if !x.is_finite() => Err(ApiError::invalid(
+            Some(field),
+            format!("{field} must be a finite number"),
+        )),
+        Some(x) => Ok(x as f32),
+        None => Ok(default),
+    };
+    let temperature = match f.temperature {
+        Some(t) => range("temperature", t, 0.0, 2.0)? as f32,
+        None => d.temperature,
+    };
+    let mut logit_bias = Vec::new();
+    for (k, &b) in f.logit_bias.iter().flatten() {
+        let id: u32 = k.parse().map_err(|_| {
+            ApiError::invalid(
+                Some("logit_bias"),
+                format!("logit_bias: key {k:?} is not a token id"),
+            )
+        })?;
+        logit_bias.push((id, finite("logit_bias", Some(b), 0.0)?));
+    }
+    let s = SamplingParams {
+        temperature,
+        top_k: top_k(f.top_k, d.top_k)?,
+        top_p: finite("top_p", f.top_p, d.top_p)?,
+        min_p: finite("min_p", f.min_p, d.min_p)?,
+        presence_penalty: finite("presence_penalty", f.presence_penalty, 0.0)?,
+        frequency_penalty: finite("frequency_penalty", f.frequency_penalty, 0.0)?,
+        repetition_penalty: finite("repetition_penalty", f.repetition_penalty, 1.0)?,
+        logit_bias,
+        seed: f.seed.map_or_else(clock_seed, |s| s as u64),
+        ..d
+    };
+    s.validate()
+        .map_err(|e| ApiError::invalid(Some(e.field()), e.to_string()))?;
+    Ok(s)
+}
+
+/// A seed for a request that gives none.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn stops(f: &mut SharedFields) -> Result<Vec<String>, ApiError> {
+    let stop = f.stop.take().map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > MAX_STOPS || stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            Some("stop"),
+            format!("stop takes at most {MAX_STOPS} non-empty strings, got {stop:?}"),
+        ));
+    }
+    Ok(stop)
+}
+
+fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
+    if let Some(n) = f.n
         && n != 1
     {
         return Err(ApiError::invalid(
@@ -126,147 +180,37 @@ fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
             format!("n must be 1 (one choice per prompt), got {n}"),
         ));
     }
-    let model = match o.get("model") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(v) => return Err(type_error("model", "a string", v)),
+    let max_tokens = match max {
+        Some(n) => Some(n),
+        None => max_tokens("max_tokens", f.max_tokens)?,
     };
-    let max_tokens = match (
-        integer(o, "max_completion_tokens")?,
-        integer(o, "max_tokens")?,
-    ) {
-        (Some(n), _) | (None, Some(n)) if n < 1 => {
-            let field = if o.contains_key("max_completion_tokens") {
-                "max_completion_tokens"
-            } else {
-                "max_tokens"
-            };
-            return Err(ApiError::invalid(
-                Some(field),
-                format!("{field} must be at least 1, got {n}"),
-            ));
-        }
-        (Some(n), _) | (None, Some(n)) => Some(n as usize),
-        (None, None) => None,
-    };
-    let d = SamplingParams::default();
-    let mut s = SamplingParams {
-        temperature: range(
-            "temperature",
-            number(o, "temperature")?.unwrap_or(d.temperature as f64),
-            0.0,
-            2.0,
-        )? as f32,
-        top_p: number(o, "top_p")?.unwrap_or(d.top_p as f64) as f32,
-        min_p: number(o, "min_p")?.unwrap_or(d.min_p as f64) as f32,
-        presence_penalty: number(o, "presence_penalty")?.unwrap_or(0.0) as f32,
-        frequency_penalty: number(o, "frequency_penalty")?.unwrap_or(0.0) as f32,
-        repetition_penalty: number(o, "repetition_penalty")?.unwrap_or(1.0) as f32,
-        ..d
-    };
-    if let Some(k) = integer(o, "top_k")? {
-        // vLLM's -1 and llama-server's 0 both mean off.
-        s.top_k = match k {
-            -1 | 0 => 0,
-            k if k > 0 => k as usize,
-            k => {
-                return Err(ApiError::invalid(
-                    Some("top_k"),
-                    format!("top_k must be a positive count, or 0 or -1 for off, got {k}"),
-                ));
-            }
-        };
-    }
-    if let Some(seed) = integer(o, "seed")? {
-        s.seed = seed as u64;
-    } else {
-        s.seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-    }
-    if let Some(bias) = o.get("logit_bias").filter(|v| !v.is_null()) {
-        let map = bias
-            .as_object()
-            .ok_or_else(|| type_error("logit_bias", "an object of token id to bias", bias))?;
-        for (k, v) in map {
-            let id: u32 = k.parse().map_err(|_| {
-                ApiError::invalid(
-                    Some("logit_bias"),
-                    format!("logit_bias: key {k:?} is not a token id"),
-                )
-            })?;
-            let b = v
-                .as_f64()
-                .filter(|x| x.is_finite())
-                .ok_or_else(|| type_error("logit_bias", "numbers", v))?;
-            s.logit_bias.push((id, b as f32));
-        }
-    }
-    s.validate()
-        .map_err(|e| ApiError::invalid(Some(e.field()), e.to_string()))?;
-    let stop = match o.get("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(x)) => vec![x.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| type_error("stop", "strings", v))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(v) => return Err(type_error("stop", "a string or an array of strings", v)),
-    };
-    if stop.len() > MAX_STOPS || stop.iter().any(String::is_empty) {
-        return Err(ApiError::invalid(
-            Some("stop"),
-            format!(
-                "stop takes at most {MAX_STOPS} non-empty strings, got {:?}",
-                stop
-            ),
-        ));
-    }
-    let stop_token_ids = match o.get("stop_token_ids") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| token_id("stop_token_ids", v))
-            .collect::<Result<_, _>>()?,
-        Some(v) => return Err(type_error("stop_token_ids", "an array of token ids", v)),
-    };
-    let stream = boolean(o, "stream")?;
-    let include_usage = match o.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(so)) => boolean(so, "include_usage")?,
-        Some(v) => return Err(type_error("stream_options", "an object", v)),
-    };
-    if let Some(u) = o.get("user").filter(|v| !v.is_null() && !v.is_string()) {
-        return Err(type_error("user", "a string", u));
-    }
-    let ignore_eos = boolean(o, "ignore_eos")?;
+    let sampling = sampling(&f)?;
+    let stop = stops(&mut f)?;
+    let grammar = crate::structured::output_grammar(&mut f)?;
     Ok(Common {
         params: GenerationParams {
             max_tokens: 0,
-            sampling: s,
+            sampling,
             stop,
-            stop_token_ids,
+            stop_token_ids: f.stop_token_ids.unwrap_or_default(),
             logprobs: None,
-            ignore_eos,
+            ignore_eos: f.ignore_eos.unwrap_or(false),
             grammar: None,
         },
-        grammar: crate::structured::output_grammar(o)?,
+        grammar,
         max_tokens,
-        stream,
-        include_usage,
-        model,
+        stream: f.stream.unwrap_or(false),
+        include_usage: f
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+        model: f.model,
     })
 }
 
 /// Chat's `logprobs: bool` with `top_logprobs: 0..=20`.
-fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
-    let on = boolean(o, "logprobs")?;
-    let top = integer(o, "top_logprobs")?;
-    match (on, top) {
+fn chat_logprobs(on: Option<bool>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match (on.unwrap_or(false), top) {
         (false, Some(_)) => Err(ApiError::invalid(
             Some("top_logprobs"),
             "top_logprobs needs logprobs: true",
@@ -281,29 +225,84 @@ fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
 }
 
 /// Completions' legacy `logprobs: 0..=5`.
-fn text_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
-    match o.get("logprobs") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
-            Some(n) if (0..=5).contains(&n) => Ok(Some(n as usize)),
-            _ => Err(ApiError::invalid(
-                Some("logprobs"),
-                "logprobs must be an integer between 0 and 5",
-            )),
-        },
+fn text_logprobs(n: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match n {
+        None => Ok(None),
+        Some(n) if (0..=5).contains(&n) => Ok(Some(n as usize)),
+        Some(_) => Err(ApiError::invalid(
+            Some("logprobs"),
+            "logprobs must be an integer between 0 and 5",
+        )),
     }
 }
 
-fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
-    body.as_object()
-        .ok_or_else(|| ApiError::invalid(None, "the request body must be a JSON object"))
+/// The body after the field policy (aliases rewritten, no unknown fields left).
+fn policed(endpoint: Endpoint, body: &Value) -> Result<Value, ApiError> {
+    let mut o: Map<String, Value> = body
+        .as_object()
+        .cloned()
+        .ok_or_else(|| ApiError::invalid(None, "the request body must be a JSON object"))?;
+    field_policy::apply(endpoint, &mut o)?;
+    Ok(Value::Object(o))
+}
+
+/// The text of a message's content; `field` names it in errors.
+fn content_text(field: &str, content: Content) -> Result<String, ApiError> {
+    match content {
+        Content::Text(s) => Ok(s),
+        Content::Parts(parts) => parts
+            .into_iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => Ok(text),
+                ContentPart::NotText => Err(ApiError::invalid(
+                    Some(field),
+                    format!("{field}: only text parts are supported (no images, audio or files)"),
+                )),
+            })
+            .collect(),
+    }
+}
+
+/// One message of the history as the template takes it.
+fn chat_message(i: usize, m: Message) -> Result<ChatMessage, ApiError> {
+    let field = format!("messages[{i}].content");
+    Ok(match m {
+        Message::System { content, .. } | Message::Developer { content, .. } => {
+            ChatMessage::new("system", &content_text(&field, content)?)
+        }
+        Message::User { content, .. } => ChatMessage::new("user", &content_text(&field, content)?),
+        Message::Assistant {
+            content,
+            tool_calls,
+            ..
+        } => {
+            let text = match content {
+                Some(c) => content_text(&field, c)?,
+                None => String::new(),
+            };
+            let mut m = ChatMessage::new("assistant", &text);
+            m.tool_calls = crate::tool_request::message_tool_calls(
+                &format!("messages[{i}].tool_calls"),
+                tool_calls.unwrap_or_default(),
+            )?;
+            m
+        }
+        Message::Tool {
+            content,
+            tool_call_id,
+        } => {
+            let mut m = ChatMessage::new("tool", &content_text(&field, content)?);
+            m.tool_call_id = Some(tool_call_id);
+            m
+        }
+    })
 }
 
 /// Validates a `/v1/chat/completions` body.
 pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
-    let mut o = object(body)?.clone();
-    field_policy::apply(Endpoint::Chat, &mut o)?;
-    let o = &o;
+    let o = policed(Endpoint::Chat, body)?;
+    let chat: ChatFields = typed(&o)?;
+    let max = max_tokens("max_completion_tokens", chat.max_completion_tokens)?;
     let Common {
         mut params,
         grammar,
@@ -311,119 +310,52 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         stream,
         include_usage,
         model,
-    } = common(o)?;
-    params.logprobs = chat_logprobs(o)?;
-    let msgs = match o.get("messages") {
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(Value::Array(_)) => {
+    } = common(typed(&o)?, max)?;
+    params.logprobs = chat_logprobs(chat.logprobs, chat.top_logprobs)?;
+    let messages = match chat.messages {
+        Some(m) if !m.is_empty() => m,
+        Some(_) => {
             return Err(ApiError::invalid(
                 Some("messages"),
                 "messages must not be empty",
             ));
         }
-        Some(v) => return Err(type_error("messages", "an array of messages", v)),
         None => return Err(ApiError::invalid(Some("messages"), "messages is required")),
     };
-    let mut out = Vec::with_capacity(msgs.len());
-    for (i, m) in msgs.iter().enumerate() {
-        let field = format!("messages[{i}]");
-        let mo = m
-            .as_object()
-            .ok_or_else(|| ApiError::invalid(Some(&field), format!("{field} must be an object")))?;
-        let role = match mo.get("role").and_then(Value::as_str) {
-            Some(r @ ("system" | "user" | "assistant" | "developer" | "tool")) => {
-                if r == "developer" { "system" } else { r }
-            }
-            Some(r) => {
-                return Err(ApiError::invalid(
-                    Some(&field),
-                    format!(
-                        "{field}.role {r:?} is not supported (system, developer, user, assistant, tool)"
-                    ),
-                ));
-            }
-            None => {
-                return Err(ApiError::invalid(
-                    Some(&field),
-                    format!("{field}.role must be a string"),
-                ));
-            }
-        };
-        let content = match mo.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None if role == "assistant" => String::new(),
-            Some(Value::Array(parts)) => {
-                let mut text = String::new();
-                for p in parts {
-                    match (
-                        p.get("type").and_then(Value::as_str),
-                        p.get("text").and_then(Value::as_str),
-                    ) {
-                        (Some("text"), Some(t)) => text.push_str(t),
-                        _ => {
-                            return Err(ApiError::invalid(
-                                Some(&field),
-                                format!("{field}.content: only text parts are supported"),
-                            ));
-                        }
-                    }
-                }
-                text
-            }
-            _ => {
-                return Err(ApiError::invalid(
-                    Some(&field),
-                    format!("{field}.content must be a string or an array of text parts"),
-                ));
-            }
-        };
-        let tool_calls = if role == "assistant" {
-            crate::tool_request::message_tool_calls(&field, mo)?
-        } else {
-            Vec::new()
-        };
-        let tool_call_id = match (role, mo.get("tool_call_id")) {
-            ("tool", Some(Value::String(id))) => Some(id.clone()),
-            ("tool", _) => {
-                return Err(ApiError::invalid(
-                    Some(&field),
-                    format!("{field}.tool_call_id must be the id of the call it answers"),
-                ));
-            }
-            _ => None,
-        };
-        out.push(ChatMessage {
-            role: role.to_string(),
-            content,
-            tool_calls,
-            tool_call_id,
-        });
-    }
-    let tools = crate::tool_request::tool_request(o)?;
+    let messages = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| chat_message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tools =
+        crate::tool_request::tool_request(chat.tools, chat.tool_choice, chat.parallel_tool_calls)?;
     if tools.is_some() && grammar.is_some() {
         return Err(ApiError::invalid(
             Some("tools"),
             "give tools or an output constraint (response_format, grammar, ...), not both",
         ));
     }
+    let mut template_vars = chat.chat_template_kwargs.unwrap_or_default();
+    if let Some(e) = chat.reasoning_effort {
+        template_vars.insert("reasoning_effort".into(), e.as_str().into());
+    }
     Ok(ValidRequest {
         model,
-        prompt: PromptInput::Chat(out),
+        prompt: PromptInput::Chat(messages),
         max_tokens,
         params,
         stream,
         include_usage,
         grammar,
         tools,
-        template_vars: template_vars(o)?,
+        template_vars,
     })
 }
 
 /// Validates a `/v1/completions` body.
 pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
-    let mut o = object(body)?.clone();
-    field_policy::apply(Endpoint::Completions, &mut o)?;
-    let o = &o;
+    let o = policed(Endpoint::Completions, body)?;
+    let text: CompletionFields = typed(&o)?;
     let Common {
         mut params,
         grammar,
@@ -431,38 +363,20 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         stream,
         include_usage,
         model,
-    } = common(o)?;
-    params.logprobs = text_logprobs(o)?;
-    let bad = || {
-        ApiError::invalid(
-            Some("prompt"),
-            "prompt must be a string, an array of strings, an array of token ids or an array of arrays of token ids",
-        )
-    };
-    let prompt = match o.get("prompt") {
+    } = common(typed(&o)?, None)?;
+    params.logprobs = text_logprobs(text.logprobs)?;
+    let prompt = match text.prompt {
         None => return Err(ApiError::invalid(Some("prompt"), "prompt is required")),
-        Some(Value::String(s)) => PromptInput::Text(vec![s.clone()]),
-        Some(Value::Array(a)) if a.is_empty() => return Err(bad()),
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => PromptInput::Text(
-            a.iter()
-                .map(|v| v.as_str().unwrap_or_default().to_string())
-                .collect(),
-        ),
-        Some(Value::Array(a)) if a.iter().all(Value::is_number) => PromptInput::Tokens(vec![
-            a.iter()
-                .map(|v| token_id("prompt", v))
-                .collect::<Result<_, _>>()?,
-        ]),
-        Some(Value::Array(a)) if a.iter().all(Value::is_array) => PromptInput::Tokens(
-            a.iter()
-                .map(|inner| {
-                    inner.as_array().map_or(Ok(Vec::new()), |ids| {
-                        ids.iter().map(|v| token_id("prompt", v)).collect()
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(_) => return Err(bad()),
+        Some(Prompt::Text(s)) => PromptInput::Text(vec![s]),
+        Some(Prompt::Texts(t)) if t.is_empty() => {
+            return Err(ApiError::invalid(
+                Some("prompt"),
+                "prompt must not be an empty list",
+            ));
+        }
+        Some(Prompt::Texts(t)) => PromptInput::Text(t),
+        Some(Prompt::Tokens(ids)) => PromptInput::Tokens(vec![ids]),
+        Some(Prompt::TokenLists(lists)) => PromptInput::Tokens(lists),
     };
     Ok(ValidRequest {
         model,
@@ -475,30 +389,6 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         tools: None,
         template_vars: TemplateVars::new(),
     })
-}
-
-/// `chat_template_kwargs` (variables for the chat template, as vLLM and
-/// llama-server take them, e.g. `{"enable_thinking": false}`) and
-/// `reasoning_effort`, which reaches templates as the variable of that name.
-fn template_vars(o: &Map<String, Value>) -> Result<TemplateVars, ApiError> {
-    let mut vars = match o.get("chat_template_kwargs") {
-        None | Some(Value::Null) => TemplateVars::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(v) => return Err(type_error("chat_template_kwargs", "an object", v)),
-    };
-    match o.get("reasoning_effort") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(e)) if ["minimal", "low", "medium", "high"].contains(&e.as_str()) => {
-            vars.insert("reasoning_effort".into(), Value::String(e.clone()));
-        }
-        Some(v) => {
-            return Err(ApiError::invalid(
-                Some("reasoning_effort"),
-                format!("reasoning_effort must be minimal, low, medium or high, got {v}"),
-            ));
-        }
-    }
-    Ok(vars)
 }
 
 #[cfg(test)]
@@ -581,6 +471,64 @@ mod tests {
         assert!(
             param_of(parse_chat(&json!([1, 2]))).is_none() && parse_chat(&json!([1, 2])).is_err()
         );
+    }
+
+    /// Messages are typed by role: OpenAI's fields (and what its SDKs echo back
+    /// from an answer) pass, anything else is refused naming the message.
+    #[test]
+    fn messages_are_typed_by_role() {
+        let chat = |m: Value| parse_chat(&json!({"messages": m}));
+        let echoed = json!([
+            {"role": "user", "content": "hi", "name": "ann"},
+            {"role": "assistant", "content": null, "refusal": null, "annotations": [], "audio": null,
+             "function_call": null, "reasoning_content": "hmm",
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "42"}]},
+            {"role": "developer", "content": "be brief"}
+        ]);
+        let PromptInput::Chat(msgs) = chat(echoed).unwrap().prompt else {
+            panic!("a chat prompt")
+        };
+        let roles: Vec<&str> = msgs.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "system"]);
+        assert_eq!(msgs[1].tool_calls[0].arguments, json!({"a": 1}));
+        assert_eq!(msgs[2].content, "42");
+        for (m, param, says) in [
+            (
+                json!([{"role": "user", "content": "x", "mood": 1}]),
+                "messages[0]",
+                "unknown field `mood`",
+            ),
+            (
+                json!([{"role": "robot", "content": "x"}]),
+                "messages[0].role",
+                "unknown variant `robot`",
+            ),
+            (
+                json!([{"content": "x"}]),
+                "messages[0]",
+                "missing field `role`",
+            ),
+            (
+                json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]),
+                "messages[0].content",
+                "only text parts",
+            ),
+            (
+                json!([{"role": "user", "content": 5}]),
+                "messages[0]",
+                "a string or an array of content parts",
+            ),
+            (
+                json!([{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{no"}}]}]),
+                "messages[0].tool_calls[0]",
+                "not JSON",
+            ),
+        ] {
+            let e = chat(m.clone()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{m}: {}", e.message);
+            assert!(e.message.contains(says), "{m}: {}", e.message);
+        }
     }
 
     #[test]

@@ -241,7 +241,7 @@ impl RequestLog {
     /// The request ran past `--request-timeout` and was cancelled.
     pub fn timed_out(&mut self) {
         if self.outcome == Outcome::Running {
-            self.st.metrics.failed(crate::completions::REQUEST_TIMEOUT);
+            self.st.metrics.failed(crate::limits::REQUEST_TIMEOUT);
             self.outcome = Outcome::TimedOut;
         }
     }
@@ -269,7 +269,7 @@ impl RequestLog {
         let (finish, error) = match self.outcome {
             Outcome::Finished(r) => (Some(r), None),
             Outcome::Failed(code) => (None, Some(code)),
-            Outcome::TimedOut => (None, Some(crate::completions::REQUEST_TIMEOUT)),
+            Outcome::TimedOut => (None, Some(crate::limits::REQUEST_TIMEOUT)),
             Outcome::Running => (None, None),
         };
         macro_rules! line {
@@ -339,6 +339,20 @@ pub async fn log_refusals(
         );
     }
     response
+}
+
+/// The `refused` line (and counts) of a request hyper refused before it was
+/// parsed ([`crate::unparsed`]): no method or route is known.
+pub(crate) fn unparsed_refusal(st: &AppState, err: &crate::error::ApiError) {
+    st.tally.refused.fetch_add(1, Ordering::Relaxed);
+    st.metrics.refused(err.code);
+    tracing::warn!(
+        target: "ferrox::request",
+        status = err.status.as_u16(),
+        code = err.code,
+        error = %err.message,
+        "refused"
+    );
 }
 
 /// `response` without its [`Refusal`] mark: an error answered after the request

@@ -23,6 +23,7 @@ use tower::ServiceExt;
 use crate::limits::{Activity, Guarded, IdleIo, Limits};
 use crate::routes::router;
 use crate::state::{AppState, Phase};
+use crate::unparsed::UnparsedIo;
 
 /// Time the last responses get to reach their clients once every request has
 /// ended (a client that stopped reading cannot hold a shutdown longer).
@@ -86,15 +87,15 @@ struct Shutdown {
 fn connection(
     stream: tokio::net::TcpStream,
     app: axum::Router,
+    state: Arc<AppState>,
     limits: &Limits,
     shutdown: Shutdown,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let activity = Activity::new();
-    let io = TokioIo::new(IdleIo::new(
-        stream,
-        Arc::clone(&activity),
-        limits.idle_timeout,
+    let io = TokioIo::new(UnparsedIo::new(
+        IdleIo::new(stream, Arc::clone(&activity), limits.idle_timeout),
+        state,
     ));
     let counted = Arc::clone(&activity);
     let all = Arc::clone(&shutdown.all);
@@ -167,7 +168,14 @@ pub async fn serve(
             },
             _ = stop.cancelled() => break,
         };
-        connection(stream, app.clone(), &limits, shutdown.clone(), permit);
+        connection(
+            stream,
+            app.clone(),
+            Arc::clone(&state),
+            &limits,
+            shutdown.clone(),
+            permit,
+        );
     }
     drop(listener);
     drain(&state, &shutdown.all, opts.grace).await;

@@ -7,43 +7,41 @@
 //! the same thing; at most one may be given.
 
 use ferrox_models::grammar::GrammarSpec;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::request::type_error;
+use crate::openai::request::{JsonSchemaFormat, ResponseFormat, Schema, SharedFields};
 
-/// The output grammar a request asks for: OpenAI's `response_format`, or the
-/// names llama-server (`json_schema`, `grammar`) and vLLM (`guided_json`,
-/// `guided_regex`, `guided_grammar`, `guided_choice`) give the same thing. At
-/// most one may be given.
-pub(crate) fn output_grammar(o: &Map<String, Value>) -> Result<Option<GrammarSpec>, ApiError> {
+/// The output grammar a request asks for (the constraint fields are taken out
+/// of `f`). At most one may be given.
+pub(crate) fn output_grammar(f: &mut SharedFields) -> Result<Option<GrammarSpec>, ApiError> {
     let mut found: Vec<(&str, GrammarSpec)> = Vec::new();
-    if let Some(rf) = o.get("response_format").filter(|v| !v.is_null())
+    if let Some(rf) = f.response_format.take()
         && let Some(g) = response_format(rf)?
     {
         found.push(("response_format", g));
     }
-    for field in ["json_schema", "guided_json"] {
-        if let Some(v) = o.get(field).filter(|v| !v.is_null()) {
-            found.push((field, schema_value(field, v, false)?));
+    for (field, schema) in [
+        ("json_schema", f.json_schema.take()),
+        ("guided_json", f.guided_json.take()),
+    ] {
+        if let Some(s) = schema {
+            found.push((field, schema_spec(field, s, false)?));
         }
     }
-    for field in ["grammar", "guided_grammar"] {
-        if let Some(v) = o.get(field).filter(|v| !v.is_null()) {
-            let g = v
-                .as_str()
-                .ok_or_else(|| type_error(field, "a string (a GBNF or Lark grammar)", v))?;
-            found.push((field, GrammarSpec::grammar(g)));
+    for (field, grammar) in [
+        ("grammar", f.grammar.take()),
+        ("guided_grammar", f.guided_grammar.take()),
+    ] {
+        if let Some(g) = grammar {
+            found.push((field, GrammarSpec::grammar(&g)));
         }
     }
-    if let Some(v) = o.get("guided_regex").filter(|v| !v.is_null()) {
-        let r = v
-            .as_str()
-            .ok_or_else(|| type_error("guided_regex", "a string", v))?;
-        found.push(("guided_regex", GrammarSpec::Regex(r.to_string())));
+    if let Some(r) = f.guided_regex.take() {
+        found.push(("guided_regex", GrammarSpec::Regex(r)));
     }
-    if let Some(v) = o.get("guided_choice").filter(|v| !v.is_null()) {
-        found.push(("guided_choice", choice_grammar(v)?));
+    if let Some(c) = f.guided_choice.take() {
+        found.push(("guided_choice", choice_grammar(&c)?));
     }
     match found.len() {
         0 | 1 => Ok(found.pop().map(|(_, g)| g)),
@@ -63,72 +61,57 @@ pub(crate) fn output_grammar(o: &Map<String, Value>) -> Result<Option<GrammarSpe
 /// OpenAI's `response_format`: `text` (no constraint), `json_object` (any object,
 /// or llama-server's `schema` inside it) or `json_schema` (`json_schema.schema`,
 /// `json_schema.strict`).
-fn response_format(rf: &Value) -> Result<Option<GrammarSpec>, ApiError> {
-    const F: &str = "response_format";
-    let o = rf
-        .as_object()
-        .ok_or_else(|| type_error(F, "an object", rf))?;
-    match o.get("type").and_then(Value::as_str) {
-        Some("text") => Ok(None),
-        Some("json_object") => match o.get("schema").filter(|v| !v.is_null()) {
-            Some(schema) => schema_value("response_format.schema", schema, false).map(Some),
+fn response_format(rf: ResponseFormat) -> Result<Option<GrammarSpec>, ApiError> {
+    match rf {
+        ResponseFormat::Text => Ok(None),
+        ResponseFormat::JsonObject { schema: None } => Ok(Some(GrammarSpec::JsonObject)),
+        ResponseFormat::JsonObject { schema: Some(s) } => {
+            schema_spec("response_format.schema", s, false).map(Some)
+        }
+        ResponseFormat::JsonSchema { json_schema: None } => Err(ApiError::invalid(
+            Some("response_format"),
+            "response_format json_schema needs a json_schema object with a schema",
+        )),
+        ResponseFormat::JsonSchema {
+            json_schema: Some(JsonSchemaFormat { schema, strict, .. }),
+        } => match schema {
+            Some(s) => schema_spec(
+                "response_format.json_schema.schema",
+                s,
+                strict.unwrap_or(false),
+            )
+            .map(Some),
+            // OpenAI: a missing schema allows any JSON object.
             None => Ok(Some(GrammarSpec::JsonObject)),
         },
-        Some("json_schema") => {
-            let js = o
-                .get("json_schema")
-                .and_then(Value::as_object)
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        Some(F),
-                        "response_format json_schema needs a json_schema object with a schema",
-                    )
-                })?;
-            let strict = match js.get("strict") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(v) => {
-                    return Err(type_error(
-                        "response_format.json_schema.strict",
-                        "a boolean",
-                        v,
-                    ));
-                }
-            };
-            match js.get("schema").filter(|v| !v.is_null()) {
-                Some(schema) => {
-                    schema_value("response_format.json_schema.schema", schema, strict).map(Some)
-                }
-                // OpenAI: a missing schema allows any JSON object.
-                None => Ok(Some(GrammarSpec::JsonObject)),
-            }
-        }
-        Some(t) => Err(ApiError::invalid(
-            Some(F),
-            format!("response_format type {t:?} is not one of text, json_object, json_schema"),
-        )),
-        None => Err(ApiError::invalid(Some(F), "response_format needs a type")),
     }
 }
 
-/// A JSON schema given as an object, or as a string holding one (vLLM).
-fn schema_value(field: &str, v: &Value, strict: bool) -> Result<GrammarSpec, ApiError> {
-    let schema = match v {
-        Value::Object(_) | Value::Bool(true) => v.clone(),
-        Value::String(s) => serde_json::from_str(s)
+/// A JSON schema given as an object (or `true`), or as a string holding one (vLLM).
+fn schema_spec(field: &str, s: Schema, strict: bool) -> Result<GrammarSpec, ApiError> {
+    let schema = match s {
+        Schema::Object(o) => Value::Object(o),
+        Schema::AnyValue(true) => Value::Bool(true),
+        Schema::AnyValue(false) => {
+            return Err(ApiError::invalid(
+                Some(field),
+                format!("{field}: the schema false allows no output at all"),
+            ));
+        }
+        Schema::Text(t) => serde_json::from_str(&t)
             .map_err(|e| ApiError::invalid(Some(field), format!("{field} is not JSON: {e}")))?,
-        _ => return Err(type_error(field, "a JSON schema object", v)),
     };
     Ok(GrammarSpec::JsonSchema { schema, strict })
 }
 
 /// vLLM's `guided_choice`: the output is exactly one of the strings.
-fn choice_grammar(v: &Value) -> Result<GrammarSpec, ApiError> {
-    let choices: Vec<&str> = v
-        .as_array()
-        .filter(|a| !a.is_empty())
-        .and_then(|a| a.iter().map(Value::as_str).collect())
-        .ok_or_else(|| type_error("guided_choice", "a non-empty array of strings", v))?;
+fn choice_grammar(choices: &[String]) -> Result<GrammarSpec, ApiError> {
+    if choices.is_empty() {
+        return Err(ApiError::invalid(
+            Some("guided_choice"),
+            "guided_choice must list at least one string",
+        ));
+    }
     let alternatives: Vec<String> = choices
         .iter()
         .map(|c| serde_json::to_string(c).expect("strings serialize"))
@@ -145,7 +128,8 @@ mod tests {
     use serde_json::json;
 
     fn grammar(body: Value) -> Result<Option<GrammarSpec>, ApiError> {
-        output_grammar(body.as_object().unwrap())
+        let mut f: SharedFields = crate::request::typed(&body)?;
+        output_grammar(&mut f)
     }
 
     fn schema(schema: Value, strict: bool) -> Option<GrammarSpec> {
@@ -217,7 +201,7 @@ mod tests {
             (json!({"response_format": "json"}), "response_format"),
             (
                 json!({"response_format": {"type": "xml"}}),
-                "response_format",
+                "response_format.type",
             ),
             (json!({"response_format": {}}), "response_format"),
             (
@@ -226,14 +210,14 @@ mod tests {
             ),
             (
                 json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}}),
-                "response_format.json_schema.strict",
+                "response_format",
             ),
             (json!({"json_schema": 3}), "json_schema"),
             (json!({"guided_json": "{not json"}), "guided_json"),
             (json!({"grammar": ["a"]}), "grammar"),
             (json!({"guided_regex": 1}), "guided_regex"),
             (json!({"guided_choice": []}), "guided_choice"),
-            (json!({"guided_choice": ["a", 1]}), "guided_choice"),
+            (json!({"guided_choice": ["a", 1]}), "guided_choice[1]"),
             (
                 json!({"response_format": {"type": "json_object"}, "guided_regex": "a"}),
                 "guided_regex",

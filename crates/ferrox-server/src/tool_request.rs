@@ -3,10 +3,10 @@
 //! `tool_calls`, a `tool` message's `tool_call_id`), validated (pure).
 
 use ferrox_models::tools::{Tool, ToolCall};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::request::type_error;
+use crate::openai::request::{Arguments, ToolCallIn, ToolChoiceIn, ToolDef};
 
 /// What the model may or must do with the tools.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,27 +78,23 @@ impl ToolRequest {
 }
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`.
-pub fn tool_request(o: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError> {
-    let tools = match o.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .enumerate()
-            .map(|(i, t)| tool(&format!("tools[{i}]"), t))
-            .collect::<Result<_, _>>()?,
-        Some(v) => return Err(type_error("tools", "an array of tools", v)),
-    };
-    let parallel = match o.get("parallel_tool_calls") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => return Err(type_error("parallel_tool_calls", "a boolean", v)),
-    };
-    let choice = match o.get("tool_choice") {
-        None | Some(Value::Null) => Some(ToolChoice::Auto),
-        Some(Value::String(s)) => match s.as_str() {
-            "none" => None,
-            "auto" => Some(ToolChoice::Auto),
-            "required" => Some(ToolChoice::Required),
+pub fn tool_request(
+    tools: Option<Vec<ToolDef>>,
+    choice: Option<ToolChoiceIn>,
+    parallel: Option<bool>,
+) -> Result<Option<ToolRequest>, ApiError> {
+    let tools = tools
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| tool(&format!("tools[{i}]"), t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let choice = match choice {
+        None => ToolChoice::Auto,
+        Some(ToolChoiceIn::Mode(m)) => match m.as_str() {
+            "none" => return Ok(None),
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
             other => {
                 return Err(ApiError::invalid(
                     Some("tool_choice"),
@@ -106,121 +102,67 @@ pub fn tool_request(o: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiEr
                 ));
             }
         },
-        Some(v @ Value::Object(c)) => {
-            let name = c
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .filter(|_| c.get("type").and_then(Value::as_str) == Some("function"))
-                .ok_or_else(|| {
-                    type_error(
-                        "tool_choice",
-                        "{\"type\": \"function\", \"function\": {\"name\": ...}}",
-                        v,
-                    )
-                })?;
-            Some(ToolChoice::Named(name.to_string()))
+        Some(ToolChoiceIn::Named(n)) if n.kind == "function" => ToolChoice::Named(n.function.name),
+        Some(ToolChoiceIn::Named(n)) => {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                format!("tool_choice.type must be \"function\", got {:?}", n.kind),
+            ));
         }
-        Some(v) => return Err(type_error("tool_choice", "a string or an object", v)),
     };
-    match choice {
-        Some(choice) => ToolRequest::new(tools, choice, parallel),
-        None => Ok(None),
-    }
+    ToolRequest::new(tools, choice, parallel.unwrap_or(true))
 }
 
-fn tool(field: &str, v: &Value) -> Result<Tool, ApiError> {
-    let o = v
-        .as_object()
-        .ok_or_else(|| type_error(field, "an object", v))?;
-    if o.get("type").and_then(Value::as_str) != Some("function") {
+fn tool(field: &str, t: ToolDef) -> Result<Tool, ApiError> {
+    if t.kind != "function" {
         return Err(ApiError::invalid(
             Some(field),
             format!("{field}.type must be \"function\" (the only kind of tool)"),
         ));
     }
-    let f = o
-        .get("function")
-        .and_then(Value::as_object)
-        .ok_or_else(|| {
-            ApiError::invalid(Some(field), format!("{field}.function must be an object"))
-        })?;
-    let name = f
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|n| {
-            !n.is_empty()
-                && n.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        })
-        .ok_or_else(|| {
-            ApiError::invalid(
-                Some(field),
-                format!("{field}.function.name must be a name of letters, digits, _ and -"),
-            )
-        })?;
-    let description = match f.get("description") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(d)) => Some(d.clone()),
-        Some(v) => {
-            return Err(type_error(
-                &format!("{field}.function.description"),
-                "a string",
-                v,
-            ));
-        }
-    };
-    let parameters = match f.get("parameters") {
-        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
-        Some(p @ Value::Object(_)) => p.clone(),
-        Some(v) => {
-            return Err(type_error(
-                &format!("{field}.function.parameters"),
-                "a JSON schema object",
-                v,
-            ));
-        }
-    };
+    let f = t.function.ok_or_else(|| {
+        ApiError::invalid(Some(field), format!("{field}.function must be an object"))
+    })?;
+    let valid_name = !f.name.is_empty()
+        && f.name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid_name {
+        return Err(ApiError::invalid(
+            Some(field),
+            format!("{field}.function.name must be a name of letters, digits, _ and -"),
+        ));
+    }
     Ok(Tool {
-        name: name.to_string(),
-        description,
-        parameters,
+        name: f.name,
+        description: f.description,
+        parameters: f.parameters.map_or_else(
+            || serde_json::json!({"type": "object", "properties": {}}),
+            Value::Object,
+        ),
     })
 }
 
-/// An assistant message's `tool_calls` (their `arguments` are JSON text).
-pub fn message_tool_calls(field: &str, m: &Map<String, Value>) -> Result<Vec<ToolCall>, ApiError> {
-    let calls = match m.get("tool_calls") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(a)) => a,
-        Some(v) => return Err(type_error(&format!("{field}.tool_calls"), "an array", v)),
-    };
+/// An assistant message's `tool_calls` (their `arguments` are JSON text);
+/// `field` names the list in errors.
+pub fn message_tool_calls(field: &str, calls: Vec<ToolCallIn>) -> Result<Vec<ToolCall>, ApiError> {
     calls
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let f = format!("{field}.tool_calls[{i}]");
-            let bad = |what: &str| ApiError::invalid(Some(&f), format!("{f}: {what}"));
-            let id = c
-                .get("id")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("id must be a string"))?;
-            let function = c
-                .get("function")
-                .ok_or_else(|| bad("function is required"))?;
-            let name = function
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("function.name must be a string"))?;
-            let arguments = match function.get("arguments") {
-                Some(Value::String(s)) => serde_json::from_str(s)
-                    .map_err(|e| bad(&format!("function.arguments is not JSON: {e}")))?,
-                Some(a @ Value::Object(_)) => a.clone(),
-                _ => return Err(bad("function.arguments must be a JSON string")),
+            let f = format!("{field}[{i}]");
+            let arguments = match c.function.arguments {
+                Arguments::Json(s) => serde_json::from_str(&s).map_err(|e| {
+                    ApiError::invalid(
+                        Some(&f),
+                        format!("{f}: function.arguments is not JSON: {e}"),
+                    )
+                })?,
+                Arguments::Object(o) => Value::Object(o),
             };
             Ok(ToolCall {
-                id: id.to_string(),
-                name: name.to_string(),
+                id: c.id,
+                name: c.function.name,
                 arguments,
             })
         })
@@ -233,7 +175,8 @@ mod tests {
     use serde_json::json;
 
     fn parse(v: Value) -> Result<Option<ToolRequest>, ApiError> {
-        tool_request(v.as_object().unwrap())
+        let f: crate::openai::request::ChatFields = crate::request::typed(&v)?;
+        tool_request(f.tools, f.tool_choice, f.parallel_tool_calls)
     }
 
     fn weather() -> Value {

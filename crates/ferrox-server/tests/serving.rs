@@ -313,3 +313,38 @@ async fn a_request_past_its_wall_clock_limit_is_cancelled() {
     server.stop.cancel();
     server.done.await.unwrap().unwrap();
 }
+
+/// Issue 13: what hyper refuses before the router sees a request (a malformed
+/// request line or header, headers over its buffer) still answers an
+/// OpenAI-shaped JSON error, and the server serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_hyper_cannot_parse_get_a_json_error_body() {
+    let st = state(Setup::default());
+    let server = start(Arc::clone(&st), Duration::from_secs(1)).await;
+    let huge = format!(
+        "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(600_000)
+    );
+    for (raw, status, code) in [
+        ("GARBAGE\r\n\r\n".to_string(), 400, "bad_request"),
+        (
+            "GET /health HTTP/1.1\r\nBad Header\r\n\r\n".to_string(),
+            400,
+            "bad_request",
+        ),
+        (huge, 431, "headers_too_large"),
+    ] {
+        let answer = exchange(server.addr, &raw).await;
+        assert_eq!(status_of(&answer), status, "{answer}");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains("content-type: application/json"), "{head}");
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["code"], code, "{body}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{body}");
+    }
+    let ok = exchange(server.addr, &request("GET", "/health", "")).await;
+    assert_eq!(status_of(&ok), 200, "{ok}");
+    assert!(st.metrics.render().contains("headers_too_large"));
+    server.stop.cancel();
+    server.done.await.unwrap().unwrap();
+}

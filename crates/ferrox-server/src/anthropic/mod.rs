@@ -46,6 +46,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::limits::{request_timeout, within_request_timeout};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
 use crate::tool_request::ToolChoice;
@@ -384,15 +385,13 @@ async fn collect_within(
     stream: RequestStream,
     mut log: RequestLog,
 ) -> Response {
-    let Some(limit) = st.limits.request_timeout else {
-        return collect(&st, answer, stream, &mut log).await;
-    };
-    let answer = tokio::time::timeout(limit, collect(&st, answer, stream, &mut log)).await;
-    answer.unwrap_or_else(|_| {
-        log.timed_out();
-        let err = crate::completions::request_timeout(limit);
-        not_a_refusal(AnthropicError(err).into_response())
-    })
+    let answer = collect(&st, answer, stream, &mut log);
+    within_request_timeout(st.limits.request_timeout, answer)
+        .await
+        .unwrap_or_else(|limit| {
+            log.timed_out();
+            not_a_refusal(AnthropicError(request_timeout(limit)).into_response())
+        })
 }
 
 async fn collect(
@@ -620,7 +619,7 @@ fn sse(
         match limit {
             Some(l) if timed_out.load(Ordering::Acquire) => {
                 log_tail.timed_out();
-                Some(error_event(crate::completions::request_timeout(l)))
+                Some(error_event(request_timeout(l)))
             }
             _ => None,
         }

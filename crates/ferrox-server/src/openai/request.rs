@@ -50,7 +50,7 @@ pub struct SharedFields {
 
 /// `stop`: one string or a list.
 #[derive(Debug, Deserialize)]
-#[serde(untagged, expecting = "a string or an array of strings")]
+#[serde(untagged, expecting = "expected a string or an array of strings")]
 pub enum Stop {
     One(String),
     Many(Vec<String>),
@@ -72,20 +72,26 @@ pub struct StreamOptions {
 
 /// OpenAI's `response_format`.
 #[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    expecting = "an object with a type: text, json_object or json_schema"
+)]
 pub enum ResponseFormat {
     Text,
     /// Any JSON object; llama-server also takes a `schema` here.
-    JsonObject { schema: Option<Schema> },
-    JsonSchema { json_schema: Option<JsonSchemaFormat> },
+    JsonObject {
+        schema: Option<Schema>,
+    },
+    JsonSchema {
+        json_schema: Option<JsonSchemaFormat>,
+    },
 }
 
 /// `response_format.json_schema`.
 #[derive(Debug, Deserialize)]
 pub struct JsonSchemaFormat {
-    #[allow(dead_code)]
     pub name: Option<String>,
-    #[allow(dead_code)]
     pub description: Option<String>,
     pub schema: Option<Schema>,
     pub strict: Option<bool>,
@@ -93,7 +99,7 @@ pub struct JsonSchemaFormat {
 
 /// A JSON schema: an object, `true`, or (vLLM) a string holding one.
 #[derive(Debug, Deserialize)]
-#[serde(untagged, expecting = "a JSON schema object")]
+#[serde(untagged, expecting = "expected a JSON schema object")]
 pub enum Schema {
     Object(Map<String, Value>),
     AnyValue(bool),
@@ -127,7 +133,7 @@ pub struct CompletionFields {
 #[derive(Debug, Deserialize)]
 #[serde(
     untagged,
-    expecting = "a string, an array of strings, an array of token ids or an array of arrays of token ids"
+    expecting = "expected a string, an array of strings, an array of token ids or an array of arrays of token ids"
 )]
 pub enum Prompt {
     Text(String),
@@ -179,15 +185,10 @@ pub enum Message {
         content: Option<Content>,
         name: Option<String>,
         tool_calls: Option<Vec<ToolCallIn>>,
-        #[allow(dead_code)]
         refusal: Option<IgnoredAny>,
-        #[allow(dead_code)]
         annotations: Option<IgnoredAny>,
-        #[allow(dead_code)]
         audio: Option<IgnoredAny>,
-        #[allow(dead_code)]
         function_call: Option<IgnoredAny>,
-        #[allow(dead_code)]
         reasoning_content: Option<IgnoredAny>,
     },
     Tool {
@@ -198,7 +199,7 @@ pub enum Message {
 
 /// Message content: a string, or a list of parts.
 #[derive(Debug, Deserialize)]
-#[serde(untagged, expecting = "a string or an array of content parts")]
+#[serde(untagged, expecting = "expected a string or an array of content parts")]
 pub enum Content {
     Text(String),
     Parts(Vec<ContentPart>),
@@ -222,10 +223,8 @@ pub enum ContentPart {
 pub struct ToolCallIn {
     pub id: String,
     #[serde(rename = "type")]
-    #[allow(dead_code)]
     pub kind: Option<String>,
     pub function: FunctionCallIn,
-    #[allow(dead_code)]
     pub index: Option<IgnoredAny>,
 }
 
@@ -238,7 +237,10 @@ pub struct FunctionCallIn {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged, expecting = "a JSON string (or an object) of arguments")]
+#[serde(
+    untagged,
+    expecting = "expected a JSON string (or an object) of arguments"
+)]
 pub enum Arguments {
     Json(String),
     Object(Map<String, Value>),
@@ -262,7 +264,6 @@ pub struct FunctionDef {
     pub parameters: Option<Map<String, Value>>,
     /// OpenAI's strict schemas: the call is always constrained to the schema
     /// here when the choice forces a call.
-    #[allow(dead_code)]
     pub strict: Option<bool>,
 }
 
@@ -270,7 +271,7 @@ pub struct FunctionDef {
 #[derive(Debug, Deserialize)]
 #[serde(
     untagged,
-    expecting = "\"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}"
+    expecting = "expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}"
 )]
 pub enum ToolChoiceIn {
     Mode(String),

@@ -1,0 +1,291 @@
+//! The OpenAI response types filled in from engine events: log-probabilities,
+//! tool calls, whole choices, and the stream chunks of one response.
+
+use ferrox_engine::{TokenLogprob, Usage};
+use ferrox_models::tools::ToolCall;
+
+use super::Kind;
+use crate::openai::response::{
+    ChatChoice, ChatCompletionChunk, ChatLogprobs, ChatObject, ChunkChoice, CompletionUsage, Delta,
+    FunctionDelta, FunctionKind, FunctionOut, Header, Role, TextChoice, TextCompletion,
+    TextLogprobs, TextObject, TokenLogprobOut, ToolCallDelta, ToolCallOut, TopLogprob,
+};
+use crate::state::AppState;
+
+/// A generated token with its log-probability and where its text starts in the
+/// answer.
+pub(super) struct LoggedToken {
+    pub id: u32,
+    pub logprob: TokenLogprob,
+    pub offset: usize,
+}
+
+fn piece(st: &AppState, id: u32) -> (String, Vec<u8>) {
+    let b = st.tokenizer.token_bytes(id, false).into_owned();
+    (String::from_utf8_lossy(&b).into_owned(), b)
+}
+
+/// Chat's `logprobs.content`.
+pub(super) fn chat_logprobs(st: &AppState, tokens: &[LoggedToken]) -> ChatLogprobs {
+    let entry = |t: &LoggedToken| {
+        let (token, bytes) = piece(st, t.id);
+        let top_logprobs = t
+            .logprob
+            .top
+            .iter()
+            .map(|&(i, logprob)| {
+                let (token, bytes) = piece(st, i);
+                TopLogprob {
+                    token,
+                    logprob,
+                    bytes,
+                }
+            })
+            .collect();
+        TokenLogprobOut {
+            token,
+            logprob: t.logprob.logprob,
+            bytes,
+            top_logprobs,
+        }
+    };
+    ChatLogprobs {
+        content: tokens.iter().map(entry).collect(),
+    }
+}
+
+/// The legacy completions `logprobs`.
+pub(super) fn text_logprobs(st: &AppState, tokens: &[LoggedToken]) -> TextLogprobs {
+    let mut out = TextLogprobs::default();
+    for t in tokens {
+        out.tokens.push(piece(st, t.id).0);
+        out.token_logprobs.push(t.logprob.logprob);
+        out.top_logprobs.push(
+            t.logprob
+                .top
+                .iter()
+                .map(|&(i, l)| (piece(st, i).0, l.into()))
+                .collect(),
+        );
+        out.text_offset.push(t.offset);
+    }
+    out
+}
+
+/// OpenAI's `tool_calls`: the arguments as JSON text.
+pub(super) fn tool_calls_out(calls: &[ToolCall]) -> Vec<ToolCallOut> {
+    calls
+        .iter()
+        .map(|c| ToolCallOut {
+            id: c.id.clone(),
+            kind: FunctionKind::Function,
+            function: FunctionOut {
+                name: c.name.clone(),
+                arguments: c.arguments.to_string(),
+            },
+        })
+        .collect()
+}
+
+/// One choice of a whole answer, taken apart.
+pub(super) struct Answer {
+    pub text: String,
+    pub reasoning: Option<String>,
+    pub calls: Vec<ToolCall>,
+    pub finish: Option<&'static str>,
+    /// The tokens' log-probabilities, when the request asked for them.
+    pub logprobs: Option<Vec<LoggedToken>>,
+}
+
+pub(super) fn chat_choice(st: &AppState, index: usize, a: Answer) -> ChatChoice {
+    let content = if a.text.is_empty() && !a.calls.is_empty() {
+        None
+    } else {
+        Some(a.text)
+    };
+    ChatChoice {
+        index,
+        message: crate::openai::response::AssistantMessage {
+            role: Role::Assistant,
+            content,
+            reasoning_content: a.reasoning,
+            tool_calls: tool_calls_out(&a.calls),
+        },
+        finish_reason: a.finish,
+        logprobs: a.logprobs.map(|l| chat_logprobs(st, &l)),
+    }
+}
+
+pub(super) fn text_choice(st: &AppState, index: usize, a: Answer) -> TextChoice {
+    TextChoice {
+        index,
+        text: a.text,
+        finish_reason: a.finish,
+        logprobs: a.logprobs.map(|l| text_logprobs(st, &l)),
+    }
+}
+
+/// The chunks of one streamed response, as SSE data lines.
+pub(super) struct Chunks {
+    pub kind: Kind,
+    pub id: String,
+    pub model: String,
+    pub created: u64,
+}
+
+impl Chunks {
+    fn chat(
+        &self,
+        index: usize,
+        delta: Delta,
+        finish: Option<&'static str>,
+        logprobs: Option<ChatLogprobs>,
+    ) -> String {
+        json(&ChatCompletionChunk {
+            header: self.chat_header(),
+            choices: vec![ChunkChoice {
+                index,
+                delta,
+                finish_reason: finish,
+                logprobs,
+            }],
+            usage: None,
+        })
+    }
+
+    fn text(
+        &self,
+        index: usize,
+        text: String,
+        finish: Option<&'static str>,
+        logprobs: Option<TextLogprobs>,
+    ) -> String {
+        json(&TextCompletion {
+            header: self.text_header(),
+            choices: vec![TextChoice {
+                index,
+                text,
+                finish_reason: finish,
+                logprobs,
+            }],
+            usage: None,
+        })
+    }
+
+    fn chat_header(&self) -> Header<'_, ChatObject> {
+        Header {
+            id: &self.id,
+            object: ChatObject::Chunk,
+            created: self.created,
+            model: &self.model,
+        }
+    }
+
+    fn text_header(&self) -> Header<'_, TextObject> {
+        Header {
+            id: &self.id,
+            object: TextObject::TextCompletion,
+            created: self.created,
+            model: &self.model,
+        }
+    }
+
+    /// Answer text (`role` on a chat stream's first chunk), with its token's
+    /// log-probability when asked for.
+    pub fn content(
+        &self,
+        st: &AppState,
+        index: usize,
+        text: String,
+        role: bool,
+        token: Option<LoggedToken>,
+    ) -> String {
+        let tokens: Option<Vec<LoggedToken>> = token.map(|t| vec![t]);
+        match self.kind {
+            Kind::Chat => {
+                let delta = Delta {
+                    role: role.then_some(Role::Assistant),
+                    content: Some(text),
+                    ..Delta::default()
+                };
+                self.chat(index, delta, None, tokens.map(|t| chat_logprobs(st, &t)))
+            }
+            Kind::Text => self.text(index, text, None, tokens.map(|t| text_logprobs(st, &t))),
+        }
+    }
+
+    /// Thinking (`delta.reasoning_content`, as vLLM and llama-server stream it).
+    pub fn reasoning(&self, index: usize, text: String, role: bool) -> String {
+        let delta = Delta {
+            role: role.then_some(Role::Assistant),
+            reasoning_content: Some(text),
+            ..Delta::default()
+        };
+        self.chat(index, delta, None, None)
+    }
+
+    /// The chunks of `calls`, as OpenAI streams them: the id and name first,
+    /// then the arguments in pieces.
+    pub fn tool_calls(&self, index: usize, calls: &[ToolCall]) -> Vec<String> {
+        let chunk = |call: ToolCallDelta| {
+            let delta = Delta {
+                tool_calls: vec![call],
+                ..Delta::default()
+            };
+            self.chat(index, delta, None, None)
+        };
+        let mut out = Vec::new();
+        for (k, c) in calls.iter().enumerate() {
+            out.push(chunk(ToolCallDelta {
+                index: k,
+                id: Some(c.id.clone()),
+                kind: Some(FunctionKind::Function),
+                function: FunctionDelta {
+                    name: Some(c.name.clone()),
+                    arguments: String::new(),
+                },
+            }));
+            for piece in c.argument_pieces() {
+                out.push(chunk(ToolCallDelta {
+                    index: k,
+                    id: None,
+                    kind: None,
+                    function: FunctionDelta {
+                        name: None,
+                        arguments: piece,
+                    },
+                }));
+            }
+        }
+        out
+    }
+
+    /// The last chunk of a choice.
+    pub fn finish(&self, index: usize, reason: &'static str) -> String {
+        match self.kind {
+            Kind::Chat => self.chat(index, Delta::default(), Some(reason), None),
+            Kind::Text => self.text(index, String::new(), Some(reason), None),
+        }
+    }
+
+    /// The closing chunk of `stream_options.include_usage`: no choices, the usage.
+    pub fn usage(&self, u: &Usage) -> String {
+        let usage = Some(CompletionUsage::from(u));
+        match self.kind {
+            Kind::Chat => json(&ChatCompletionChunk {
+                header: self.chat_header(),
+                choices: Vec::new(),
+                usage,
+            }),
+            Kind::Text => json(&TextCompletion {
+                header: self.text_header(),
+                choices: Vec::new(),
+                usage,
+            }),
+        }
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("response types serialize")
+}

@@ -1,0 +1,389 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: JSON bodies and SSE
+//! streams in the OpenAI shapes.
+//!
+//! Invariants: refusals happen before anything is queued (the engine's submit);
+//! dropping the response (the client went away, streaming or not) drops the
+//! request streams, which cancels them (SPEC S13); a failure after streaming began
+//! ends the stream with an error event, never a silent cut (S18).
+
+mod chunks;
+mod stream;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::{IntoResponse, Response};
+use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
+use ferrox_models::reasoning::{self, AnswerPhase};
+use ferrox_models::tools::ToolFormat;
+
+use crate::openai::response::{
+    ChatCompletion, ChatObject, CompletionUsage, Header, TextCompletion, TextObject,
+};
+use chunks::{Answer, LoggedToken};
+
+use crate::error::ApiError;
+use crate::json_body::json_body;
+use crate::limits::{request_timeout, within_request_timeout};
+use crate::request::{PromptInput, ValidRequest, parse_chat, parse_completion};
+use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
+use crate::state::{AppState, Phase};
+use crate::tool_request::ToolChoice;
+
+/// Which endpoint.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Chat,
+    Text,
+}
+
+impl Kind {
+    fn route(self) -> Route {
+        match self {
+            Kind::Chat => Route::ChatCompletions,
+            Kind::Text => Route::Completions,
+        }
+    }
+
+    fn id_prefix(self) -> &'static str {
+        match self {
+            Kind::Chat => "chatcmpl-",
+            Kind::Text => "cmpl-",
+        }
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Tokenizes each prompt of a request.
+fn prompts(st: &AppState, req: &ValidRequest) -> Result<Vec<Vec<u32>>, ApiError> {
+    let tools = req.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
+    Ok(match &req.prompt {
+        PromptInput::Chat(msgs) => vec![
+            st.model_chat_ids_with_tools(msgs, tools, &req.template_vars)
+                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?,
+        ],
+        PromptInput::Text(texts) => texts
+            .iter()
+            .map(|t| st.tokenizer.encode(t, true, true))
+            .collect(),
+        PromptInput::Tokens(ids) => ids.clone(),
+    })
+}
+
+/// Tokenizes the prompts and compiles the output grammar on a blocking thread:
+/// template rendering, tokenization and grammar compilation are CPU work that must
+/// not hold the async runtime's threads.
+async fn prepare(
+    st: &Arc<AppState>,
+    mut req: ValidRequest,
+) -> Result<(ValidRequest, Vec<Vec<u32>>), ApiError> {
+    let st = Arc::clone(st);
+    tokio::task::spawn_blocking(move || {
+        st.check_template_vars(&req.template_vars)?;
+        let prompts = prompts(&st, &req)?;
+        let forced = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto);
+        let spec = match forced {
+            Some(t) => Some(st.tool_format().call_grammar(&t.callable(), t.parallel)),
+            None => req.grammar.clone(),
+        };
+        if let Some(spec) = &spec {
+            req.params.grammar = Some(Arc::new(st.compile_grammar(spec)?));
+        }
+        Ok((req, prompts))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
+/// Submits every prompt; on a refusal, the ones already submitted are dropped
+/// (cancelled) and the refusal is answered.
+fn submit_all(
+    st: &AppState,
+    req: &ValidRequest,
+    prompts: Vec<Vec<u32>>,
+) -> Result<(Vec<RequestStream>, Vec<usize>), ApiError> {
+    let mut streams = Vec::with_capacity(prompts.len());
+    let mut lens = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        let mut params = req.params.clone();
+        let limit = st.engine.ceiling().max_context as usize;
+        // Without max_tokens: up to what the context leaves, capped so that a request
+        // does not reserve a whole context of KV blocks (SPEC S7) by default.
+        params.max_tokens = req.max_tokens.unwrap_or_else(|| {
+            limit
+                .saturating_sub(p.len().max(1))
+                .clamp(1, st.default_max_tokens.max(1))
+        });
+        let n = p.len();
+        match st.engine.submit(p, params) {
+            Ok(s) => {
+                streams.push(s);
+                lens.push(n);
+            }
+            Err(e) => return Err(ApiError::from_submit(e, n)),
+        }
+    }
+    Ok((streams, lens))
+}
+
+async fn handle(
+    st: Arc<AppState>,
+    kind: Kind,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    if st.phase.get() == Phase::Draining {
+        return Err(ApiError::shutting_down(
+            "the server is shutting down and takes no new requests; retry elsewhere or later",
+        ));
+    }
+    let v = json_body(body)?;
+    let req = match kind {
+        Kind::Chat => parse_chat(&v)?,
+        Kind::Text => parse_completion(&v)?,
+    };
+    if let Some(m) = &req.model
+        && !st.serves(m)
+    {
+        return Err(ApiError::model_not_found(m, &st.model_id));
+    }
+    let (req, prompts) = prepare(&st, req).await?;
+    let shape = Shape {
+        tools: req.tools.as_ref().map(|_| st.tool_format()),
+        thinking: (kind == Kind::Chat)
+            .then(|| st.thinking_start(&prompts[0]))
+            .flatten(),
+    };
+    let prompt_text = RequestLog::prompt_text(&st, &prompts);
+    let started = Instant::now();
+    let (streams, lens) = submit_all(&st, &req, prompts)?;
+    let id = unique_id(kind.id_prefix(), streams[0].id());
+    let log = RequestLog::new(
+        &st,
+        kind.route(),
+        &id,
+        req.stream,
+        started,
+        &lens,
+        prompt_text,
+    );
+    if req.stream {
+        Ok(stream::sse(st, kind, id, streams, req.include_usage, log, shape).into_response())
+    } else {
+        Ok(collect_within(st, kind, id, streams, log, shape).await)
+    }
+}
+
+/// [`collect`] under `--request-timeout`: on timeout the streams are dropped,
+/// which cancels the requests, and the answer is a 504.
+async fn collect_within(
+    st: Arc<AppState>,
+    kind: Kind,
+    id: String,
+    streams: Vec<RequestStream>,
+    mut log: RequestLog,
+    shape: Shape,
+) -> Response {
+    let answer = collect(&st, kind, id, streams, &mut log, shape);
+    within_request_timeout(st.limits.request_timeout, answer)
+        .await
+        .unwrap_or_else(|limit| {
+            log.timed_out();
+            not_a_refusal(request_timeout(limit).into_response())
+        })
+}
+
+async fn answer(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
+    match handle(Arc::clone(&st), kind, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            st.metrics.refused(e.code);
+            e.into_response()
+        }
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    answer(st, Kind::Chat, body).await
+}
+
+/// `POST /v1/completions`.
+pub async fn text(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    answer(st, Kind::Text, body).await
+}
+
+/// How a chat answer is taken apart: its thinking and its tool calls.
+#[derive(Clone, Copy, Default)]
+struct Shape {
+    /// The tool-call format, when tools are on offer.
+    tools: Option<ToolFormat>,
+    /// Where the answer starts, for a model that thinks in `<think>` tags.
+    thinking: Option<AnswerPhase>,
+}
+
+/// Fresh call ids in `format`'s style.
+fn call_ids(format: ToolFormat) -> impl FnMut() -> String {
+    let mut n = 0;
+    move || {
+        n += 1;
+        format.call_id(n)
+    }
+}
+
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.prompt_tokens += u.prompt_tokens;
+    total.completion_tokens += u.completion_tokens;
+    total.cached_tokens += u.cached_tokens;
+}
+
+/// One choice's events gathered: the text, the finish reason, the
+/// log-probabilities when asked for; a failure is the error answered.
+async fn gather(
+    index: usize,
+    s: &mut RequestStream,
+    log: &mut RequestLog,
+    total: &mut Usage,
+) -> Result<(String, Option<FinishReason>, Option<Vec<LoggedToken>>), ApiError> {
+    let mut text = String::new();
+    let mut finish = None;
+    let mut logged: Option<Vec<LoggedToken>> = None;
+    while let Some(e) = s.recv().await {
+        log.on_event(index, &e);
+        match e {
+            Event::Admitted => {}
+            Event::Token {
+                id,
+                text: t,
+                logprob,
+            } => {
+                if let Some(logprob) = logprob {
+                    logged.get_or_insert_with(Vec::new).push(LoggedToken {
+                        id,
+                        logprob,
+                        offset: text.len(),
+                    });
+                }
+                text.push_str(&t);
+            }
+            Event::Finished {
+                reason,
+                usage,
+                text: t,
+            } => {
+                text.push_str(&t);
+                add_usage(total, &usage);
+                finish = Some(reason);
+            }
+            Event::Failed(f) => return Err(ApiError::from_failure(&f)),
+        }
+    }
+    Ok((text, finish, logged))
+}
+
+/// The answer taken apart by `shape`: thinking split off, tool calls parsed.
+fn take_apart(
+    kind: Kind,
+    shape: Shape,
+    mut text: String,
+    finish: Option<FinishReason>,
+    logprobs: Option<Vec<LoggedToken>>,
+) -> Answer {
+    let reasoning = match shape.thinking {
+        Some(start) => {
+            let (r, content) = reasoning::split(&text, start);
+            text = content;
+            r
+        }
+        None => None,
+    };
+    let calls = match shape.tools {
+        Some(format) if kind == Kind::Chat => {
+            let (content, calls) = format.parse(&text, &mut call_ids(format));
+            if !calls.is_empty() {
+                text = content;
+            }
+            calls
+        }
+        _ => Vec::new(),
+    };
+    let finish = if calls.is_empty() {
+        finish.map(FinishReason::as_str)
+    } else {
+        Some("tool_calls")
+    };
+    Answer {
+        text,
+        reasoning,
+        calls,
+        finish,
+        logprobs,
+    }
+}
+
+async fn collect(
+    st: &AppState,
+    kind: Kind,
+    id: String,
+    streams: Vec<RequestStream>,
+    log: &mut RequestLog,
+    shape: Shape,
+) -> Response {
+    let mut answers = Vec::with_capacity(streams.len());
+    let mut total = Usage::default();
+    for (index, mut s) in streams.into_iter().enumerate() {
+        match gather(index, &mut s, log, &mut total).await {
+            Ok((text, finish, logprobs)) => {
+                answers.push(take_apart(kind, shape, text, finish, logprobs));
+            }
+            Err(e) => return not_a_refusal(e.into_response()),
+        }
+    }
+    let usage = CompletionUsage::from(&total);
+    let (model, created) = (st.model_id.as_str(), now());
+    match kind {
+        Kind::Chat => axum::Json(ChatCompletion {
+            header: Header {
+                id: &id,
+                object: ChatObject::Completion,
+                created,
+                model,
+            },
+            choices: answers
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| chunks::chat_choice(st, i, a))
+                .collect(),
+            usage,
+        })
+        .into_response(),
+        Kind::Text => axum::Json(TextCompletion {
+            header: Header {
+                id: &id,
+                object: TextObject::TextCompletion,
+                created,
+                model,
+            },
+            choices: answers
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| chunks::text_choice(st, i, a))
+                .collect(),
+            usage: Some(usage),
+        })
+        .into_response(),
+    }
+}

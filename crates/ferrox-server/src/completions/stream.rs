@@ -1,0 +1,280 @@
+//! The SSE stream of chat and completions: every choice's engine events, merged
+//! as they come, become OpenAI chunks.
+//!
+//! Invariants: a chat choice's first chunk carries `role`; with tools on offer,
+//! text that may start a call is held back until it is known not to (then
+//! calls go out as id/name and argument pieces); a thinking model's thinking
+//! goes out as `reasoning_content`; after an error event nothing more is sent,
+//! not even `[DONE]`, so no client mistakes a cut-off for a complete answer
+//! (S18); the request deadline ends the stream with a `request_timeout` event.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
+use ferrox_models::reasoning::ReasoningStream;
+use ferrox_models::tools::ToolStream;
+use futures_util::stream::{self, Stream, StreamExt};
+
+use super::chunks::{Chunks, LoggedToken};
+use super::{Kind, Shape, add_usage, call_ids, now};
+use crate::error::ApiError;
+use crate::limits::request_timeout;
+use crate::request_log::{RequestLog, SharedLog};
+use crate::state::AppState;
+
+/// One choice's place in the stream.
+struct ChoiceStream {
+    index: usize,
+    /// Whether its first chunk (the one with `role`) went out.
+    announced: bool,
+    /// With tools: the text that may be a call, held back.
+    held: Option<ToolStream>,
+    /// A thinking model's thinking, split from the answer.
+    thinking: Option<ReasoningStream>,
+}
+
+impl ChoiceStream {
+    fn new(index: usize, kind: Kind, shape: Shape) -> ChoiceStream {
+        ChoiceStream {
+            index,
+            announced: kind == Kind::Text,
+            held: shape
+                .tools
+                .filter(|_| kind == Kind::Chat)
+                .map(ToolStream::new),
+            thinking: shape.thinking.map(ReasoningStream::new),
+        }
+    }
+
+    /// Whether the next chunk is the first (and so carries `role`).
+    fn first(&mut self) -> bool {
+        !std::mem::replace(&mut self.announced, true)
+    }
+
+    /// The chunks of an admitted request: the role, at once.
+    fn admitted(&mut self, st: &AppState, out: &Chunks) -> Vec<String> {
+        if self.first() {
+            vec![out.content(st, self.index, String::new(), true, None)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The chunks of one token.
+    fn token(
+        &mut self,
+        st: &AppState,
+        out: &Chunks,
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    ) -> Vec<String> {
+        let mut chunks = Vec::new();
+        let mut first = self.first();
+        let text = match &mut self.thinking {
+            Some(t) => {
+                let (reasoning, content) = t.push(&text);
+                if !reasoning.is_empty() {
+                    chunks.push(out.reasoning(self.index, reasoning, first));
+                    first = false;
+                }
+                content
+            }
+            None => text,
+        };
+        let text = match &mut self.held {
+            Some(h) => h.push(&text),
+            None => text,
+        };
+        if first || !text.is_empty() || logprob.is_some() {
+            let token = logprob.map(|logprob| LoggedToken {
+                id,
+                logprob,
+                offset: 0,
+            });
+            chunks.push(out.content(st, self.index, text, first, token));
+        }
+        chunks
+    }
+
+    /// The chunks of the end: the rest of the text, any tool calls, and the
+    /// finish reason (none for a cancelled request, whose client is gone).
+    fn finished(
+        &mut self,
+        st: &AppState,
+        out: &Chunks,
+        reason: FinishReason,
+        text: String,
+    ) -> Vec<String> {
+        let mut chunks = Vec::new();
+        let mut first = self.first();
+        let text = match self.thinking.take() {
+            Some(mut t) => {
+                let (r, c) = t.push(&text);
+                let (r2, c2) = t.finish();
+                if !(r.is_empty() && r2.is_empty()) {
+                    chunks.push(out.reasoning(self.index, r + &r2, first));
+                    first = false;
+                }
+                c + &c2
+            }
+            None => text,
+        };
+        let (text, calls) = match self.held.take() {
+            Some(h) => {
+                let mut ids = call_ids(h.format());
+                h.finish_with(&text, &mut ids)
+            }
+            None => (text, Vec::new()),
+        };
+        if !text.is_empty() {
+            chunks.push(out.content(st, self.index, text, first, None));
+        }
+        chunks.extend(out.tool_calls(self.index, &calls));
+        if reason != FinishReason::Cancelled {
+            let finish = if calls.is_empty() {
+                reason.as_str()
+            } else {
+                "tool_calls"
+            };
+            chunks.push(out.finish(self.index, finish));
+        }
+        chunks
+    }
+}
+
+/// The whole response's state: every choice, the usage so far, whether it failed.
+struct ResponseStream {
+    st: Arc<AppState>,
+    out: Chunks,
+    choices: Vec<ChoiceStream>,
+    include_usage: bool,
+    done: usize,
+    total: Usage,
+    failed: Arc<AtomicBool>,
+    log: SharedLog,
+}
+
+impl ResponseStream {
+    fn on_event(&mut self, i: usize, e: Event) -> Vec<String> {
+        self.log.on_event(i, &e);
+        let (st, out, c) = (&self.st, &self.out, &mut self.choices[i]);
+        match e {
+            Event::Admitted => c.admitted(st, out),
+            Event::Token { id, text, logprob } => c.token(st, out, id, text, logprob),
+            Event::Finished {
+                reason,
+                usage,
+                text,
+            } => {
+                let mut chunks = c.finished(st, out, reason, text);
+                add_usage(&mut self.total, &usage);
+                self.done += 1;
+                if self.done == self.choices.len() && self.include_usage {
+                    chunks.push(self.out.usage(&self.total));
+                }
+                chunks
+            }
+            Event::Failed(f) => {
+                self.failed.store(true, Ordering::Release);
+                vec![ApiError::from_failure(&f).body()]
+            }
+        }
+    }
+}
+
+/// How a stream ends: `[DONE]` after a complete answer; nothing more after an
+/// error event; a `request_timeout` error event when the deadline cut it.
+fn stream_tail(
+    failed: &AtomicBool,
+    timed_out: &AtomicBool,
+    limit: Option<Duration>,
+    log: &SharedLog,
+) -> Option<Result<SseEvent, Infallible>> {
+    if failed.load(Ordering::Acquire) {
+        return None;
+    }
+    let data = match limit {
+        Some(l) if timed_out.load(Ordering::Acquire) => {
+            log.timed_out();
+            request_timeout(l).body()
+        }
+        _ => "[DONE]".to_string(),
+    };
+    Some(Ok(SseEvent::default().data(data)))
+}
+
+/// Every stream's events, tagged with its choice index, as they come.
+fn merged(streams: Vec<RequestStream>) -> impl Stream<Item = (usize, Event)> {
+    stream::select_all(streams.into_iter().enumerate().map(|(i, s)| {
+        stream::unfold(Some(s), move |s| async move {
+            let mut s = s?;
+            let e = s.recv().await?;
+            Some(((i, e), Some(s)))
+        })
+        .boxed()
+    }))
+}
+
+/// Sleeps out the request deadline, then marks the stream timed out.
+async fn deadline(limit: Option<Duration>, timed_out: Arc<AtomicBool>) {
+    match limit {
+        Some(l) => tokio::time::sleep(l).await,
+        None => std::future::pending().await,
+    }
+    timed_out.store(true, Ordering::Release);
+}
+
+/// The SSE response of `streams`.
+pub(super) fn sse(
+    st: Arc<AppState>,
+    kind: Kind,
+    id: String,
+    streams: Vec<RequestStream>,
+    include_usage: bool,
+    log: RequestLog,
+    shape: Shape,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let failed = Arc::new(AtomicBool::new(false));
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let limit = st.limits.request_timeout;
+    let log = log.shared();
+    let mut response = ResponseStream {
+        out: Chunks {
+            kind,
+            id,
+            model: st.model_id.clone(),
+            created: now(),
+        },
+        choices: (0..streams.len())
+            .map(|i| ChoiceStream::new(i, kind, shape))
+            .collect(),
+        st,
+        include_usage,
+        done: 0,
+        total: Usage::default(),
+        failed: Arc::clone(&failed),
+        log: log.clone(),
+    };
+    let failed_in = Arc::clone(&failed);
+    let events = merged(streams)
+        .take_until(deadline(limit, Arc::clone(&timed_out)))
+        .take_while(move |_| std::future::ready(!failed_in.load(Ordering::Acquire)))
+        .flat_map(move |(i, e)| {
+            let chunks = response.on_event(i, e);
+            stream::iter(
+                chunks
+                    .into_iter()
+                    .map(|data| Ok(SseEvent::default().data(data))),
+            )
+        })
+        .chain(
+            stream::once(async move { stream_tail(&failed, &timed_out, limit, &log) })
+                .filter_map(std::future::ready),
+        );
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_millis(500)))
+}
