@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use ferrox_engine::EngineHandle;
 use ferrox_models::chat::{ChatMessage, ChatTemplate, TemplateVars};
 use ferrox_models::grammar::{Grammar, GrammarError, GrammarSpec, Grammars};
-use ferrox_models::reasoning::AnswerPhase;
+use ferrox_models::reasoning::{AnswerPhase, Thinking};
 use ferrox_models::tools::{Tool, ToolFormat};
 use ferrox_models::{ModelError, Tokenizer};
 
@@ -137,14 +137,16 @@ impl AppState {
         Ok(())
     }
 
-    /// Where the answer to `prompt` (token ids) starts, when the model thinks in
-    /// `<think>` tags: read from the prompt's last tokens.
-    pub fn thinking_start(&self, prompt: &[u32]) -> Option<AnswerPhase> {
-        self.chat.as_ref().filter(|t| t.thinks())?;
+    /// How the answer to `prompt` (token ids) is split, when the model thinks:
+    /// its format, and where the answer starts (read from the prompt's last
+    /// tokens).
+    pub fn thinking_start(&self, prompt: &[u32]) -> Option<Thinking> {
+        let format = self.chat.as_ref()?.thinks()?;
         let tail = &prompt[prompt.len().saturating_sub(8)..];
-        Some(AnswerPhase::after_prompt(
-            &self.tokenizer.decode(tail, true),
-        ))
+        Some(Thinking {
+            format,
+            start: AnswerPhase::after_prompt(format, &self.tokenizer.decode(tail, true)),
+        })
     }
 
     /// How the served model writes tool calls.

@@ -371,43 +371,54 @@ async fn body_limit_refusals_have_the_routes_shape() {
     assert_eq!(v["error"]["code"], "request_too_large", "{body}");
 }
 
-/// A thinking model's answer is split: the text between `<think>` and `</think>`
-/// is `reasoning_content`, plain and streamed (the tiny model is made to write
-/// it by a grammar; the template has `<think>` markers, as Qwen3's does).
+/// A thinking model's answer is split: the thinking is `reasoning_content`,
+/// plain and streamed, for `<think>` tags (as Qwen3's template has them) and
+/// for gpt-oss's harmony channels (the tiny model is made to write them by a
+/// grammar).
 #[tokio::test]
 async fn thinking_goes_to_reasoning_content() {
-    let app = || {
-        router(state(Setup {
-            chat_template: Some(
-                "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}{# <think> ... </think> #}",
-            ),
-            ..Setup::default()
-        }))
-    };
-    let body = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 40, "grammar": "start: \"<think>\" \"plan\" \"</think>\" \"done\""}"#;
-    let (status, text) = post(app(), "/v1/chat/completions", body).await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let m = &v["choices"][0]["message"];
-    assert_eq!(m["reasoning_content"], "plan", "{text}");
-    assert_eq!(m["content"], "done", "{text}");
-    let streamed = body.replace("\"max_tokens\"", "\"stream\": true, \"max_tokens\"");
-    let (status, text) = post(app(), "/v1/chat/completions", &streamed).await;
-    assert_eq!(status, StatusCode::OK);
-    let (mut reasoning, mut content) = (String::new(), String::new());
-    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let d = &v["choices"][0]["delta"];
-        reasoning += d["reasoning_content"].as_str().unwrap_or("");
-        content += d["content"].as_str().unwrap_or("");
-    }
-    assert_eq!(
-        (reasoning.as_str(), content.as_str()),
-        ("plan", "done"),
-        "{text}"
+    let think_tags = (
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}{# <think> ... </think> #}",
+        r#"start: \"<think>\" \"plan\" \"</think>\" \"done\""#,
     );
+    let harmony = (
+        "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}{# <|channel|>analysis<|message|> #}",
+        r#"start: \"<|channel|>analysis<|message|>\" \"plan\" \"<|end|><|start|>assistant<|channel|>final<|message|>\" \"done\""#,
+    );
+    for (template, grammar) in [think_tags, harmony] {
+        let app = || {
+            router(state(Setup {
+                chat_template: Some(template),
+                ..Setup::default()
+            }))
+        };
+        let body = format!(
+            r#"{{"messages": [{{"role": "user", "content": "hi"}}], "max_tokens": 200, "grammar": "{grammar}"}}"#
+        );
+        let (status, text) = post(app(), "/v1/chat/completions", &body).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let m = &v["choices"][0]["message"];
+        assert_eq!(m["reasoning_content"], "plan", "{text}");
+        assert_eq!(m["content"], "done", "{text}");
+        let streamed = body.replace("\"max_tokens\"", "\"stream\": true, \"max_tokens\"");
+        let (status, text) = post(app(), "/v1/chat/completions", &streamed).await;
+        assert_eq!(status, StatusCode::OK);
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let d = &v["choices"][0]["delta"];
+            reasoning += d["reasoning_content"].as_str().unwrap_or("");
+            content += d["content"].as_str().unwrap_or("");
+        }
+        assert_eq!(
+            (reasoning.as_str(), content.as_str()),
+            ("plan", "done"),
+            "{text}"
+        );
+    }
 }
 
 /// A wrong method gets a 405 with the API's error body and an `Allow` header,

@@ -18,6 +18,7 @@ mod python;
 
 use crate::error::ModelError;
 use crate::hparams::Architecture;
+use crate::reasoning::ThinkFormat;
 use crate::tools::{Tool, ToolCall, ToolFormat, builtin_messages};
 
 /// One message of a conversation.
@@ -84,8 +85,8 @@ pub enum ChatTemplate {
         /// The variables the template reads (`enable_thinking`,
         /// `reasoning_effort`, ...).
         reads: std::collections::BTreeSet<String>,
-        /// Whether the model thinks in `<think>` tags.
-        thinks: bool,
+        /// How the model marks its thinking, when it thinks.
+        thinks: Option<ThinkFormat>,
     },
     /// The built-in Gemma turn format.
     GemmaTurns,
@@ -144,7 +145,7 @@ impl ChatTemplate {
             bos: bos.to_string(),
             eos: eos.to_string(),
             tools: ToolFormat::of_template(source).filter(|_| reads.contains("tools")),
-            thinks: crate::reasoning::template_thinks(source),
+            thinks: ThinkFormat::of_template(source),
             reads,
         })
     }
@@ -181,9 +182,12 @@ impl ChatTemplate {
         matches!(self, ChatTemplate::Jinja { reads, .. } if reads.contains(name))
     }
 
-    /// Whether the model thinks in `<think>` tags before it answers.
-    pub fn thinks(&self) -> bool {
-        matches!(self, ChatTemplate::Jinja { thinks: true, .. })
+    /// How the model marks the thinking it does before it answers, if it thinks.
+    pub fn thinks(&self) -> Option<ThinkFormat> {
+        match self {
+            ChatTemplate::Jinja { thinks, .. } => *thinks,
+            ChatTemplate::GemmaTurns => None,
+        }
     }
 
     /// Renders `messages` into a prompt; `add_generation_prompt` opens the assistant turn.

@@ -17,7 +17,7 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
-use ferrox_models::reasoning::{self, AnswerPhase};
+use ferrox_models::reasoning::{self, Thinking};
 use ferrox_models::tools::ToolFormat;
 
 use crate::openai::response::{
@@ -231,8 +231,8 @@ pub async fn text(
 struct Shape {
     /// The tool-call format, when tools are on offer.
     tools: Option<ToolFormat>,
-    /// Where the answer starts, for a model that thinks in `<think>` tags.
-    thinking: Option<AnswerPhase>,
+    /// How the answer's thinking is split off, for a model that thinks.
+    thinking: Option<Thinking>,
 }
 
 /// Fresh call ids in `format`'s style.
