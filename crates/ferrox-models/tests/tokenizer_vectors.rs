@@ -86,3 +86,13 @@ fn llama_spm_vectors() {
 fn gpt2_vectors() {
     check("gpt-2");
 }
+
+#[test]
+fn qwen35_vectors() {
+    check("qwen35");
+}
+
+#[test]
+fn gemma4_vectors() {
+    check("gemma-4");
+}

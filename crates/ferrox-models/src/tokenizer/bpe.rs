@@ -1,7 +1,11 @@
-//! Byte-level BPE as GPT-2 defined it and llama.cpp runs it (`llm_tokenizer_bpe`):
-//! each byte of a pre-tokenized word is mapped to a printable character, then the
-//! adjacent pair with the lowest merge rank is merged (leftmost on ties) until no
-//! ranked pair remains.
+//! BPE as llama.cpp runs it (`llm_tokenizer_bpe`): the adjacent pair with the
+//! lowest merge rank is merged (leftmost on ties) until no ranked pair remains.
+//! Two flavours of word:
+//! * byte-level (GPT-2): each byte of a pre-tokenized word is first mapped to a
+//!   printable character; a piece the vocabulary lacks falls back to its
+//!   characters one by one;
+//! * SentencePiece-style (Gemma 4): the word is raw UTF-8 with `▁` for spaces;
+//!   a piece the vocabulary lacks falls back to `<0xNN>` byte tokens.
 //!
 //! Invariants: the byte <-> char mapping is a bijection on all 256 bytes; symbols
 //! are contiguous ranges of the mapped word, looked up as slices.
@@ -36,14 +40,16 @@ pub struct Merges {
 }
 
 impl Merges {
-    /// Reads `"left right"` merge lines; merges whose parts or result are not tokens
-    /// can never apply and are skipped.
+    /// Reads `"left right"` merge lines (split at the first space past the first
+    /// byte, as llama.cpp does, so a left part may be a space); merges whose
+    /// parts or result are not tokens can never apply and are skipped.
     pub fn new(vocab: &Vocab, lines: &[String]) -> Merges {
         let mut ranks = HashMap::with_capacity(lines.len());
         for (rank, line) in lines.iter().enumerate() {
-            let Some((l, r)) = line.split_once(' ') else {
+            let Some(at) = line.bytes().skip(1).position(|b| b == b' ') else {
                 continue;
             };
+            let (l, r) = (&line[..at + 1], &line[at + 2..]);
             let (Some(li), Some(ri), Some(mi)) = (
                 vocab.id_of(l),
                 vocab.id_of(r),
@@ -61,13 +67,23 @@ impl Merges {
     }
 }
 
-/// Appends the tokens of one byte-mapped word to `out`. With `ignore_merges` (the
-/// llama3 tokenizer), a word that is itself a token is taken whole.
+/// What a piece the vocabulary lacks becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// Its characters, each as a one-character piece (byte-level words).
+    Chars,
+    /// Its UTF-8 bytes as `<0xNN>` tokens (SentencePiece-style words).
+    HexBytes,
+}
+
+/// Appends the tokens of one word to `out`. With `ignore_merges` (the llama3
+/// tokenizer), a word that is itself a token is taken whole.
 pub fn tokenize_word(
     vocab: &Vocab,
     merges: &Merges,
     word: &str,
     ignore_merges: bool,
+    fallback: Fallback,
     out: &mut Vec<u32>,
 ) {
     if let Some(id) = vocab.id_of(word)
@@ -90,11 +106,22 @@ pub fn tokenize_word(
     for sym in symbols {
         match sym.id {
             Some(id) => out.push(id),
-            // A character the vocabulary lacks: its UTF-8 bytes, each as a one-char piece.
             None => {
-                for ch in word[sym.start..sym.start + sym.len].chars() {
-                    if let Some(id) = vocab.id_of(ch.encode_utf8(&mut [0; 4])) {
-                        out.push(id);
+                let piece = &word[sym.start..sym.start + sym.len];
+                match fallback {
+                    Fallback::Chars => {
+                        for ch in piece.chars() {
+                            if let Some(id) = vocab.id_of(ch.encode_utf8(&mut [0; 4])) {
+                                out.push(id);
+                            }
+                        }
+                    }
+                    Fallback::HexBytes => {
+                        for b in piece.bytes() {
+                            if let Some(id) = vocab.id_of(&format!("<0x{b:02X}>")) {
+                                out.push(id);
+                            }
+                        }
                     }
                 }
             }

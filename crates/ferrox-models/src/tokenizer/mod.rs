@@ -2,6 +2,9 @@
 //!
 //! * `tokenizer.ggml.model = "gpt2"`: byte-level BPE with merges and the
 //!   pre-tokenizer named by `tokenizer.ggml.pre` ([`bpe`], [`pretokenize`]).
+//! * `tokenizer.ggml.model = "gemma4"`: SentencePiece-style BPE with merges
+//!   over raw UTF-8 lines, spaces as `▁`, `<0xNN>` byte fallback, BOS always
+//!   added (as llama.cpp forces it).
 //! * `tokenizer.ggml.model = "llama"`: SentencePiece by scores with `<0xNN>` byte
 //!   fallback; spaces become `▁`, with a leading one when `add_space_prefix` ([`spm`]).
 //!
@@ -23,7 +26,7 @@ use std::collections::HashMap;
 use ferrox_gguf::Metadata;
 
 use crate::error::ModelError;
-use bpe::Merges;
+use bpe::{Fallback, Merges};
 use pretokenize::PreTokenizer;
 pub use vocab::TokenType;
 use vocab::{Fragment, Vocab};
@@ -39,10 +42,32 @@ enum Algorithm {
     BytePairs {
         pre: PreTokenizer,
         merges: Merges,
-        byte_chars: Box<[char; 256]>,
-        char_bytes: HashMap<char, u8>,
+        /// GPT-2's byte map; `None` for SentencePiece-style BPE (Gemma 4).
+        bytes: Option<ByteLevel>,
         ignore_merges: bool,
     },
+}
+
+/// GPT-2's byte <-> printable character map.
+#[derive(Clone, Debug)]
+struct ByteLevel {
+    byte_chars: Box<[char; 256]>,
+    char_bytes: HashMap<char, u8>,
+}
+
+impl ByteLevel {
+    fn new() -> ByteLevel {
+        let byte_chars = Box::new(bpe::byte_to_char_table());
+        let char_bytes = byte_chars
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
+        ByteLevel {
+            byte_chars,
+            char_bytes,
+        }
+    }
 }
 
 /// Which tokenizer family a model uses.
@@ -106,25 +131,24 @@ impl Tokenizer {
                     .unwrap_or_else(|| "default".into());
                 let pre = PreTokenizer::from_name(&pre_name)?;
                 let merges = Merges::new(&vocab, m.string_array("tokenizer.ggml.merges")?);
-                let byte_chars = Box::new(bpe::byte_to_char_table());
-                let char_bytes = byte_chars
-                    .iter()
-                    .enumerate()
-                    .map(|(b, &c)| (c, b as u8))
-                    .collect();
                 Algorithm::BytePairs {
                     pre,
                     merges,
-                    byte_chars,
-                    char_bytes,
+                    bytes: Some(ByteLevel::new()),
                     ignore_merges: pre == PreTokenizer::Llama3 && pre_name != "default",
                 }
             }
+            "gemma4" => Algorithm::BytePairs {
+                pre: PreTokenizer::Gemma4,
+                merges: Merges::new(&vocab, m.string_array("tokenizer.ggml.merges")?),
+                bytes: None,
+                ignore_merges: false,
+            },
             other => {
                 return Err(ModelError::InvalidHyperParameter {
                     key: "tokenizer.ggml.model".into(),
                     reason: format!(
-                        "unsupported tokenizer {other:?}; supported: llama (SentencePiece), gpt2 (byte-level BPE)"
+                        "unsupported tokenizer {other:?}; supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (SentencePiece-style BPE)"
                     ),
                 });
             }
@@ -140,6 +164,8 @@ impl Tokenizer {
                     ..
                 }
         );
+        // llama.cpp adds BOS for Gemma 4 whatever its metadata says.
+        let forced_bos = model == "gemma4";
         let bos = id_key(m, "tokenizer.ggml.bos_token_id", n)?;
         let eos = id_key(m, "tokenizer.ggml.eos_token_id", n)?;
         let mut end_of_generation: Vec<u32> = [
@@ -167,9 +193,9 @@ impl Tokenizer {
             algorithm,
             bos,
             eos,
-            add_bos: m
-                .bool_opt("tokenizer.ggml.add_bos_token")?
-                .unwrap_or(bos_by_default),
+            add_bos: forced_bos
+                || m.bool_opt("tokenizer.ggml.add_bos_token")?
+                    .unwrap_or(bos_by_default),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
             end_of_generation,
         })
@@ -253,20 +279,42 @@ impl Tokenizer {
                         Algorithm::BytePairs {
                             pre,
                             merges,
-                            byte_chars,
+                            bytes: Some(level),
                             ignore_merges,
-                            ..
                         } => pre.split(t, |w| {
                             word.clear();
-                            word.extend(w.bytes().map(|b| byte_chars[b as usize]));
+                            word.extend(w.bytes().map(|b| level.byte_chars[b as usize]));
                             bpe::tokenize_word(
                                 &self.vocab,
                                 merges,
                                 &word,
                                 *ignore_merges,
+                                Fallback::Chars,
                                 &mut out,
                             );
                         }),
+                        Algorithm::BytePairs {
+                            pre,
+                            merges,
+                            bytes: None,
+                            ignore_merges,
+                        } => {
+                            let escaped = t.replace(' ', "▁");
+                            pre.split(&escaped, |w| {
+                                // A run of newlines that is a token is taken whole.
+                                match self.vocab.id_of(w) {
+                                    Some(id) if w.bytes().all(|b| b == b'\n') => out.push(id),
+                                    _ => bpe::tokenize_word(
+                                        &self.vocab,
+                                        merges,
+                                        w,
+                                        *ignore_merges,
+                                        Fallback::HexBytes,
+                                        &mut out,
+                                    ),
+                                }
+                            });
+                        }
                     }
                     prev_special = false;
                 }
@@ -306,17 +354,19 @@ impl Tokenizer {
                 None => Cow::Borrowed(piece.as_bytes()),
             },
             TokenType::Normal => match &self.algorithm {
-                Algorithm::SentencePiece { .. } => {
+                Algorithm::SentencePiece { .. } | Algorithm::BytePairs { bytes: None, .. } => {
                     if piece.contains('▁') {
                         Cow::Owned(piece.replace('▁', " ").into_bytes())
                     } else {
                         Cow::Borrowed(piece.as_bytes())
                     }
                 }
-                Algorithm::BytePairs { char_bytes, .. } => {
+                Algorithm::BytePairs {
+                    bytes: Some(level), ..
+                } => {
                     let mut v = Vec::with_capacity(piece.len());
                     for c in piece.chars() {
-                        match char_bytes.get(&c) {
+                        match level.char_bytes.get(&c) {
                             Some(&b) => v.push(b),
                             None => v.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
                         }

@@ -8,7 +8,11 @@
 //!   `[^\r\n\p{L}\p{N}]?\p{L}+`, `\p{N}{1,3}`, ` ?[^\s\p{L}\p{N}]+[\r\n]*`,
 //!   `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`
 //! * `qwen2`: as llama3 with single digits `\p{N}`
+//! * `qwen35`: as qwen2 with combining marks (`\p{M}`) counted as letters:
+//!   `[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+`, ` ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*`
 //! * `smollm`: every digit its own piece (`\p{N}`), then gpt2 on the rest.
+//! * `gemma4`: runs of non-newlines and runs of newlines (`[^\n]+|[\n]+`); the
+//!   BPE then merges over a whole line (SentencePiece-style BPE).
 //!
 //! Invariant: the words concatenate back to the input (nothing dropped or added).
 
@@ -22,12 +26,15 @@ pub enum PreTokenizer {
     Gpt2,
     Llama3,
     Qwen2,
+    Qwen35,
     SmolLm,
+    Gemma4,
 }
 
 impl PreTokenizer {
     /// Names accepted in `tokenizer.ggml.pre`, for error messages.
-    pub const NAMES: &'static str = "gpt2, default, llama3, llama-bpe, qwen2, smollm";
+    pub const NAMES: &'static str =
+        "gpt2, default, llama3, llama-bpe, qwen2, qwen35, smollm, gemma4";
 
     /// The pre-tokenizer named by `tokenizer.ggml.pre`.
     pub fn from_name(name: &str) -> Result<PreTokenizer, ModelError> {
@@ -35,6 +42,8 @@ impl PreTokenizer {
             "gpt2" | "gpt-2" => PreTokenizer::Gpt2,
             "default" | "llama3" | "llama-bpe" | "llama-v3" => PreTokenizer::Llama3,
             "qwen2" => PreTokenizer::Qwen2,
+            "qwen35" => PreTokenizer::Qwen35,
+            "gemma4" => PreTokenizer::Gemma4,
             "smollm" => PreTokenizer::SmolLm,
             _ => {
                 return Err(ModelError::InvalidHyperParameter {
@@ -49,13 +58,15 @@ impl PreTokenizer {
     pub fn split<'a>(self, text: &'a str, mut word: impl FnMut(&'a str)) {
         match self {
             PreTokenizer::Gpt2 => split_gpt2(text, &mut word),
-            PreTokenizer::Llama3 => split_llama3(text, 3, &mut word),
-            PreTokenizer::Qwen2 => split_llama3(text, 1, &mut word),
+            PreTokenizer::Llama3 => split_llama3(Chars::new(text, false), text, 3, &mut word),
+            PreTokenizer::Qwen2 => split_llama3(Chars::new(text, false), text, 1, &mut word),
+            PreTokenizer::Qwen35 => split_llama3(Chars::new(text, true), text, 1, &mut word),
+            PreTokenizer::Gemma4 => split_lines(text, &mut word),
             PreTokenizer::SmolLm => {
                 let mut rest = text;
                 while let Some((at, c)) = rest
                     .char_indices()
-                    .find(|&(_, c)| class(c) == Class::Number)
+                    .find(|&(_, c)| class(c, false) == Class::Number)
                 {
                     if at > 0 {
                         split_gpt2(&rest[..at], &mut word);
@@ -81,7 +92,8 @@ enum Class {
     End,
 }
 
-fn class(c: char) -> Class {
+/// The class of `c`; combining marks are letters when `marks_are_letters`.
+fn class(c: char, marks_are_letters: bool) -> Class {
     if c.is_ascii() {
         return match c {
             'a'..='z' | 'A'..='Z' => Class::Letter,
@@ -96,6 +108,7 @@ fn class(c: char) -> Class {
     match c.general_category_group() {
         GeneralCategoryGroup::Letter => Class::Letter,
         GeneralCategoryGroup::Number => Class::Number,
+        GeneralCategoryGroup::Mark if marks_are_letters => Class::Letter,
         _ => Class::Other,
     }
 }
@@ -108,7 +121,7 @@ struct Chars {
 }
 
 impl Chars {
-    fn new(text: &str) -> Chars {
+    fn new(text: &str, marks_are_letters: bool) -> Chars {
         let n = text.len();
         let (mut offsets, mut chars, mut classes) = (
             Vec::with_capacity(n + 1),
@@ -118,7 +131,7 @@ impl Chars {
         for (i, c) in text.char_indices() {
             offsets.push(i);
             chars.push(c);
-            classes.push(class(c));
+            classes.push(class(c, marks_are_letters));
         }
         offsets.push(n);
         Chars {
@@ -180,7 +193,7 @@ fn emit<'a>(text: &'a str, cs: &Chars, from: usize, to: usize, word: &mut impl F
 }
 
 fn split_gpt2<'a>(text: &'a str, word: &mut impl FnMut(&'a str)) {
-    let cs = Chars::new(text);
+    let cs = Chars::new(text, false);
     let mut pos = 0;
     while pos < cs.len() {
         let start = pos;
@@ -210,8 +223,25 @@ fn split_gpt2<'a>(text: &'a str, word: &mut impl FnMut(&'a str)) {
     }
 }
 
-fn split_llama3<'a>(text: &'a str, max_digits: usize, word: &mut impl FnMut(&'a str)) {
-    let cs = Chars::new(text);
+/// `[^\n]+|[\n]+`.
+fn split_lines<'a>(text: &'a str, word: &mut impl FnMut(&'a str)) {
+    let mut rest = text;
+    while let Some(first) = rest.chars().next() {
+        let newlines = first == '\n';
+        let end = rest
+            .find(|c: char| (c == '\n') != newlines)
+            .unwrap_or(rest.len());
+        word(&rest[..end]);
+        rest = &rest[end..];
+    }
+}
+
+fn split_llama3<'a>(
+    cs: Chars,
+    text: &'a str,
+    max_digits: usize,
+    word: &mut impl FnMut(&'a str),
+) {
     let is_newline = |c: Option<char>| matches!(c, Some('\r' | '\n'));
     let mut pos = 0;
     while pos < cs.len() {
@@ -323,6 +353,25 @@ mod tests {
         );
         assert_eq!(words(p, "a \n b"), ["a", " \n", " b"]);
         assert_eq!(words(PreTokenizer::Qwen2, "123"), ["1", "2", "3"]);
+    }
+
+    #[test]
+    fn qwen35_counts_combining_marks_as_letters() {
+        // "é" written as e + U+0301, after a space and after a mark alone.
+        let text = "cafe\u{301} \u{301}x";
+        assert_eq!(words(PreTokenizer::Qwen35, text), ["cafe\u{301}", " \u{301}x"]);
+        assert_eq!(
+            words(PreTokenizer::Qwen2, text),
+            ["cafe", "\u{301}", " \u{301}", "x"]
+        );
+    }
+
+    #[test]
+    fn gemma4_splits_lines_from_newline_runs() {
+        assert_eq!(
+            words(PreTokenizer::Gemma4, "a b\n\nc\n"),
+            ["a b", "\n\n", "c", "\n"]
+        );
     }
 
     #[test]
