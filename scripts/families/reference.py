@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The float64 reference of ferrox's supported families: the exact function a
 GGUF defines, written from llama.cpp's graphs (src/models/{llama,qwen2,qwen3,
-phi3,gemma2}.cpp and ggml's rope_yarn), independent of ferrox's code.
+qwen3moe,phi3,gemma2}.cpp, llm_graph_context::build_moe_ffn and ggml's
+rope_yarn), independent of ferrox's code.
 
 Every weight is dequantized with the gguf package (gguf-py); all arithmetic is
 float64 with no activation quantization. For each prompt (token ids) it writes
@@ -54,7 +55,7 @@ class Model:
         self.n_ctx_train = g("context_length")
         self.context = context or self.n_ctx_train
         self.rope_dim = g("rope.dimension_count", self.dk)
-        default_base = {"qwen2": 1e6, "qwen3": 1e6}.get(a, 1e4)
+        default_base = {"qwen2": 1e6, "qwen3": 1e6, "qwen3moe": 1e6}.get(a, 1e4)
         self.base = g("rope.freq_base", default_base)
         self.orig_ctx = g("rope.scaling.original_context_length", self.n_ctx_train)
         self.neox = a != "llama"
@@ -83,6 +84,11 @@ class Model:
         self.attn_cap = g("attn_logit_softcapping", 50.0) if self.gemma else None
         self.final_cap = g("final_logit_softcapping", 30.0) if self.gemma else None
         self.scale = 1.0 / math.sqrt(self.dk)
+        # Mixture of experts (qwen3moe): softmax routing, top-k, weights
+        # renormalized to sum to 1, optionally scaled.
+        self.n_expert = g("expert_count", 0)
+        self.n_expert_used = g("expert_used_count", 0)
+        self.expert_scale = g("expert_weights_scale", 0.0)
 
     def is_swa(self, il):
         return self.gemma and il % 2 == 0
@@ -141,6 +147,22 @@ class Model:
             return f[:qd], f[qd : qd + kd], f[qd + kd :]
         return self.lin(p + "attn_q", h), self.lin(p + "attn_k", h), self.lin(p + "attn_v", h)
 
+    def moe(self, p, h):
+        logits = self.t[p + "ffn_gate_inp.weight"] @ h
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        chosen = np.argsort(-probs, kind="stable")[: self.n_expert_used]
+        w = probs[chosen]
+        w = w / max(w.sum(), 6.103515625e-5)
+        if self.expert_scale not in (0.0, 1.0):
+            w = w * self.expert_scale
+        f = np.zeros(self.d)
+        for e, we in zip(chosen, w):
+            gate = self.t[p + "ffn_gate_exps.weight"][e] @ h
+            up = self.t[p + "ffn_up_exps.weight"][e] @ h
+            f += we * (self.t[p + "ffn_down_exps.weight"][e] @ (self.act(gate) * up))
+        return f
+
     def step(self, token, pos, cache):
         x = self.t["token_embd.weight"][token].copy()
         if self.gemma:
@@ -177,12 +199,15 @@ class Model:
                 o = self.norm(o, self.t[p + "post_attention_norm.weight"])
             x = x + o
             h = self.norm(x, self.t[p + "ffn_norm.weight"])
-            if p + "ffn_gate.weight" in self.t:
+            if p + "ffn_gate_inp.weight" in self.t:
+                f = self.moe(p, h)
+            elif p + "ffn_gate.weight" in self.t:
                 gate, up = self.lin(p + "ffn_gate", h), self.lin(p + "ffn_up", h)
             else:
                 gu = self.lin(p + "ffn_up", h)
                 gate, up = gu[: len(gu) // 2], gu[len(gu) // 2 :]
-            f = self.lin(p + "ffn_down", self.act(gate) * up)
+            if p + "ffn_gate_inp.weight" not in self.t:
+                f = self.lin(p + "ffn_down", self.act(gate) * up)
             if p + "post_ffw_norm.weight" in self.t:
                 f = self.norm(f, self.t[p + "post_ffw_norm.weight"])
             x = x + f

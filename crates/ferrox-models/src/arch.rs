@@ -21,6 +21,9 @@ pub enum Architecture {
     Qwen2,
     /// Qwen3 (dense): per-head QK-norm, no biases.
     Qwen3,
+    /// Qwen3-MoE (30B-A3B, 235B-A22B): Qwen3's attention, a routed
+    /// mixture-of-experts feed-forward.
+    Qwen3Moe,
     /// Phi-3 / 3.5 / 4: fused QKV and gate-up, LongRoPE factors.
     Phi3,
     /// Gemma 2: sandwich norms, GeGLU, soft-capped attention and logits,
@@ -84,6 +87,22 @@ pub struct ArchSpec {
     /// Tensors of per-pair RoPE factors it may carry: `rope_freqs` (llama3
     /// scaling) or `rope_factors_long` / `_short` (LongRoPE).
     pub rope_factors: RopeFactors,
+    /// Whether the feed-forward is a mixture of experts, and how it routes.
+    pub experts: Experts,
+}
+
+/// The feed-forward: one dense block, or routed experts (llama.cpp's
+/// `build_moe_ffn`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Experts {
+    /// `ffn_gate` / `ffn_up` / `ffn_down` (an `expert_count` key is refused).
+    Dense,
+    /// `ffn_gate_inp` routes each token to `expert_used_count` of
+    /// `expert_count` experts (`ffn_{gate,up,down}_exps`): softmax over every
+    /// expert, the top ones by probability, their probabilities renormalized to
+    /// sum to 1 when `normalize`, then scaled by `expert_weights_scale` if the
+    /// file gives one.
+    SoftmaxTopK { normalize: bool },
 }
 
 /// Whether values are soft-capped, `cap * tanh(x / cap)`.
@@ -120,6 +139,7 @@ const LLAMA: ArchSpec = ArchSpec {
     attn_softcap: Softcap::Never,
     final_softcap: Softcap::Never,
     rope_factors: RopeFactors::Freqs,
+    experts: Experts::Dense,
 };
 
 const GEMMA2: ArchSpec = ArchSpec {
@@ -144,14 +164,16 @@ const GEMMA2: ArchSpec = ArchSpec {
         default: Some(30.0),
     },
     rope_factors: RopeFactors::None,
+    experts: Experts::Dense,
 };
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 6] = [
+    pub const ALL: [Architecture; 7] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Qwen3Moe,
         Architecture::Phi3,
         Architecture::Gemma2,
         Architecture::Gemma3,
@@ -163,6 +185,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Qwen3Moe => "qwen3moe",
             Architecture::Phi3 => "phi3",
             Architecture::Gemma2 => "gemma2",
             Architecture::Gemma3 => "gemma3",
@@ -196,6 +219,10 @@ impl Architecture {
                 default_rope_base: 1_000_000.0,
                 rope_factors: RopeFactors::None,
                 ..LLAMA
+            },
+            Architecture::Qwen3Moe => ArchSpec {
+                experts: Experts::SoftmaxTopK { normalize: true },
+                ..Architecture::Qwen3.spec()
             },
             Architecture::Phi3 => ArchSpec {
                 rope_style: RopeStyle::Neox,

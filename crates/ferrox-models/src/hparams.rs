@@ -11,7 +11,7 @@ use ferrox_core::ops::rope::RopeScaling;
 use ferrox_gguf::{Metadata, Value};
 
 pub use crate::arch::{ArchSpec, Architecture};
-use crate::arch::{AttentionScale, Softcap, WindowRule};
+use crate::arch::{AttentionScale, Experts, Softcap, WindowRule};
 use crate::error::ModelError;
 
 /// How one layer attends.
@@ -61,6 +61,23 @@ pub struct HyperParams {
     pub final_softcap: Option<f32>,
     /// Attention kind of each layer: `[n_layers]`.
     pub layers: Vec<AttentionKind>,
+    /// The routed experts of a mixture-of-experts model.
+    pub moe: Option<MoeParams>,
+}
+
+/// A mixture-of-experts feed-forward's sizes.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct MoeParams {
+    /// Experts per layer.
+    pub n_experts: usize,
+    /// Experts each token is routed to.
+    pub n_used: usize,
+    /// Hidden width of one expert.
+    pub n_ff_expert: usize,
+    /// Multiplier of the routing weights (`expert_weights_scale`), if any.
+    pub weights_scale: Option<f32>,
+    /// Whether the chosen experts' weights are renormalized to sum to 1.
+    pub normalize: bool,
 }
 
 fn as_text<S: serde::Serializer>(v: &RopeScaling, s: S) -> Result<S::Ok, S::Error> {
@@ -129,8 +146,8 @@ impl HyperParams {
             Some(n) => n,
             None => m.string_array("tokenizer.ggml.tokens")?.len(),
         };
-        refuse_experts(m, &key("expert_count"))?;
         let spec = architecture.spec();
+        let moe = moe_params(m, &key, spec.experts, n_ff)?;
         let rms_eps = m
             .float_opt(&key("attention.layer_norm_rms_epsilon"))?
             .unwrap_or(1e-5) as f32;
@@ -180,6 +197,7 @@ impl HyperParams {
             attn_softcap: softcap(m, &key("attn_logit_softcapping"), spec.attn_softcap)?,
             final_softcap: softcap(m, &key("final_logit_softcapping"), spec.final_softcap)?,
             layers,
+            moe,
         })
     }
 
@@ -197,15 +215,56 @@ impl HyperParams {
     }
 }
 
-/// Mixture-of-experts feed-forwards are not implemented: refused by name.
-fn refuse_experts(m: &Metadata, key: &str) -> Result<(), ModelError> {
-    match m.count_opt(key)? {
-        None | Some(0) => Ok(()),
-        Some(n) => Err(invalid(
-            key,
-            format!("{n} experts: mixture-of-experts models are not supported yet"),
-        )),
+/// The experts of an architecture that routes them; an `expert_count` on one
+/// that does not is refused by name (ferrox would run it as dense).
+fn moe_params(
+    m: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    experts: Experts,
+    n_ff: usize,
+) -> Result<Option<MoeParams>, ModelError> {
+    let count = m.count_opt(&key("expert_count"))?.unwrap_or(0);
+    let Experts::SoftmaxTopK { normalize } = experts else {
+        return match count {
+            0 => Ok(None),
+            n => Err(invalid(
+                &key("expert_count"),
+                format!(
+                    "{n} experts: this architecture is not a mixture-of-experts one in ferrox (qwen3moe is)"
+                ),
+            )),
+        };
+    };
+    let n_experts = positive(m, &key("expert_count"))?;
+    let n_used = positive(m, &key("expert_used_count"))?;
+    if n_used > n_experts {
+        return Err(invalid(
+            &key("expert_used_count"),
+            format!("{n_used} used of {n_experts} experts"),
+        ));
     }
+    let n_ff_expert = match m.count_opt(&key("expert_feed_forward_length"))? {
+        Some(0) => {
+            return Err(invalid(
+                &key("expert_feed_forward_length"),
+                "must be positive",
+            ));
+        }
+        Some(n) => n,
+        // llama.cpp's fallback for files without the key.
+        None => (n_ff / n_used).max(1),
+    };
+    let weights_scale = m
+        .float_opt(&key("expert_weights_scale"))?
+        .map(|s| s as f32)
+        .filter(|&s| s != 0.0 && s != 1.0);
+    Ok(Some(MoeParams {
+        n_experts,
+        n_used,
+        n_ff_expert,
+        weights_scale,
+        normalize,
+    }))
 }
 
 /// The file's RoPE scaling: `rope.scaling.type` (llama.cpp's default "linear")

@@ -109,6 +109,22 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
     if spec.fused_gate_up {
         f.push("fused gate-up".into());
     }
+    if let Some(m) = hp.moe {
+        f.push(format!(
+            "mixture of experts: {} of {} experts per token, {} wide, softmax routing{}{}",
+            m.n_used,
+            m.n_experts,
+            m.n_ff_expert,
+            if m.normalize {
+                ", weights renormalized"
+            } else {
+                ""
+            },
+            m.weights_scale
+                .map(|s| format!(", weights x{s}"))
+                .unwrap_or_default()
+        ));
+    }
     if has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias") {
         f.push("QKV biases".into());
     }

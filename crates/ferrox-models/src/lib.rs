@@ -22,6 +22,7 @@ pub mod inspect;
 pub mod kv_plan;
 pub mod kv_store;
 pub mod model;
+pub mod moe;
 pub mod reasoning;
 pub mod sampler;
 pub mod testing;

@@ -12,7 +12,10 @@
 //!   `window` positions on window layers; `o = attn Wo (+bo)`, post-norm (Gemma);
 //!   `x += o`;
 //! * mlp: `h = rmsnorm(x) * ffn_norm`; `f = (act(h Wgate) * h Wup) Wdown`, act =
-//!   SiLU or tanh-GELU; post-norm (Gemma); `x += f`;
+//!   SiLU or tanh-GELU; post-norm (Gemma); `x += f`. A mixture of experts
+//!   (Qwen3-MoE) routes each token by `h Wrouter` (f32, [`crate::moe`]) and sums
+//!   its chosen experts' `f`, weighted, in rank order; the rows of a batch are
+//!   grouped by expert, so each chosen expert's matrices are read once per step;
 //! * head: `rmsnorm(x) * output_norm` times the output matrix (tied to the
 //!   embeddings when the file has none), soft-capped (Gemma 2).
 //!
@@ -37,7 +40,7 @@ use crate::decoder::{Decoder, Logits, Span, Want};
 use crate::error::ModelError;
 use crate::hparams::HyperParams;
 use crate::kv_store::{KvStore, LayerSlot};
-use crate::weights::{LayerWeights, Linear, Weights};
+use crate::weights::{Ffn, GatedFfn, LayerWeights, Linear, Weights};
 
 /// A loaded model, ready to run.
 pub struct Transformer {
@@ -543,16 +546,91 @@ impl Transformer {
         s.h.copy_from_slice(x);
         s.h.chunks_exact_mut(d)
             .for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
-        let input = self.input(&s.h, n, d, &[&lw.gate, &lw.up], &mut s.quantized);
-        self.project(&input, &mut [(&lw.gate, &mut s.g), (&lw.up, &mut s.u)]);
+        match &lw.ffn {
+            Ffn::Dense(f) => {
+                let Scratch {
+                    h,
+                    g,
+                    u,
+                    o,
+                    quantized,
+                    ..
+                } = s;
+                self.gated_ffn(f, h, n, hp.n_ff, (g, u, o), quantized);
+            }
+            Ffn::Experts { router, experts } => self.experts(router, experts, n, s),
+        }
+        add_residual(x, &mut s.o, lw.ffn_post_norm.as_deref(), d, hp.rms_eps);
+    }
+
+    /// `o = (act(h Wgate) * h Wup) Wdown` for `n` rows of `h`, `ff` wide inside;
+    /// `g` and `u` are `[n][ff]` scratch.
+    fn gated_ffn(
+        &self,
+        f: &GatedFfn,
+        h: &[f32],
+        n: usize,
+        ff: usize,
+        (g, u, o): (&mut [f32], &mut [f32], &mut [f32]),
+        quantized: &mut QuantizedRows,
+    ) {
+        let d = self.hp.n_embd;
+        let input = self.input(h, n, d, &[&f.gate, &f.up], quantized);
+        self.project(&input, &mut [(&f.gate, &mut *g), (&f.up, &mut *u)]);
         // Element-wise, so splitting it across threads changes no value.
         let act = self.spec.gate;
-        s.g.par_chunks_mut(4096)
-            .zip(s.u.par_chunks(4096))
+        g.par_chunks_mut(4096)
+            .zip(u.par_chunks(4096))
             .for_each(|(gc, uc)| gated(gc, uc, act));
-        let input = self.input(&s.g, n, hp.n_ff, &[&lw.down], &mut s.quantized);
-        self.project(&input, &mut [(&lw.down, &mut s.o)]);
-        add_residual(x, &mut s.o, lw.ffn_post_norm.as_deref(), d, hp.rms_eps);
+        let input = self.input(g, n, ff, &[&f.down], quantized);
+        self.project(&input, &mut [(&f.down, o)]);
+    }
+
+    /// A mixture of experts over the normed rows `s.h`, into `s.o`: route every
+    /// row, run each chosen expert once on all the rows that chose it, then sum
+    /// each row's experts, weighted, in its rank order.
+    fn experts(&self, router: &Linear, experts: &[GatedFfn], n: usize, s: &mut Scratch) {
+        let d = self.hp.n_embd;
+        let moe = self.hp.moe.expect("an expert layer has MoE parameters");
+        let mut logits = vec![0.0f32; n * moe.n_experts];
+        let input = self.input(&s.h, n, d, &[router], &mut s.quantized);
+        self.project(&input, &mut [(router, &mut logits)]);
+        let routes = crate::moe::route(&logits, &moe);
+        let k = routes.n_used;
+        // [n][k][d]: each row's expert outputs by rank.
+        let mut by_rank = vec![0.0f32; n * k * d];
+        for (e, rows) in routes.by_expert(moe.n_experts).iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let m = rows.len();
+            let mut h = Vec::with_capacity(m * d);
+            for &(t, _) in rows {
+                h.extend_from_slice(&s.h[t * d..(t + 1) * d]);
+            }
+            let ff = moe.n_ff_expert;
+            let (mut g, mut u, mut o) = (vec![0.0; m * ff], vec![0.0; m * ff], vec![0.0; m * d]);
+            self.gated_ffn(
+                &experts[e],
+                &h,
+                m,
+                ff,
+                (&mut g, &mut u, &mut o),
+                &mut s.quantized,
+            );
+            for (j, &(t, r)) in rows.iter().enumerate() {
+                by_rank[(t * k + r) * d..(t * k + r + 1) * d]
+                    .copy_from_slice(&o[j * d..(j + 1) * d]);
+            }
+        }
+        for (t, out) in s.o.chunks_exact_mut(d).enumerate() {
+            out.fill(0.0);
+            for r in 0..k {
+                let w = routes.weight(t, r);
+                let y = &by_rank[(t * k + r) * d..(t * k + r + 1) * d];
+                out.iter_mut().zip(y).for_each(|(o, &v)| *o += w * v);
+            }
+        }
     }
 
     /// The hidden states after the last layer: `[tokens][n_embd]`, token by token

@@ -92,31 +92,59 @@ pub struct LayerWeights {
     pub o: Linear,                        // [n_heads * head_dim_v] -> [n_embd]
     pub attn_post_norm: Option<Vec<f32>>, // [n_embd]
     pub ffn_norm: Vec<f32>,               // [n_embd]
-    pub gate: Linear,                     // [n_embd] -> [n_ff]
-    pub up: Linear,                       // [n_embd] -> [n_ff]
-    pub down: Linear,                     // [n_ff] -> [n_embd]
-    pub ffn_post_norm: Option<Vec<f32>>,  // [n_embd]
+    pub ffn: Ffn,
+    pub ffn_post_norm: Option<Vec<f32>>, // [n_embd]
+}
+
+/// A gated feed-forward: `(act(h Wgate) * h Wup) Wdown`.
+#[derive(Debug)]
+pub struct GatedFfn {
+    pub gate: Linear, // [n_embd] -> [n_ff]
+    pub up: Linear,   // [n_embd] -> [n_ff]
+    pub down: Linear, // [n_ff] -> [n_embd]
+}
+
+/// A layer's feed-forward: dense, or routed experts.
+#[derive(Debug)]
+pub enum Ffn {
+    Dense(Box<GatedFfn>),
+    Experts {
+        /// `ffn_gate_inp`: `[n_embd] -> [n_experts]`, kept on the f32 path (its
+        /// top-k choice is discrete, so near-ties are decided on exact numbers).
+        router: Linear,
+        /// `[n_experts]`, each `[n_embd] -> [n_ff_expert] -> [n_embd]`.
+        experts: Vec<GatedFfn>,
+    },
 }
 
 impl LayerWeights {
-    /// Every linear map of the layer, in the order the forward pass meets them.
-    pub fn linears_mut(&mut self) -> [&mut Linear; 7] {
-        [
-            &mut self.q,
-            &mut self.k,
-            &mut self.v,
-            &mut self.o,
-            &mut self.gate,
-            &mut self.up,
-            &mut self.down,
-        ]
+    /// Every linear map of the layer that runs on the integer path when packed,
+    /// in the order the forward pass meets them (a router is not among them).
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v = vec![&mut self.q, &mut self.k, &mut self.v, &mut self.o];
+        match &mut self.ffn {
+            Ffn::Dense(f) => v.extend([&mut f.gate, &mut f.up, &mut f.down]),
+            Ffn::Experts { experts, .. } => {
+                for f in experts {
+                    v.extend([&mut f.gate, &mut f.up, &mut f.down]);
+                }
+            }
+        }
+        v
     }
 
     /// [`Self::linears_mut`], shared.
-    pub fn linears(&self) -> [&Linear; 7] {
-        [
-            &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
-        ]
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut v = vec![&self.q, &self.k, &self.v, &self.o];
+        match &self.ffn {
+            Ffn::Dense(f) => v.extend([&f.gate, &f.up, &f.down]),
+            Ffn::Experts { experts, .. } => {
+                for f in experts {
+                    v.extend([&f.gate, &f.up, &f.down]);
+                }
+            }
+        }
+        v
     }
 }
 
@@ -228,6 +256,36 @@ impl Loader<'_> {
         }
     }
 
+    /// The `n` matrices `[cols] -> [rows]` of a 3-D expert tensor `[cols, rows, n]`
+    /// (each expert's rows follow the previous expert's).
+    fn experts(
+        &mut self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        n: usize,
+    ) -> Result<Vec<Linear>, ModelError> {
+        let t = self.file.tensor(name)?;
+        let shape = t.shape();
+        if shape != [cols as u64, rows as u64, n as u64] {
+            return Err(wrong(
+                name,
+                format!("shape {shape:?}, expected [{cols}, {rows}, {n}]"),
+            ));
+        }
+        self.used.insert(name.to_string());
+        let all = TensorRef {
+            dtype: t.dtype(),
+            rows: rows * n,
+            cols,
+            offset: t.info.file_offset,
+            len: t.data.len(),
+        };
+        Ok((0..n)
+            .map(|e| Linear::new(all.rows(e * rows, rows), None))
+            .collect())
+    }
+
     /// A linear map `name` with its optional `.bias`.
     fn linear(&mut self, name: &str, cols: usize, rows: usize) -> Result<Linear, ModelError> {
         let w = self.matrix(&format!("{name}.weight"), cols, rows)?;
@@ -328,15 +386,39 @@ fn layer(
             l.linear(&n("attn_v"), d, v_dim)?,
         ]
     };
-    let [gate, up] = if spec.fused_gate_up {
-        l.split(&n("ffn_up"), d, [ff, ff])?
-    } else {
-        [
-            l.linear(&n("ffn_gate"), d, ff)?,
-            l.linear(&n("ffn_up"), d, ff)?,
-        ]
-    };
     let w = |s: &str| n(&format!("{s}.weight"));
+    let ffn = match hp.moe {
+        Some(moe) => {
+            let (e, eff) = (moe.n_experts, moe.n_ff_expert);
+            let gates = l.experts(&w("ffn_gate_exps"), d, eff, e)?;
+            let ups = l.experts(&w("ffn_up_exps"), d, eff, e)?;
+            let downs = l.experts(&w("ffn_down_exps"), eff, d, e)?;
+            Ffn::Experts {
+                router: l.linear(&n("ffn_gate_inp"), d, e)?,
+                experts: gates
+                    .into_iter()
+                    .zip(ups)
+                    .zip(downs)
+                    .map(|((gate, up), down)| GatedFfn { gate, up, down })
+                    .collect(),
+            }
+        }
+        None => {
+            let [gate, up] = if spec.fused_gate_up {
+                l.split(&n("ffn_up"), d, [ff, ff])?
+            } else {
+                [
+                    l.linear(&n("ffn_gate"), d, ff)?,
+                    l.linear(&n("ffn_up"), d, ff)?,
+                ]
+            };
+            Ffn::Dense(Box::new(GatedFfn {
+                gate,
+                up,
+                down: l.linear(&n("ffn_down"), ff, d)?,
+            }))
+        }
+    };
     Ok(LayerWeights {
         attn_norm: l.vector(&w("attn_norm"), d)?,
         q,
@@ -347,9 +429,7 @@ fn layer(
         o: l.linear(&n("attn_output"), hp.n_heads * hp.head_dim_v, d)?,
         attn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_attention_norm"), d)?,
         ffn_norm: l.vector(&w("ffn_norm"), d)?,
-        gate,
-        up,
-        down: l.linear(&n("ffn_down"), ff, d)?,
+        ffn,
         ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
     })
 }

@@ -96,3 +96,46 @@ fn qwen35_vectors() {
 fn gemma4_vectors() {
     check("gemma-4");
 }
+
+/// The corpus of our own (`scripts/tokenizers/corpus.jsonl`: several scripts,
+/// combining marks, emoji, code, whitespace runs) against llama-tokenize's ids
+/// for it (`tests/golden/tokenize-vocab-NAME.jsonl`, by
+/// `scripts/tokenizers/make-golden`), special tokens added as the metadata says.
+fn check_corpus(name: &str) {
+    let Some(path) = vocab_file(name) else {
+        return;
+    };
+    let Some(rows) = ferrox_models::testing::golden_rows(&format!("tokenize-vocab-{name}.jsonl"))
+    else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_metadata(&file.header().metadata).unwrap();
+    assert!(
+        rows.len() >= 20,
+        "{name}: the corpus has {} texts",
+        rows.len()
+    );
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            let text = row["text"].as_str().unwrap();
+            let want: Vec<u32> = serde_json::from_value(row["ids"].clone()).unwrap();
+            let got = tok.encode(text, true, false);
+            let round_trip = tok.decode(&got, false);
+            (got != want || round_trip != text)
+                .then(|| format!("{text:?}: got {got:?}, want {want:?}, decodes to {round_trip:?}"))
+        })
+        .collect();
+    assert!(failed.is_empty(), "{name}:\n{}", failed.join("\n"));
+}
+
+#[test]
+fn qwen35_matches_llama_tokenize_on_our_corpus() {
+    check_corpus("qwen35");
+}
+
+#[test]
+fn gemma4_matches_llama_tokenize_on_our_corpus() {
+    check_corpus("gemma-4");
+}

@@ -106,6 +106,17 @@ pub struct Family {
     pub context_length: usize,
     pub rope_base: f32,
     pub rms_eps: f32,
+    /// The routed experts of a mixture-of-experts family.
+    pub experts: Option<FamilyExperts>,
+}
+
+/// Expert counts of a mixture-of-experts family.
+#[derive(Copy, Clone, Debug)]
+pub struct FamilyExperts {
+    pub n_experts: usize,
+    pub n_used: usize,
+    /// Hidden width of one expert on the 64-wide shape (256 on the K-quant one).
+    pub n_ff: usize,
 }
 
 const N_EMBD: usize = 64;
@@ -116,7 +127,7 @@ const N_LAYERS: usize = 2;
 const EMBD_SCALE: f32 = 0.87;
 
 /// Every family, one per supported architecture shape.
-pub const FAMILIES: [Family; 5] = [
+pub const FAMILIES: [Family; 6] = [
     Family {
         name: "llama3",
         like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
@@ -128,6 +139,7 @@ pub const FAMILIES: [Family; 5] = [
         context_length: 131_072,
         rope_base: 500_000.0,
         rms_eps: 1e-5,
+        experts: None,
     },
     Family {
         name: "qwen2",
@@ -140,6 +152,7 @@ pub const FAMILIES: [Family; 5] = [
         context_length: 131_072,
         rope_base: 1_000_000.0,
         rms_eps: 1e-6,
+        experts: None,
     },
     Family {
         name: "qwen3",
@@ -152,6 +165,24 @@ pub const FAMILIES: [Family; 5] = [
         context_length: 40_960,
         rope_base: 1_000_000.0,
         rms_eps: 1e-6,
+        experts: None,
+    },
+    Family {
+        name: "qwen3moe",
+        like: "Qwen3-30B-A3B (128 experts, 8 used, QK-norm, F32 router, own output head)",
+        arch: Architecture::Qwen3Moe,
+        vocab: VocabSource::VocabFile("qwen2"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        context_length: 40_960,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        experts: Some(FamilyExperts {
+            n_experts: 16,
+            n_used: 4,
+            n_ff: 32,
+        }),
     },
     Family {
         name: "phi3",
@@ -164,6 +195,7 @@ pub const FAMILIES: [Family; 5] = [
         context_length: 131_072,
         rope_base: 10_000.0,
         rms_eps: 1e-5,
+        experts: None,
     },
     Family {
         name: "gemma2",
@@ -176,6 +208,7 @@ pub const FAMILIES: [Family; 5] = [
         context_length: 8192,
         rope_base: 10_000.0,
         rms_eps: 1e-6,
+        experts: None,
     },
 ];
 
@@ -243,10 +276,21 @@ impl Builder {
 
     /// A matrix of values uniform in `[-scale, scale)`.
     fn matrix_scaled(&mut self, name: String, cols: usize, rows: usize, scale: f32) {
+        self.matrices(name, cols, rows, 1, scale);
+    }
+
+    /// `n` matrices `[cols] -> [rows]` stacked in one 3-D tensor (an expert
+    /// tensor when `n > 1`), values of standard deviation `1/sqrt(cols)`.
+    fn matrices(&mut self, name: String, cols: usize, rows: usize, n: usize, scale: f32) {
         let dtype = self.types[self.picked % self.types.len()];
         self.picked += 1;
-        let v = self.rnd.values(cols * rows, scale, 0.0);
-        self.tensor(name, dtype, &[cols, rows], &v);
+        let v = self.rnd.values(cols * rows * n, scale, 0.0);
+        let shape: &[usize] = if n == 1 {
+            &[cols, rows]
+        } else {
+            &[cols, rows, n]
+        };
+        self.tensor(name, dtype, shape, &v);
     }
 
     fn vector(&mut self, name: String, len: usize, scale: f32, offset: f32) {
@@ -353,6 +397,14 @@ impl Family {
                 w.set(k("attention.key_length"), u(shape.head_dim))
                     .set(k("attention.value_length"), u(shape.head_dim));
             }
+            Architecture::Qwen3Moe => {
+                let e = self.experts.expect("a mixture-of-experts family");
+                w.set(k("attention.key_length"), u(shape.head_dim))
+                    .set(k("attention.value_length"), u(shape.head_dim))
+                    .set(k("expert_count"), u(e.n_experts))
+                    .set(k("expert_used_count"), u(e.n_used))
+                    .set(k("expert_feed_forward_length"), u(self.expert_ff(shape)));
+            }
             Architecture::Phi3 => {
                 let scale = self.context_length as f64 / 4096.0;
                 let attn = (1.0 + scale.ln() / 4096f64.ln()).sqrt();
@@ -395,12 +447,30 @@ impl Family {
                 b.vector(format!("blk.{i}.{s}.bias"), len, 0.3, 0.0);
             }
         }
-        if self.arch == Architecture::Qwen3 {
+        if matches!(self.arch, Architecture::Qwen3 | Architecture::Qwen3Moe) {
             b.vector(n("attn_q_norm"), head_dim, 0.2, 1.0);
             b.vector(n("attn_k_norm"), head_dim, 0.2, 1.0);
         }
         b.matrix(n("attn_output"), q, d);
         b.vector(n("ffn_norm"), d, 0.2, 1.0);
+        if let Some(e) = self.experts {
+            let eff = self.expert_ff(b.shape);
+            // The router is F32 in the real files; its logits spread by about 3,
+            // so routing is decided well away from ties.
+            let v = b.rnd.values(d * e.n_experts, (27.0 / d as f32).sqrt(), 0.0);
+            b.tensor(n("ffn_gate_inp"), DType::F32, &[d, e.n_experts], &v);
+            let s = (3.0 / d as f32).sqrt();
+            b.matrices(n("ffn_gate_exps"), d, eff, e.n_experts, s);
+            b.matrices(n("ffn_up_exps"), d, eff, e.n_experts, s);
+            b.matrices(
+                n("ffn_down_exps"),
+                eff,
+                d,
+                e.n_experts,
+                (3.0 / eff as f32).sqrt(),
+            );
+            return;
+        }
         if self.arch == Architecture::Phi3 {
             b.matrix(n("ffn_up"), d, 2 * ff);
         } else {
@@ -414,6 +484,12 @@ impl Family {
         }
     }
 
+    /// One expert's hidden width on `shape` (whole 256-value rows for K-quants).
+    fn expert_ff(&self, shape: Shape) -> usize {
+        let e = self.experts.expect("a mixture-of-experts family");
+        if shape.n_embd == 256 { 256 } else { e.n_ff }
+    }
+
     /// The output head and RoPE factor tensors.
     fn globals(&self, b: &mut Builder, n_vocab: usize) {
         let pairs = b.shape.head_dim / 2;
@@ -421,6 +497,10 @@ impl Family {
             Architecture::Llama => {
                 let f = llama3_factors(b.shape.head_dim, self.rope_base);
                 b.tensor("rope_freqs.weight".into(), DType::F32, &[pairs], &f);
+            }
+            Architecture::Qwen3Moe => {
+                let d = b.shape.n_embd;
+                b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
             }
             Architecture::Phi3 => {
                 // As wide as the embeddings, so the logits are as peaked as a

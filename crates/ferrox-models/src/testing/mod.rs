@@ -190,6 +190,15 @@ impl TinyModel {
             .set(k("attention.value_length"), Value::U32(hd as u32))
             .set(k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
             .set(k("rope.freq_base"), Value::F32(10000.0));
+        let (n_experts, expert_ff) = (8usize, 32usize);
+        if self.architecture == crate::Architecture::Qwen3Moe {
+            w.set(k("expert_count"), Value::U32(n_experts as u32))
+                .set(k("expert_used_count"), Value::U32(2))
+                .set(
+                    k("expert_feed_forward_length"),
+                    Value::U32(expert_ff as u32),
+                );
+        }
         if matches!(
             self.architecture,
             crate::Architecture::Gemma2 | crate::Architecture::Gemma3
@@ -216,22 +225,21 @@ impl TinyModel {
             .set("tokenizer.ggml.eos_token_id", Value::U32(1));
         let types = [DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::F16];
         let mut pick = 0usize;
-        let mut mat = |w: &mut GgufWriter,
-                       rnd: &mut dyn FnMut() -> f32,
-                       name: String,
-                       cols: usize,
-                       rows: usize| {
-            let t = types[pick % types.len()];
-            pick += 1;
-            let vals: Vec<f32> = (0..cols * rows).map(|_| rnd() * 0.4).collect();
-            w.add_tensor(
-                name,
-                t,
-                &[cols as u64, rows as u64],
-                quantize(t, &vals).expect("tiny shapes are whole blocks"),
-            )
-            .expect("valid tensor");
-        };
+        // `[cols, rows]`, or `[cols, rows, experts]` stacked.
+        let mut mats =
+            |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, shape: &[usize]| {
+                let t = types[pick % types.len()];
+                pick += 1;
+                let vals: Vec<f32> = (0..shape.iter().product()).map(|_| rnd() * 0.4).collect();
+                let dims: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
+                w.add_tensor(
+                    name,
+                    t,
+                    &dims,
+                    quantize(t, &vals).expect("tiny shapes are whole blocks"),
+                )
+                .expect("valid tensor");
+            };
         let vec_t = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, len: usize| {
             let vals: Vec<f32> = (0..len).map(|_| 1.0 + 0.2 * rnd()).collect();
             w.add_tensor(
@@ -244,27 +252,55 @@ impl TinyModel {
         };
         use crate::Architecture as A;
         let arch = self.architecture;
-        mat(&mut w, &mut rnd, "token_embd.weight".into(), d, vocab);
+        mats(&mut w, &mut rnd, "token_embd.weight".into(), &[d, vocab]);
         for i in 0..self.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             vec_t(&mut w, &mut rnd, n("attn_norm"), d);
             if arch == A::Phi3 {
-                mat(&mut w, &mut rnd, n("attn_qkv"), d, (nh + 2 * nkv) * hd);
+                mats(&mut w, &mut rnd, n("attn_qkv"), &[d, (nh + 2 * nkv) * hd]);
             } else {
-                mat(&mut w, &mut rnd, n("attn_q"), d, nh * hd);
-                mat(&mut w, &mut rnd, n("attn_k"), d, nkv * hd);
-                mat(&mut w, &mut rnd, n("attn_v"), d, nkv * hd);
+                mats(&mut w, &mut rnd, n("attn_q"), &[d, nh * hd]);
+                mats(&mut w, &mut rnd, n("attn_k"), &[d, nkv * hd]);
+                mats(&mut w, &mut rnd, n("attn_v"), &[d, nkv * hd]);
             }
-            mat(&mut w, &mut rnd, n("attn_output"), nh * hd, d);
+            mats(&mut w, &mut rnd, n("attn_output"), &[nh * hd, d]);
             vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
-            if arch == A::Phi3 {
-                mat(&mut w, &mut rnd, n("ffn_up"), d, 2 * ff);
+            if arch == A::Qwen3Moe {
+                let vals: Vec<f32> = (0..d * n_experts).map(|_| rnd()).collect();
+                w.add_tensor(
+                    n("ffn_gate_inp"),
+                    DType::F32,
+                    &[d as u64, n_experts as u64],
+                    quantize(DType::F32, &vals).expect("f32"),
+                )
+                .expect("valid tensor");
+                mats(
+                    &mut w,
+                    &mut rnd,
+                    n("ffn_gate_exps"),
+                    &[d, expert_ff, n_experts],
+                );
+                mats(
+                    &mut w,
+                    &mut rnd,
+                    n("ffn_up_exps"),
+                    &[d, expert_ff, n_experts],
+                );
+                mats(
+                    &mut w,
+                    &mut rnd,
+                    n("ffn_down_exps"),
+                    &[expert_ff, d, n_experts],
+                );
+            } else if arch == A::Phi3 {
+                mats(&mut w, &mut rnd, n("ffn_up"), &[d, 2 * ff]);
+                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
             } else {
-                mat(&mut w, &mut rnd, n("ffn_gate"), d, ff);
-                mat(&mut w, &mut rnd, n("ffn_up"), d, ff);
+                mats(&mut w, &mut rnd, n("ffn_gate"), &[d, ff]);
+                mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
+                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
             }
-            mat(&mut w, &mut rnd, n("ffn_down"), ff, d);
-            if matches!(arch, A::Gemma3 | A::Qwen3) {
+            if matches!(arch, A::Gemma3 | A::Qwen3 | A::Qwen3Moe) {
                 vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
                 vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
             }
@@ -291,7 +327,7 @@ impl TinyModel {
         }
         vec_t(&mut w, &mut rnd, "output_norm.weight".into(), d);
         if matches!(arch, A::Llama | A::Phi3) {
-            mat(&mut w, &mut rnd, "output.weight".into(), d, vocab);
+            mats(&mut w, &mut rnd, "output.weight".into(), &[d, vocab]);
         }
         w.to_bytes()
     }

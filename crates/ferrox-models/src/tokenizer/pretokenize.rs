@@ -236,12 +236,7 @@ fn split_lines<'a>(text: &'a str, word: &mut impl FnMut(&'a str)) {
     }
 }
 
-fn split_llama3<'a>(
-    cs: Chars,
-    text: &'a str,
-    max_digits: usize,
-    word: &mut impl FnMut(&'a str),
-) {
+fn split_llama3<'a>(cs: Chars, text: &'a str, max_digits: usize, word: &mut impl FnMut(&'a str)) {
     let is_newline = |c: Option<char>| matches!(c, Some('\r' | '\n'));
     let mut pos = 0;
     while pos < cs.len() {
@@ -359,7 +354,10 @@ mod tests {
     fn qwen35_counts_combining_marks_as_letters() {
         // "é" written as e + U+0301, after a space and after a mark alone.
         let text = "cafe\u{301} \u{301}x";
-        assert_eq!(words(PreTokenizer::Qwen35, text), ["cafe\u{301}", " \u{301}x"]);
+        assert_eq!(
+            words(PreTokenizer::Qwen35, text),
+            ["cafe\u{301}", " \u{301}x"]
+        );
         assert_eq!(
             words(PreTokenizer::Qwen2, text),
             ["cafe", "\u{301}", " \u{301}", "x"]
