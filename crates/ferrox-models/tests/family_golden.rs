@@ -120,3 +120,11 @@ fn family_phi3_matches_the_references() {
 fn family_gemma2_matches_the_references() {
     check_family("gemma2");
 }
+
+/// Qwen3-MoE: routing (softmax, top 4 of 16, renormalized) and the batched
+/// expert feed-forward, against the reference's per-token float64 MoE and
+/// llama.cpp's `build_moe_ffn`.
+#[test]
+fn family_qwen3moe_matches_the_references() {
+    check_family("qwen3moe");
+}
