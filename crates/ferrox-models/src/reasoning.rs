@@ -208,8 +208,12 @@ impl ReasoningStream {
         out.push_str(text);
     }
 
-    /// The end of the answer: what was held back.
+    /// The end of the answer: what was held back (less the start of an answer
+    /// header the text stopped in).
     pub fn finish(&mut self) -> (String, String) {
+        if self.phase == AnswerPhase::Answering && !self.answered && self.holds_header() {
+            self.pending.clear();
+        }
         let rest = std::mem::take(&mut self.pending);
         match self.phase {
             AnswerPhase::Thinking => (rest, String::new()),
@@ -275,6 +279,12 @@ mod tests {
         }
         let (r, c) = split("<|channel|>final<|message|>Hi there.", harmony);
         assert_eq!((r, c.as_str()), (None, "Hi there."));
+        // Cut off inside the final channel's header: no header text as answer.
+        let (r, c) = split(
+            "<|channel|>analysis<|message|>Hm.<|end|><|start|>assi",
+            harmony,
+        );
+        assert_eq!((r.as_deref(), c.as_str()), (Some("Hm."), ""));
         assert_eq!(
             ThinkFormat::of_template("{{ '<|channel|>analysis<|message|>' + m.thinking }}"),
             Some(ThinkFormat::Harmony)
