@@ -138,6 +138,31 @@ impl Default for BlockIq4Xs {
     }
 }
 
+/// 32 values: `x = e8m0_half(e) * MXFP4_VALUES[q]`, `q` a nibble; value `i`
+/// is the low nibble of byte `i`, value `i + 16` its high nibble.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct BlockMxfp4 {
+    pub e: u8,
+    pub qs: [u8; QK / 2],
+}
+
+/// The E2M1 values, doubled (ggml's `kvalues_mxfp4`): the scale is halved to
+/// match.
+pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// Half of the E8M0 scale `2^(e - 127)`, as ggml's `ggml_e8m0_to_fp32_half`
+/// builds it from bits (subnormal for `e < 2`).
+#[inline]
+pub fn e8m0_to_f32_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        ((e as u32) - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
 /// The 16 values of the IQ4_NL / IQ4_XS grid (ggml's `kvalues_iq4nl`).
 pub const IQ4_NL_VALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
@@ -208,6 +233,8 @@ const _: () = {
     assert!(size_of::<BlockQ3K>() == DType::Q3_K.block_bytes());
     assert!(size_of::<BlockIq4Nl>() == DType::IQ4_NL.block_bytes());
     assert!(size_of::<BlockIq4Xs>() == DType::IQ4_XS.block_bytes());
+    assert!(size_of::<BlockMxfp4>() == DType::MXFP4.block_bytes());
+    assert!(align_of::<BlockMxfp4>() == 1);
     assert!(size_of::<BlockQ4K>() == DType::Q4_K.block_bytes());
     assert!(size_of::<BlockQ5K>() == DType::Q5_K.block_bytes());
     assert!(size_of::<BlockQ6K>() == DType::Q6_K.block_bytes());
@@ -259,6 +286,7 @@ byte_block!(
     BlockQ6K => DType::Q6_K,
     BlockIq4Nl => DType::IQ4_NL,
     BlockIq4Xs => DType::IQ4_XS,
+    BlockMxfp4 => DType::MXFP4,
 );
 
 /// Views `bytes` as whole blocks of `B`; an error when the length is not a

@@ -36,11 +36,14 @@ pub enum DType {
     IQ4_NL,
     IQ4_XS,
     BF16,
+    /// OCP microscaling FP4 (gpt-oss's experts): E2M1 values with a shared
+    /// E8M0 exponent per 32.
+    MXFP4,
 }
 
 impl DType {
     /// Every supported type, in ggml id order.
-    pub const ALL: [DType; 17] = [
+    pub const ALL: [DType; 18] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -58,6 +61,7 @@ impl DType {
         DType::IQ4_NL,
         DType::IQ4_XS,
         DType::BF16,
+        DType::MXFP4,
     ];
 
     /// The ggml type id stored in GGUF.
@@ -80,6 +84,7 @@ impl DType {
             DType::IQ4_NL => 20,
             DType::IQ4_XS => 23,
             DType::BF16 => 30,
+            DType::MXFP4 => 39,
         }
     }
 
@@ -111,7 +116,6 @@ impl DType {
             29 => "IQ1_M",
             34 => "TQ1_0",
             35 => "TQ2_0",
-            39 => "MXFP4",
             _ => return None,
         })
     }
@@ -135,6 +139,7 @@ impl DType {
             DType::Q8_K => "Q8_K",
             DType::IQ4_NL => "IQ4_NL",
             DType::IQ4_XS => "IQ4_XS",
+            DType::MXFP4 => "MXFP4",
             DType::BF16 => "BF16",
         }
     }
@@ -156,7 +161,8 @@ impl DType {
             | DType::Q5_1
             | DType::Q8_0
             | DType::Q8_1
-            | DType::IQ4_NL => QK,
+            | DType::IQ4_NL
+            | DType::MXFP4 => QK,
             DType::Q2_K
             | DType::Q3_K
             | DType::Q4_K
@@ -186,6 +192,7 @@ impl DType {
             DType::Q8_K => 292,
             DType::IQ4_NL => 18,
             DType::IQ4_XS => 136,
+            DType::MXFP4 => 17,
         }
     }
 

@@ -12,8 +12,8 @@
 //!   dequantized once and swept over many tokens (prefill) with identical results.
 
 use crate::blocks::{
-    BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0,
-    BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le,
+    BlockIq4Nl, BlockIq4Xs, BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K,
+    BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le,
 };
 use crate::dtype::DType;
 use crate::kernels::reference::{self, iquants, kquants, kquants::scale_min_k4};
@@ -138,6 +138,11 @@ fn q3_k(b: &BlockQ3K, y: &mut [f32]) {
 #[inline(always)]
 fn iq4_nl(b: &BlockIq4Nl, y: &mut [f32]) {
     iquants::dequantize_iq4_nl(std::slice::from_ref(b), y);
+}
+
+#[inline(always)]
+fn mxfp4(b: &BlockMxfp4, y: &mut [f32]) {
+    crate::kernels::reference::mxfp4::dequantize_mxfp4(std::slice::from_ref(b), y);
 }
 
 #[inline(always)]
@@ -288,6 +293,7 @@ macro_rules! for_each_block {
             DType::Q3_K => run!(BlockQ3K, 256, q3_k),
             DType::IQ4_NL => run!(BlockIq4Nl, 32, iq4_nl),
             DType::IQ4_XS => run!(BlockIq4Xs, 256, iq4_xs),
+            DType::MXFP4 => run!(BlockMxfp4, 32, mxfp4),
             _ => false,
         }
     }};
@@ -437,6 +443,7 @@ mod tests {
             DType::Q6_K,
             DType::IQ4_NL,
             DType::IQ4_XS,
+            DType::MXFP4,
         ];
         for t in types {
             for nb in [1usize, 3, 15, 17, 33] {

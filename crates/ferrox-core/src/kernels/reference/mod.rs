@@ -10,7 +10,7 @@
 //!   32-value family); K-quant weights in tests are made from random blocks.
 //! * `dot(t, w, a)` multiplies one row of weights of type `t` with activations
 //!   quantized by `quantize_activations(t, x)` (Q8_0 for Q4_0 / Q5_0 / Q8_0 /
-//!   IQ4_NL, Q8_1 for Q4_1 / Q5_1, Q8_K for the K family and IQ4_XS, plain f32 for
+//!   IQ4_NL / MXFP4, Q8_1 for Q4_1 / Q5_1, Q8_K for the K family and IQ4_XS, plain f32 for
 //!   float weights).
 
 pub mod float;
@@ -19,6 +19,7 @@ pub mod kdot;
 pub mod kquantize;
 pub mod kquants;
 pub mod legacy;
+pub mod mxfp4;
 
 #[cfg(test)]
 mod tests;
@@ -64,6 +65,7 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Cor
         DType::Q6_K => kquants::dequantize_q6_k(blocks::blocks_of(bytes)?, out),
         DType::IQ4_NL => iquants::dequantize_iq4_nl(blocks::blocks_of(bytes)?, out),
         DType::IQ4_XS => iquants::dequantize_iq4_xs(blocks::blocks_of(bytes)?, out),
+        DType::MXFP4 => mxfp4::dequantize_mxfp4(blocks::blocks_of(bytes)?, out),
         DType::Q8_K => {
             return Err(CoreError::Unsupported {
                 what: "file dequantize",
@@ -108,6 +110,7 @@ pub fn quantize(dtype: DType, x: &[f32]) -> Result<Vec<u8>, CoreError> {
         DType::Q8_0 => via_blocks!(legacy::quantize_q8_0),
         DType::Q8_1 => via_blocks!(legacy::quantize_q8_1),
         DType::IQ4_NL => via_blocks!(iquants::quantize_iq4_nl),
+        DType::MXFP4 => via_blocks!(mxfp4::quantize_mxfp4),
         DType::Q2_K => blocks::bytes_of(&kquantize::quantize_q2_k(x)).to_vec(),
         DType::Q3_K => blocks::bytes_of(&kquantize::quantize_q3_k(x)).to_vec(),
         DType::Q4_K => blocks::bytes_of(&kquantize::quantize_q4_k(x)).to_vec(),
@@ -152,7 +155,7 @@ impl Activations {
 pub fn activation_type(weight: DType) -> DType {
     match weight {
         DType::F32 | DType::F16 | DType::BF16 => DType::F32,
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL => DType::Q8_0,
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL | DType::MXFP4 => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => DType::Q8_1,
         DType::Q2_K
         | DType::Q3_K
@@ -218,6 +221,7 @@ pub fn dot(weight: DType, w: &[u8], a: &Activations) -> Result<f32, CoreError> {
         (DType::Q6_K, Activations::Q8K(x)) => kdot::dot_q6_k_q8_k(blocks::blocks_of(w)?, x),
         (DType::IQ4_NL, Activations::Q8_0(x)) => iquants::dot_iq4_nl_q8_0(blocks::blocks_of(w)?, x),
         (DType::IQ4_XS, Activations::Q8K(x)) => iquants::dot_iq4_xs_q8_k(blocks::blocks_of(w)?, x),
+        (DType::MXFP4, Activations::Q8_0(x)) => mxfp4::dot_mxfp4_q8_0(blocks::blocks_of(w)?, x),
         _ => return Err(mismatch()),
     })
 }
