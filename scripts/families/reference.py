@@ -201,12 +201,12 @@ class Model:
             h = self.norm(x, self.t[p + "ffn_norm.weight"])
             if p + "ffn_gate_inp.weight" in self.t:
                 f = self.moe(p, h)
-            elif p + "ffn_gate.weight" in self.t:
-                gate, up = self.lin(p + "ffn_gate", h), self.lin(p + "ffn_up", h)
             else:
-                gu = self.lin(p + "ffn_up", h)
-                gate, up = gu[: len(gu) // 2], gu[len(gu) // 2 :]
-            if p + "ffn_gate_inp.weight" not in self.t:
+                if p + "ffn_gate.weight" in self.t:
+                    gate, up = self.lin(p + "ffn_gate", h), self.lin(p + "ffn_up", h)
+                else:
+                    gu = self.lin(p + "ffn_up", h)
+                    gate, up = gu[: len(gu) // 2], gu[len(gu) // 2 :]
                 f = self.lin(p + "ffn_down", self.act(gate) * up)
             if p + "post_ffw_norm.weight" in self.t:
                 f = self.norm(f, self.t[p + "post_ffw_norm.weight"])

@@ -13,9 +13,22 @@
 
 use std::io::{BufRead, Write};
 
+use ferrox_models::ModelError;
 use ferrox_models::chat::{ChatMessage, ChatTemplate, TemplateVars, template_context};
 use ferrox_models::tools::Tool;
 use serde::Deserialize;
+
+/// Why a case was not rendered.
+#[derive(Debug, thiserror::Error)]
+enum RenderError {
+    #[error("{path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Template(#[from] ModelError),
+}
 
 #[derive(Deserialize)]
 struct Case {
@@ -44,7 +57,7 @@ struct FunctionIn {
     parameters: serde_json::Value,
 }
 
-fn render(case: &Case) -> (serde_json::Value, Result<String, String>) {
+fn render(case: &Case) -> (serde_json::Value, Result<String, RenderError>) {
     let tools: Vec<Tool> = case
         .tools
         .iter()
@@ -63,11 +76,13 @@ fn render(case: &Case) -> (serde_json::Value, Result<String, String>) {
         case.add_generation_prompt,
     );
     let rendered = std::fs::read_to_string(&case.template)
-        .map_err(|e| format!("{}: {e}", case.template.display()))
+        .map_err(|source| RenderError::Read {
+            path: case.template.clone(),
+            source,
+        })
         .and_then(|source| {
-            ChatTemplate::jinja_at(&source, &case.bos, &case.eos, Some(case.time))
-                .and_then(|t| t.render_context(&ctx))
-                .map_err(|e| e.to_string())
+            let t = ChatTemplate::jinja_at(&source, &case.bos, &case.eos, Some(case.time))?;
+            Ok(t.render_context(&ctx)?)
         });
     (ctx, rendered)
 }
@@ -84,7 +99,7 @@ fn main() {
         let (ctx, rendered) = render(&case);
         let answer = match rendered {
             Ok(text) => serde_json::json!({"context": ctx, "rendered": text}),
-            Err(e) => serde_json::json!({"context": ctx, "error": e}),
+            Err(e) => serde_json::json!({"context": ctx, "error": e.to_string()}),
         };
         writeln!(out, "{answer}").expect("stdout");
     }

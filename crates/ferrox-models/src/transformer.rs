@@ -174,6 +174,8 @@ struct Scratch {
 impl Scratch {
     fn new(hp: &HyperParams, n: usize) -> Scratch {
         let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
+        // The dense feed-forward's inside; an expert layer makes its own, per expert.
+        let ff = if hp.moe.is_some() { 0 } else { hp.n_ff };
         Scratch {
             h: vec![0.0; n * hp.n_embd],
             q: vec![0.0; n * nh * dk],
@@ -181,8 +183,8 @@ impl Scratch {
             v: vec![0.0; n * nkv * dv],
             att: vec![0.0; n * nh * dv],
             o: vec![0.0; n * hp.n_embd],
-            g: vec![0.0; n * hp.n_ff],
-            u: vec![0.0; n * hp.n_ff],
+            g: vec![0.0; n * ff],
+            u: vec![0.0; n * ff],
             quantized: QuantizedRows::default(),
         }
     }

@@ -87,6 +87,8 @@ struct Shape {
     n_embd: usize,
     n_ff: usize,
     head_dim: usize,
+    /// One expert's hidden width (mixture-of-experts families).
+    expert_ff: usize,
 }
 
 /// A family's shape and the real model it copies.
@@ -115,7 +117,7 @@ pub struct Family {
 pub struct FamilyExperts {
     pub n_experts: usize,
     pub n_used: usize,
-    /// Hidden width of one expert on the 64-wide shape (256 on the K-quant one).
+    /// Hidden width of one expert on the 64-wide shape (the K-quant shape's is 256).
     pub n_ff: usize,
 }
 
@@ -337,18 +339,20 @@ impl Family {
     }
 
     /// The widths of `variant`'s file: K-quants need whole 256-value rows, so
-    /// their files are 256 wide with 64-wide heads.
+    /// their files are 256 wide with 64-wide heads and 256-wide experts.
     fn shape(&self, variant: Variant) -> Shape {
         match variant {
             Variant::KQuants => Shape {
                 n_embd: 256,
                 n_ff: 512,
                 head_dim: 256 / self.n_heads,
+                expert_ff: 256,
             },
             _ => Shape {
                 n_embd: N_EMBD,
                 n_ff: N_FF,
                 head_dim: self.head_dim,
+                expert_ff: self.experts.map_or(0, |e| e.n_ff),
             },
         }
     }
@@ -403,7 +407,7 @@ impl Family {
                     .set(k("attention.value_length"), u(shape.head_dim))
                     .set(k("expert_count"), u(e.n_experts))
                     .set(k("expert_used_count"), u(e.n_used))
-                    .set(k("expert_feed_forward_length"), u(self.expert_ff(shape)));
+                    .set(k("expert_feed_forward_length"), u(shape.expert_ff));
             }
             Architecture::Phi3 => {
                 let scale = self.context_length as f64 / 4096.0;
@@ -432,6 +436,7 @@ impl Family {
             n_embd: d,
             n_ff: ff,
             head_dim,
+            ..
         } = b.shape;
         let (q, kv) = (self.n_heads * head_dim, self.n_kv_heads * head_dim);
         b.vector(n("attn_norm"), d, 0.2, 1.0);
@@ -454,7 +459,7 @@ impl Family {
         b.matrix(n("attn_output"), q, d);
         b.vector(n("ffn_norm"), d, 0.2, 1.0);
         if let Some(e) = self.experts {
-            let eff = self.expert_ff(b.shape);
+            let eff = b.shape.expert_ff;
             // The router is F32 in the real files; its logits spread by about 3,
             // so routing is decided well away from ties.
             let v = b.rnd.values(d * e.n_experts, (27.0 / d as f32).sqrt(), 0.0);
@@ -482,12 +487,6 @@ impl Family {
             b.vector(n("post_attention_norm"), d, 0.2, 1.0);
             b.vector(n("post_ffw_norm"), d, 0.2, 1.0);
         }
-    }
-
-    /// One expert's hidden width on `shape` (whole 256-value rows for K-quants).
-    fn expert_ff(&self, shape: Shape) -> usize {
-        let e = self.experts.expect("a mixture-of-experts family");
-        if shape.n_embd == 256 { 256 } else { e.n_ff }
     }
 
     /// The output head and RoPE factor tensors.

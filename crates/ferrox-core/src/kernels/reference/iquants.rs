@@ -7,14 +7,24 @@
 use crate::blocks::{BlockIq4Nl, BlockIq4Xs, BlockQ8_0, BlockQ8K, IQ4_NL_VALUES, f16_le};
 use crate::dtype::{QK, QK_K};
 
-/// The grid values of one 32-value group of nibbles.
-fn grid(qs: &[u8]) -> [i8; QK] {
+/// The `values` of one 32-value group of nibbles (IQ4_NL's grid, MXFP4's
+/// doubled E2M1 values): nibble `j` of byte `i` is value `i` (low) or `i + 16`.
+pub(crate) fn nibble_values(qs: &[u8], values: &[i8; 16]) -> [i8; QK] {
     let mut w = [0i8; QK];
     for (i, &q) in qs.iter().enumerate() {
-        w[i] = IQ4_NL_VALUES[(q & 0x0F) as usize];
-        w[i + 16] = IQ4_NL_VALUES[(q >> 4) as usize];
+        w[i] = values[(q & 0x0F) as usize];
+        w[i + 16] = values[(q >> 4) as usize];
     }
     w
+}
+
+fn grid(qs: &[u8]) -> [i8; QK] {
+    nibble_values(qs, &IQ4_NL_VALUES)
+}
+
+/// The integer dot of one 32-value group of weights with a Q8_0 block's values.
+pub(crate) fn group_dot(w: &[i8; QK], q: &[i8; QK]) -> i32 {
+    w.iter().zip(q).map(|(&p, &q)| p as i32 * q as i32).sum()
 }
 
 /// The signed scale (`ls - 32`) of group `g` of an IQ4_XS block.
@@ -97,11 +107,7 @@ pub fn dequantize_iq4_xs(blocks: &[BlockIq4Xs], out: &mut [f32]) {
 pub fn dot_iq4_nl_q8_0(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in w.iter().zip(a) {
-        let sumi: i32 = iq4_nl_group(x)
-            .iter()
-            .zip(&y.qs)
-            .map(|(&p, &q)| p as i32 * q as i32)
-            .sum();
+        let sumi = group_dot(&iq4_nl_group(x), &y.qs);
         sum += sumi as f32 * (f16_le(x.d) * f16_le(y.d));
     }
     sum

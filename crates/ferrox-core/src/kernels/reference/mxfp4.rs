@@ -7,18 +7,14 @@
 //! `quantize_blocks`, the dot with Q8_0 activations ggml's
 //! `ggml_vec_dot_mxfp4_q8_0`.
 
+use super::iquants::{group_dot, nibble_values};
 use crate::blocks::{BlockMxfp4, BlockQ8_0, MXFP4_VALUES, e8m0_to_f32_half, f16_le};
 use crate::dtype::QK;
 
 /// The doubled E2M1 integers of one block.
 #[inline]
 pub fn mxfp4_group(b: &BlockMxfp4) -> [i8; QK] {
-    let mut w = [0i8; QK];
-    for (i, &q) in b.qs.iter().enumerate() {
-        w[i] = MXFP4_VALUES[(q & 0x0F) as usize];
-        w[i + 16] = MXFP4_VALUES[(q >> 4) as usize];
-    }
-    w
+    nibble_values(&b.qs, &MXFP4_VALUES)
 }
 
 /// Dequantizes MXFP4 blocks into `out`.
@@ -64,11 +60,7 @@ pub fn quantize_mxfp4(x: &[f32], out: &mut [BlockMxfp4]) {
 pub fn dot_mxfp4_q8_0(w: &[BlockMxfp4], a: &[BlockQ8_0]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in w.iter().zip(a) {
-        let sumi: i32 = mxfp4_group(x)
-            .iter()
-            .zip(&y.qs)
-            .map(|(&p, &q)| p as i32 * q as i32)
-            .sum();
+        let sumi = group_dot(&mxfp4_group(x), &y.qs);
         sum += e8m0_to_f32_half(x.e) * f16_le(y.d) * sumi as f32;
     }
     sum
