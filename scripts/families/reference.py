@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The float64 reference of ferrox's supported families: the exact function a
 GGUF defines, written from llama.cpp's graphs (src/models/{llama,qwen2,qwen3,
-qwen3moe,phi3,gemma2}.cpp, llm_graph_context::build_moe_ffn and ggml's
-rope_yarn), independent of ferrox's code.
+qwen3moe,phi3,gemma2,openai-moe}.cpp, llm_graph_context::build_moe_ffn, ggml's
+rope_yarn, swiglu_oai and soft_max with sinks), independent of ferrox's code.
 
 Every weight is dequantized with the gguf package (gguf-py); all arithmetic is
 float64 with no activation quantization. For each prompt (token ids) it writes
@@ -78,9 +78,14 @@ class Model:
             self.ff = self.t["rope_factors_long.weight" if long else "rope_factors_short.weight"]
         # Gemma: windows, soft-caps, scaled embeddings, attention scale.
         self.gemma = a == "gemma2"
+        # gpt-oss: sinks, biases, windows on even layers, top-k-then-softmax
+        # routing, clamped SwiGLU; its pre-FFN norm is named post_attention_norm.
+        self.oss = a == "gpt-oss"
         self.window = None
         if self.gemma:
             self.window = g("attention.sliding_window", 4096)
+        if self.oss:
+            self.window = g("attention.sliding_window", 128)
         self.attn_cap = g("attn_logit_softcapping", 50.0) if self.gemma else None
         self.final_cap = g("final_logit_softcapping", 30.0) if self.gemma else None
         self.scale = 1.0 / math.sqrt(self.dk)
@@ -91,7 +96,7 @@ class Model:
         self.expert_scale = g("expert_weights_scale", 0.0)
 
     def is_swa(self, il):
-        return self.gemma and il % 2 == 0
+        return (self.gemma or self.oss) and il % 2 == 0
 
     def angles(self, pos):
         n = self.rope_dim
@@ -135,10 +140,13 @@ class Model:
             y = y + self.t[name + ".bias"]
         return y
 
-    def act(self, g):
+    def glu(self, g, up):
         if self.gemma:
-            return 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
-        return g / (1 + np.exp(-g))
+            return 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3))) * up
+        if self.oss:
+            x = np.minimum(g, 7.0)
+            return x / (1 + np.exp(-1.702 * x)) * (np.clip(up, -7.0, 7.0) + 1)
+        return g / (1 + np.exp(-g)) * up
 
     def qkv(self, p, h):
         qd, kd = self.nh * self.dk, self.nkv * self.dk
@@ -148,19 +156,28 @@ class Model:
         return self.lin(p + "attn_q", h), self.lin(p + "attn_k", h), self.lin(p + "attn_v", h)
 
     def moe(self, p, h):
-        logits = self.t[p + "ffn_gate_inp.weight"] @ h
-        probs = np.exp(logits - logits.max())
-        probs /= probs.sum()
-        chosen = np.argsort(-probs, kind="stable")[: self.n_expert_used]
-        w = probs[chosen]
-        w = w / max(w.sum(), 6.103515625e-5)
+        logits = self.lin(p + "ffn_gate_inp", h)
+        if self.oss:
+            # SOFTMAX_WEIGHT: the top logits, a softmax over those alone.
+            chosen = np.argsort(-logits, kind="stable")[: self.n_expert_used]
+            w = np.exp(logits[chosen] - logits[chosen].max())
+            w /= w.sum()
+        else:
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            chosen = np.argsort(-probs, kind="stable")[: self.n_expert_used]
+            w = probs[chosen]
+            w = w / max(w.sum(), 6.103515625e-5)
         if self.expert_scale not in (0.0, 1.0):
             w = w * self.expert_scale
+        def expert(kind, e, x):
+            y = self.t[p + f"ffn_{kind}_exps.weight"][e] @ x
+            bias = p + f"ffn_{kind}_exps.bias"
+            return y + self.t[bias][e] if bias in self.t else y
         f = np.zeros(self.d)
         for e, we in zip(chosen, w):
-            gate = self.t[p + "ffn_gate_exps.weight"][e] @ h
-            up = self.t[p + "ffn_up_exps.weight"][e] @ h
-            f += we * (self.t[p + "ffn_down_exps.weight"][e] @ (self.act(gate) * up))
+            gate, up = expert("gate", e, h), expert("up", e, h)
+            f += we * expert("down", e, self.glu(gate, up))
         return f
 
     def step(self, token, pos, cache):
@@ -186,19 +203,22 @@ class Model:
             vs = np.stack([c[1] for c in cache[il][lo:]])
             group = self.nh // self.nkv
             out = np.zeros((self.nh, self.dv))
+            sinks = self.t.get(p + "attn_sinks.weight")
             for hd in range(self.nh):
                 kvh = hd // group
                 sc = ks[:, kvh, :] @ q[hd] * self.scale
                 if self.attn_cap:
                     sc = self.attn_cap * np.tanh(sc / self.attn_cap)
-                sc = np.exp(sc - sc.max())
-                sc /= sc.sum()
-                out[hd] = sc @ vs[:, kvh, :]
+                m = sc.max() if sinks is None else max(sc.max(), sinks[hd])
+                e = np.exp(sc - m)
+                denom = e.sum() + (0.0 if sinks is None else math.exp(sinks[hd] - m))
+                out[hd] = (e / denom) @ vs[:, kvh, :]
             o = self.lin(p + "attn_output", out.reshape(-1))
-            if p + "post_attention_norm.weight" in self.t:
+            if not self.oss and p + "post_attention_norm.weight" in self.t:
                 o = self.norm(o, self.t[p + "post_attention_norm.weight"])
             x = x + o
-            h = self.norm(x, self.t[p + "ffn_norm.weight"])
+            ffn_norm = "post_attention_norm" if self.oss else "ffn_norm"
+            h = self.norm(x, self.t[p + ffn_norm + ".weight"])
             if p + "ffn_gate_inp.weight" in self.t:
                 f = self.moe(p, h)
             else:
@@ -207,7 +227,7 @@ class Model:
                 else:
                     gu = self.lin(p + "ffn_up", h)
                     gate, up = gu[: len(gu) // 2], gu[len(gu) // 2 :]
-                f = self.lin(p + "ffn_down", self.act(gate) * up)
+                f = self.lin(p + "ffn_down", self.glu(gate, up))
             if p + "post_ffw_norm.weight" in self.t:
                 f = self.norm(f, self.t[p + "post_ffw_norm.weight"])
             x = x + f

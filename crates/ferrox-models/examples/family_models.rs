@@ -2,7 +2,7 @@
 //! folder, for llama.cpp and the float64 reference to read:
 //! `cargo run --release -p ferrox-models --example family_models -- OUT_DIR`.
 
-use ferrox_models::testing::family::{FAMILIES, Variant};
+use ferrox_models::testing::family::FAMILIES;
 use ferrox_models::testing::family_vocab;
 
 fn main() {
@@ -12,7 +12,7 @@ fn main() {
     std::fs::create_dir_all(&out).expect("output folder");
     for f in FAMILIES {
         let vocab = family_vocab(&f).expect("vocabulary (scripts/fetch-llama-refs)");
-        for v in Variant::ALL {
+        for &v in f.variants() {
             let path = std::path::Path::new(&out).join(f.file_name(v));
             std::fs::write(&path, f.gguf(v, &vocab)).expect("write");
             println!("{}", path.display());

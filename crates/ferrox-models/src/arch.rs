@@ -32,6 +32,11 @@ pub enum Architecture {
     /// Gemma 3: Gemma 2's layout with QK-norm, five window layers in six and a
     /// separate RoPE base for them.
     Gemma3,
+    /// gpt-oss (20B, 120B): attention with biases and per-head sinks,
+    /// alternating 128-token windows, YaRN, and routed experts with biases and
+    /// a clamped SwiGLU, gated by a softmax over the chosen experts' logits.
+    #[serde(rename = "gpt-oss")]
+    GptOss,
 }
 
 /// Where the sliding-window layers are, when the file does not list them.
@@ -89,6 +94,12 @@ pub struct ArchSpec {
     pub rope_factors: RopeFactors,
     /// Whether the feed-forward is a mixture of experts, and how it routes.
     pub experts: Experts,
+    /// Each head has a learned sink logit (`attn_sinks`), a softmax term
+    /// without a value (gpt-oss).
+    pub attention_sinks: bool,
+    /// The name of the norm before the feed-forward (gpt-oss calls it
+    /// `post_attention_norm`).
+    pub ffn_norm: &'static str,
 }
 
 /// The feed-forward: one dense block, or routed experts (llama.cpp's
@@ -103,6 +114,11 @@ pub enum Experts {
     /// sum to 1 when `normalize`, then scaled by `expert_weights_scale` if the
     /// file gives one.
     SoftmaxTopK { normalize: bool },
+    /// As `SoftmaxTopK`, with a router bias, but the experts are chosen by
+    /// their logits and weighted by a softmax over the chosen ones only
+    /// (llama.cpp's `SOFTMAX_WEIGHT` gating, gpt-oss); each expert matrix may
+    /// carry a bias.
+    TopKSoftmax,
 }
 
 /// Whether values are soft-capped, `cap * tanh(x / cap)`.
@@ -140,6 +156,8 @@ const LLAMA: ArchSpec = ArchSpec {
     final_softcap: Softcap::Never,
     rope_factors: RopeFactors::Freqs,
     experts: Experts::Dense,
+    attention_sinks: false,
+    ffn_norm: "ffn_norm",
 };
 
 const GEMMA2: ArchSpec = ArchSpec {
@@ -165,11 +183,13 @@ const GEMMA2: ArchSpec = ArchSpec {
     },
     rope_factors: RopeFactors::None,
     experts: Experts::Dense,
+    attention_sinks: false,
+    ffn_norm: "ffn_norm",
 };
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 7] = [
+    pub const ALL: [Architecture; 8] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
@@ -177,6 +197,7 @@ impl Architecture {
         Architecture::Phi3,
         Architecture::Gemma2,
         Architecture::Gemma3,
+        Architecture::GptOss,
     ];
 
     /// The `general.architecture` string.
@@ -189,6 +210,7 @@ impl Architecture {
             Architecture::Phi3 => "phi3",
             Architecture::Gemma2 => "gemma2",
             Architecture::Gemma3 => "gemma3",
+            Architecture::GptOss => "gpt-oss",
         }
     }
 
@@ -244,6 +266,19 @@ impl Architecture {
                 attn_softcap: Softcap::Never,
                 final_softcap: Softcap::Key { default: None },
                 ..GEMMA2
+            },
+            Architecture::GptOss => ArchSpec {
+                rope_style: RopeStyle::Neox,
+                gate: Gate::SwigluOai,
+                windows: WindowRule::Pattern {
+                    pattern: 2,
+                    default_window: Some(128),
+                },
+                rope_factors: RopeFactors::None,
+                experts: Experts::TopKSoftmax,
+                attention_sinks: true,
+                ffn_norm: "post_attention_norm",
+                ..LLAMA
             },
         }
     }

@@ -78,6 +78,18 @@ pub struct MoeParams {
     pub weights_scale: Option<f32>,
     /// Whether the chosen experts' weights are renormalized to sum to 1.
     pub normalize: bool,
+    /// Whether the softmax comes before the choice or over the chosen.
+    pub gating: Gating,
+}
+
+/// How router logits become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gating {
+    /// Softmax over every expert, then the most probable (Qwen3-MoE).
+    SoftmaxThenTopK,
+    /// The largest logits, then a softmax over those (gpt-oss).
+    TopKThenSoftmax,
 }
 
 fn as_text<S: serde::Serializer>(v: &RopeScaling, s: S) -> Result<S::Ok, S::Error> {
@@ -224,16 +236,20 @@ fn moe_params(
     n_ff: usize,
 ) -> Result<Option<MoeParams>, ModelError> {
     let count = m.count_opt(&key("expert_count"))?.unwrap_or(0);
-    let Experts::SoftmaxTopK { normalize } = experts else {
-        return match count {
-            0 => Ok(None),
-            n => Err(invalid(
-                &key("expert_count"),
-                format!(
-                    "{n} experts: this architecture is not a mixture-of-experts one in ferrox (qwen3moe is)"
-                ),
-            )),
-        };
+    let (normalize, gating) = match experts {
+        Experts::SoftmaxTopK { normalize } => (normalize, Gating::SoftmaxThenTopK),
+        Experts::TopKSoftmax => (false, Gating::TopKThenSoftmax),
+        Experts::Dense => {
+            return match count {
+                0 => Ok(None),
+                n => Err(invalid(
+                    &key("expert_count"),
+                    format!(
+                        "{n} experts: this architecture is not a mixture-of-experts one in ferrox (qwen3moe and gpt-oss are)"
+                    ),
+                )),
+            };
+        }
     };
     let n_experts = positive(m, &key("expert_count"))?;
     let n_used = positive(m, &key("expert_used_count"))?;
@@ -264,6 +280,7 @@ fn moe_params(
         n_ff_expert,
         weights_scale,
         normalize,
+        gating,
     }))
 }
 

@@ -84,6 +84,7 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
         match spec.gate {
             ferrox_core::ops::activation::Gate::Silu => "SwiGLU",
             ferrox_core::ops::activation::Gate::GeluTanh => "GeGLU (tanh)",
+            ferrox_core::ops::activation::Gate::SwigluOai => "SwiGLU (gpt-oss, clamped)",
         }
     )];
     f.push(format!(

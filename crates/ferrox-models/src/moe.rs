@@ -1,16 +1,18 @@
 //! Routing of a mixture-of-experts feed-forward (pure): which experts each
-//! token goes to and with what weight, as llama.cpp's `build_moe_ffn` decides
-//! for softmax gating: probabilities by a softmax over every expert's router
-//! logit, the `n_used` most probable experts (the lower index first on a tie),
-//! their probabilities renormalized to sum to 1 when the architecture says so
-//! (the sum clamped below at 2^-14, as llama.cpp does), then scaled by
-//! `expert_weights_scale` when the file gives one.
+//! token goes to and with what weight, as llama.cpp's `build_moe_ffn` decides.
+//! Softmax gating (Qwen3-MoE): probabilities by a softmax over every expert's
+//! router logit, the `n_used` most probable experts (the lower index first on a
+//! tie), their probabilities renormalized to sum to 1 when the architecture
+//! says so (the sum clamped below at 2^-14, as llama.cpp does). Top-k-then-
+//! softmax gating (gpt-oss): the `n_used` largest logits, weighted by a softmax
+//! over those alone. Either is then scaled by `expert_weights_scale` when the
+//! file gives one.
 //!
 //! Invariant: a token's route depends on its own logits only, so the experts it
 //! reaches and their weights do not depend on the other tokens of a batch
 //! (SPEC S3); [`Routes::by_expert`] lists every token once per chosen expert.
 
-use crate::hparams::MoeParams;
+use crate::hparams::{Gating, MoeParams};
 
 /// Each token's experts, best first, with their weights: `[n][n_used]` each.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,24 +40,38 @@ pub fn route(logits: &[f32], moe: &MoeParams) -> Routes {
     };
     let mut probs = vec![0.0f32; e];
     let mut order: Vec<usize> = Vec::with_capacity(e);
+    let mut weights = vec![0.0f32; k];
+    let scale = moe.weights_scale.unwrap_or(1.0);
     for row in logits.chunks_exact(e) {
-        softmax(row, &mut probs);
+        let ranked = match moe.gating {
+            Gating::SoftmaxThenTopK => {
+                softmax(row, &mut probs);
+                &probs[..]
+            }
+            Gating::TopKThenSoftmax => row,
+        };
         order.clear();
         order.extend(0..e);
-        // Stable: equal probabilities keep the lower index first.
-        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        // Stable: equal values keep the lower index first.
+        order.sort_by(|&a, &b| ranked[b].total_cmp(&ranked[a]));
         let chosen = &order[..k];
-        let sum: f32 = chosen.iter().map(|&i| probs[i]).sum();
-        let divisor = if moe.normalize {
-            sum.max(MIN_WEIGHT_SUM)
-        } else {
-            1.0
-        };
-        let scale = moe.weights_scale.unwrap_or(1.0);
-        for &i in chosen {
-            routes.experts.push(i);
-            routes.weights.push(probs[i] / divisor * scale);
+        weights
+            .iter_mut()
+            .zip(chosen)
+            .for_each(|(w, &i)| *w = ranked[i]);
+        match moe.gating {
+            Gating::SoftmaxThenTopK if moe.normalize => {
+                let sum = weights.iter().sum::<f32>().max(MIN_WEIGHT_SUM);
+                weights.iter_mut().for_each(|w| *w /= sum);
+            }
+            Gating::SoftmaxThenTopK => {}
+            Gating::TopKThenSoftmax => {
+                let chosen_logits = weights.clone();
+                softmax(&chosen_logits, &mut weights);
+            }
         }
+        routes.experts.extend_from_slice(chosen);
+        routes.weights.extend(weights.iter().map(|w| w * scale));
     }
     routes
 }
@@ -104,7 +120,27 @@ mod tests {
             n_ff_expert: 8,
             weights_scale: scale,
             normalize,
+            gating: Gating::SoftmaxThenTopK,
         }
+    }
+
+    #[test]
+    fn top_k_then_softmax_weighs_the_chosen_logits_alone() {
+        let logits = [1.0f32, -1.0, 3.0, 0.0];
+        let moe = MoeParams {
+            gating: Gating::TopKThenSoftmax,
+            ..params(4, 2, false, None)
+        };
+        let r = route(&logits, &moe);
+        assert_eq!(r.experts, vec![2, 0]);
+        let w0 = 1.0 / (1.0 + (-2.0f64).exp());
+        assert!((r.weight(0, 0) as f64 - w0).abs() < 1e-6);
+        assert!((r.weight(0, 0) + r.weight(0, 1) - 1.0).abs() < 1e-6);
+        // The other experts' logits do not move the weights.
+        let r2 = route(&[1.0, 2.9, 3.0, 2.95], &moe);
+        let r3 = route(&[1.0, 2.9, 3.0, -9.0], &moe);
+        assert_eq!(r2.experts, vec![2, 3]);
+        assert_eq!(r3.experts, vec![2, 1]);
     }
 
     #[test]

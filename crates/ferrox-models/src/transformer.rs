@@ -9,13 +9,14 @@
 //!   h Wv (+bv)`; per-head QK-norm (Qwen3, Gemma 3); RoPE (adjacent pairs for
 //!   llama, NeoX halves for the others; window layers may have their own base);
 //!   causal attention scaled by `attn_scale`, soft-capped (Gemma 2), over the last
-//!   `window` positions on window layers; `o = attn Wo (+bo)`, post-norm (Gemma);
-//!   `x += o`;
+//!   `window` positions on window layers, with a per-head sink logit in the
+//!   softmax (gpt-oss); `o = attn Wo (+bo)`, post-norm (Gemma); `x += o`;
 //! * mlp: `h = rmsnorm(x) * ffn_norm`; `f = (act(h Wgate) * h Wup) Wdown`, act =
-//!   SiLU or tanh-GELU; post-norm (Gemma); `x += f`. A mixture of experts
-//!   (Qwen3-MoE) routes each token by `h Wrouter` (f32, [`crate::moe`]) and sums
-//!   its chosen experts' `f`, weighted, in rank order; the rows of a batch are
-//!   grouped by expert, so each chosen expert's matrices are read once per step;
+//!   SiLU, tanh-GELU or gpt-oss's clamped SwiGLU; post-norm (Gemma); `x += f`. A
+//!   mixture of experts (Qwen3-MoE, gpt-oss) routes each token by `h Wrouter
+//!   (+b)` (f32, [`crate::moe`]) and sums its chosen experts' `f` (with their
+//!   biases), weighted, in rank order; the rows of a batch are grouped by
+//!   expert, so each chosen expert's matrices are read once per step;
 //! * head: `rmsnorm(x) * output_norm` times the output matrix (tied to the
 //!   embeddings when the file has none), soft-capped (Gemma 2).
 //!
@@ -25,7 +26,7 @@
 //! not depend on which pages (shared or private) hold its history.
 
 use ferrox_core::ops::activation::gated;
-use ferrox_core::ops::exp::exp_shifted;
+use ferrox_core::ops::exp::{exp, exp_shifted};
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
 use ferrox_core::ops::rope::{self, RopeFreqs};
@@ -433,7 +434,7 @@ impl Transformer {
             _ => angles.0,
         };
         self.rope_and_store(li, batch, angles, cache, s);
-        self.attend(li, window, batch, cache, s);
+        self.attend(li, window, lw.sinks.as_deref(), batch, cache, s);
         let input = self.input(
             &s.att,
             n,
@@ -489,11 +490,13 @@ impl Transformer {
         }
     }
 
-    /// Causal attention of every token over its sequence's KV: `s.att`.
+    /// Causal attention of every token over its sequence's KV: `s.att`. A head's
+    /// `sinks` logit, when the model has them, joins its softmax without a value.
     fn attend(
         &self,
         li: usize,
         window: Option<usize>,
+        sinks: Option<&[f32]>,
         batch: &Batch<'_>,
         cache: &KvStore,
         s: &mut Scratch,
@@ -505,10 +508,9 @@ impl Transformer {
         let q = &s.q;
         // One task per token and KV head: its query heads read each key and value
         // once; every head keeps its own order (SPEC S3).
-        s.att
-            .par_chunks_mut(group * dv)
-            .enumerate()
-            .for_each_init(Vec::new, |scores, (i, out)| {
+        s.att.par_chunks_mut(group * dv).enumerate().for_each_init(
+            || (Vec::new(), vec![0.0f32; group]),
+            |(scores, sink_terms), (i, out)| {
                 let (t, kvh) = (i / nkv, i % nkv);
                 let slot = batch.slots[t];
                 let seq = batch.spans[slot.span].pages;
@@ -523,9 +525,11 @@ impl Transformer {
                     j += keys.len() / dk;
                 });
                 softcap(scores, cap);
-                for sc in scores.chunks_exact_mut(n_keys) {
-                    let max = vector::max(sc);
+                for (g, sc) in scores.chunks_exact_mut(n_keys).enumerate() {
+                    let sink = sinks.map(|s| s[kvh * group + g]);
+                    let max = sink.map_or(vector::max(sc), |s| vector::max(sc).max(s));
                     exp_shifted(sc, max);
+                    sink_terms[g] = sink.map_or(0.0, |s| exp(s - max));
                 }
                 out.fill(0.0);
                 let mut j = 0;
@@ -535,10 +539,12 @@ impl Transformer {
                     j += m;
                 });
                 for (g, o) in out.chunks_exact_mut(dv).enumerate() {
-                    let inv = 1.0 / vector::sum(&scores[g * n_keys..(g + 1) * n_keys]);
+                    let total = vector::sum(&scores[g * n_keys..(g + 1) * n_keys]) + sink_terms[g];
+                    let inv = 1.0 / total;
                     o.iter_mut().for_each(|x| *x *= inv);
                 }
-            });
+            },
+        );
     }
 
     /// One layer's feed-forward block: `x += mlp(x)`.

@@ -19,7 +19,7 @@ use ferrox_core::ops::matmul::Matrix;
 use ferrox_core::packed::PackedMatrix;
 use ferrox_gguf::GgufFile;
 
-use crate::arch::{ArchSpec, RopeFactors};
+use crate::arch::{ArchSpec, Experts, RopeFactors};
 use crate::error::ModelError;
 use crate::hparams::HyperParams;
 
@@ -91,7 +91,9 @@ pub struct LayerWeights {
     pub k_norm: Option<Vec<f32>>,         // [head_dim_k]
     pub o: Linear,                        // [n_heads * head_dim_v] -> [n_embd]
     pub attn_post_norm: Option<Vec<f32>>, // [n_embd]
-    pub ffn_norm: Vec<f32>,               // [n_embd]
+    /// Each head's sink logit (gpt-oss): `[n_heads]`.
+    pub sinks: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>, // [n_embd]
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Vec<f32>>, // [n_embd]
 }
@@ -257,15 +259,18 @@ impl Loader<'_> {
     }
 
     /// The `n` matrices `[cols] -> [rows]` of a 3-D expert tensor `[cols, rows, n]`
-    /// (each expert's rows follow the previous expert's).
+    /// (each expert's rows follow the previous expert's), each with its row of
+    /// the 2-D bias `[rows, n]` when `biased` (gpt-oss).
     fn experts(
         &mut self,
         name: &str,
         cols: usize,
         rows: usize,
         n: usize,
+        biased: bool,
     ) -> Result<Vec<Linear>, ModelError> {
-        let t = self.file.tensor(name)?;
+        let weight = format!("{name}.weight");
+        let t = self.file.tensor(&weight)?;
         let shape = t.shape();
         if shape != [cols as u64, rows as u64, n as u64] {
             return Err(wrong(
@@ -273,7 +278,8 @@ impl Loader<'_> {
                 format!("shape {shape:?}, expected [{cols}, {rows}, {n}]"),
             ));
         }
-        self.used.insert(name.to_string());
+        self.used.insert(weight);
+        let bias = self.vector_if(biased, &format!("{name}.bias"), rows * n)?;
         let all = TensorRef {
             dtype: t.dtype(),
             rows: rows * n,
@@ -282,7 +288,10 @@ impl Loader<'_> {
             len: t.data.len(),
         };
         Ok((0..n)
-            .map(|e| Linear::new(all.rows(e * rows, rows), None))
+            .map(|e| {
+                let b = bias.as_ref().map(|b| b[e * rows..(e + 1) * rows].to_vec());
+                Linear::new(all.rows(e * rows, rows), b)
+            })
             .collect())
     }
 
@@ -390,9 +399,10 @@ fn layer(
     let ffn = match hp.moe {
         Some(moe) => {
             let (e, eff) = (moe.n_experts, moe.n_ff_expert);
-            let gates = l.experts(&w("ffn_gate_exps"), d, eff, e)?;
-            let ups = l.experts(&w("ffn_up_exps"), d, eff, e)?;
-            let downs = l.experts(&w("ffn_down_exps"), eff, d, e)?;
+            let biased = spec.experts == Experts::TopKSoftmax;
+            let gates = l.experts(&n("ffn_gate_exps"), d, eff, e, biased)?;
+            let ups = l.experts(&n("ffn_up_exps"), d, eff, e, biased)?;
+            let downs = l.experts(&n("ffn_down_exps"), eff, d, e, biased)?;
             Ffn::Experts {
                 router: l.linear(&n("ffn_gate_inp"), d, e)?,
                 experts: gates
@@ -428,7 +438,8 @@ fn layer(
         k_norm: l.vector_if(spec.qk_norm, &w("attn_k_norm"), hp.head_dim_k)?,
         o: l.linear(&n("attn_output"), hp.n_heads * hp.head_dim_v, d)?,
         attn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_attention_norm"), d)?,
-        ffn_norm: l.vector(&w("ffn_norm"), d)?,
+        sinks: l.vector_if(spec.attention_sinks, &w("attn_sinks"), hp.n_heads)?,
+        ffn_norm: l.vector(&w(spec.ffn_norm), d)?,
         ffn,
         ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
     })

@@ -19,7 +19,7 @@ use ferrox_gguf::GgufFile;
 use ferrox_models::testing::family::{Family, Variant};
 use ferrox_models::testing::golden::{exact_bar, score};
 use ferrox_models::testing::{family_vocab, golden_dir, golden_rows};
-use ferrox_models::{ActivationPath, Tokenizer, Transformer};
+use ferrox_models::{ActivationPath, Architecture, Tokenizer, Transformer};
 use sha2::{Digest, Sha256};
 
 fn expected_sha256(file_name: &str) -> String {
@@ -39,9 +39,14 @@ fn expected_sha256(file_name: &str) -> String {
 /// 8-bit, in blocks of 32 (Q8_0 / Q8_1) for the legacy and IQ4_NL types but of
 /// 256 (Q8_K) for the K-quants, which puts it 0.12-0.14 nats from the float64
 /// reference on the K-quant files (the reference with Q8_K-rounded inputs moves
-/// 0.13 nats; ferrox stays within 0.0005).
-fn llama_bar(v: Variant) -> f64 {
+/// 0.13 nats; ferrox stays within 0.0005). gpt-oss's K-quant file sits at
+/// 0.19 from the reference (ferrox's default path 0.22 from llama.cpp): its
+/// sinks, biases and routing add error downstream of the same Q8_K inputs. The
+/// function itself agrees: llama.cpp on the same file dequantized to F32 (f32
+/// activations) is 15/16 identical to the reference at 0.005 nats.
+fn llama_bar(f: &Family, v: Variant) -> f64 {
     match v {
+        Variant::KQuants if f.arch == Architecture::GptOss => 0.25,
         Variant::KQuants => 0.2,
         _ => 0.1,
     }
@@ -52,7 +57,7 @@ fn check_family(name: &str) {
     let Some(vocab) = family_vocab(&f) else {
         return;
     };
-    for v in Variant::ALL {
+    for &v in f.variants() {
         let file_name = f.file_name(v);
         let bytes = f.gguf(v, &vocab);
         assert_eq!(
@@ -85,7 +90,7 @@ fn check_family(name: &str) {
             if path == ActivationPath::default() {
                 let label = format!("{label} against llama.cpp");
                 let s = score(&m, &llama, &label);
-                let bar = llama_bar(v);
+                let bar = llama_bar(&f, v);
                 assert!(
                     s.mean_error() <= bar,
                     "{label}: mean error {} (bar {bar})",
@@ -127,4 +132,12 @@ fn family_gemma2_matches_the_references() {
 #[test]
 fn family_qwen3moe_matches_the_references() {
     check_family("qwen3moe");
+}
+
+/// gpt-oss: attention sinks and biases, alternating windows, YaRN, routing by
+/// the top logits with a softmax over the chosen, expert biases and the clamped
+/// SwiGLU, with MXFP4 experts in one variant.
+#[test]
+fn family_gptoss_matches_the_references() {
+    check_family("gptoss");
 }

@@ -125,3 +125,40 @@ fn real_model_smollm2_chat_template_renders_byte_identically() {
         assert_eq!(got, row["prompt"].as_str().unwrap());
     }
 }
+
+/// A byte-level vocabulary with control tokens `specials` after printable ASCII.
+fn vocab_with(specials: &[&str]) -> Tokenizer {
+    use ferrox_gguf::{Array, Metadata, Value};
+    let mut tokens: Vec<String> = (0x21u8..=0x7E).map(|b| (b as char).to_string()).collect();
+    let mut types = vec![1i32; tokens.len()];
+    tokens.extend(specials.iter().map(|s| s.to_string()));
+    types.extend(std::iter::repeat_n(3, specials.len()));
+    let mut m = Metadata::default();
+    for (k, v) in [
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::String("gpt-4o".into())),
+        ("tokenizer.ggml.tokens", Value::Array(Array::String(tokens))),
+        ("tokenizer.ggml.token_type", Value::Array(Array::I32(types))),
+        ("tokenizer.ggml.merges", Value::Array(Array::String(vec![]))),
+    ] {
+        m.insert(k.into(), v).unwrap();
+    }
+    Tokenizer::from_metadata(&m).unwrap()
+}
+
+/// gpt-oss's harmony: `<|end|>` closes a message (the thinking before the
+/// answer), so with `<|return|>` and `<|call|>` present it does not end
+/// generation; they do. Elsewhere `<|end|>` (Phi-3) still does.
+#[test]
+fn harmony_vocabularies_end_on_return_and_call_not_on_end() {
+    let texts = |t: &Tokenizer| -> Vec<String> {
+        t.end_of_generation()
+            .iter()
+            .map(|&id| t.decode(&[id], true))
+            .collect()
+    };
+    let harmony = vocab_with(&["<|start|>", "<|end|>", "<|return|>", "<|call|>"]);
+    assert_eq!(texts(&harmony), ["<|return|>", "<|call|>"]);
+    let phi = vocab_with(&["<|end|>", "<|user|>"]);
+    assert_eq!(texts(&phi), ["<|end|>"]);
+}

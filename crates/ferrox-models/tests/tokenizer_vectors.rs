@@ -102,7 +102,13 @@ fn gemma4_vectors() {
 /// for it (`tests/golden/tokenize-vocab-NAME.jsonl`, by
 /// `scripts/tokenizers/make-golden`), special tokens added as the metadata says.
 fn check_corpus(name: &str) {
-    let Some(path) = vocab_file(name) else {
+    check_corpus_as(name, name, None);
+}
+
+/// [`check_corpus`] on the vocabulary `vocab` with its pre-tokenizer replaced
+/// by `pre` when given, against `tokenize-vocab-{name}.jsonl`.
+fn check_corpus_as(name: &str, vocab: &str, pre: Option<&str>) {
+    let Some(path) = vocab_file(vocab) else {
         return;
     };
     let Some(rows) = ferrox_models::testing::golden_rows(&format!("tokenize-vocab-{name}.jsonl"))
@@ -110,7 +116,15 @@ fn check_corpus(name: &str) {
         return;
     };
     let file = GgufFile::open(&path).unwrap();
-    let tok = Tokenizer::from_metadata(&file.header().metadata).unwrap();
+    let mut metadata = ferrox_gguf::Metadata::default();
+    for (k, v) in file.header().metadata.iter() {
+        let v = match pre {
+            Some(p) if k == "tokenizer.ggml.pre" => ferrox_gguf::Value::String(p.into()),
+            _ => v.clone(),
+        };
+        metadata.insert(k.to_string(), v).unwrap();
+    }
+    let tok = Tokenizer::from_metadata(&metadata).unwrap();
     assert!(
         rows.len() >= 20,
         "{name}: the corpus has {} texts",
@@ -138,4 +152,13 @@ fn qwen35_matches_llama_tokenize_on_our_corpus() {
 #[test]
 fn gemma4_matches_llama_tokenize_on_our_corpus() {
     check_corpus("gemma-4");
+}
+
+/// gpt-oss's `gpt-4o` pre-tokenizer (o200k's cased words, `/` after
+/// punctuation), over the Qwen2 vocabulary as the gpt-oss family file carries
+/// it: no o200k vocabulary file is at hand, and the splits are the pre-
+/// tokenizer's alone. The golden ids are llama-tokenize's on that family file.
+#[test]
+fn gpt4o_pre_tokenizer_matches_llama_tokenize_on_our_corpus() {
+    check_corpus_as("gpt-4o", "qwen2", Some("gpt-4o"));
 }

@@ -20,11 +20,28 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + tanh)
 }
 
+/// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): the gate capped above at
+/// `SWIGLU_OAI_LIMIT`, the up value clamped to `±SWIGLU_OAI_LIMIT`, then
+/// `g * sigmoid(alpha * g) * (u + 1)`.
+#[inline(always)]
+pub fn swiglu_oai(g: f32, u: f32) -> f32 {
+    let x = g.min(SWIGLU_OAI_LIMIT);
+    let y = u.clamp(-SWIGLU_OAI_LIMIT, SWIGLU_OAI_LIMIT);
+    x / (1.0 + exp(SWIGLU_OAI_ALPHA * -x)) * (y + 1.0)
+}
+
+/// The sigmoid's slope of [`swiglu_oai`] (llama.cpp's constant for gpt-oss).
+pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
+/// The clamp of [`swiglu_oai`].
+pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
+
 /// The gate activation of a feed-forward block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gate {
     Silu,
     GeluTanh,
+    /// [`swiglu_oai`] (gpt-oss's experts).
+    SwigluOai,
 }
 
 #[inline(always)]
@@ -38,6 +55,10 @@ fn gated_body(gate: &mut [f32], up: &[f32], act: Gate) {
             .iter_mut()
             .zip(up)
             .for_each(|(g, &u)| *g = gelu_tanh(*g) * u),
+        Gate::SwigluOai => gate
+            .iter_mut()
+            .zip(up)
+            .for_each(|(g, &u)| *g = swiglu_oai(*g, u)),
     }
 }
 
@@ -69,9 +90,17 @@ mod tests {
                 (gelu_tanh(x) as f64 - gelu_ref).abs() < 1e-6 * (1.0 + xd.abs()),
                 "gelu({x})"
             );
+            for u in [-9.0f32, -1.0, 0.0, 0.5, 8.0] {
+                let (g, uc) = (xd.min(7.0), (u as f64).clamp(-7.0, 7.0));
+                let oai_ref = g / (1.0 + (-1.702 * g).exp()) * (uc + 1.0);
+                assert!(
+                    (swiglu_oai(x, u) as f64 - oai_ref).abs() < 1e-5 * (1.0 + oai_ref.abs()),
+                    "swiglu_oai({x}, {u})"
+                );
+            }
         }
         let xs: Vec<f32> = (0..4099).map(|i| (i as f32 - 2049.0) / 97.0).collect();
-        for act in [Gate::Silu, Gate::GeluTanh] {
+        for act in [Gate::Silu, Gate::GeluTanh, Gate::SwigluOai] {
             let mut b = xs.clone();
             gated_body(&mut b, &xs, act);
             for level in crate::isa::Level::supported() {

@@ -39,6 +39,8 @@ pub enum Variant {
     /// Matrices cycle through Q4_K, Q6_K, Q5_K, Q3_K and Q2_K, on a 256-wide
     /// model (K-quant rows are whole 256-value blocks).
     KQuants,
+    /// Expert matrices MXFP4, the rest Q8_0, as gpt-oss ships (that family only).
+    Mxfp4,
 }
 
 impl Variant {
@@ -55,12 +57,18 @@ impl Variant {
             Variant::Mixed => "mixed",
             Variant::Iq4Nl => "iq4_nl",
             Variant::KQuants => "kquants",
+            Variant::Mxfp4 => "mxfp4",
         }
+    }
+
+    /// The type of expert matrices when the variant fixes one.
+    fn expert_type(self) -> Option<DType> {
+        (self == Variant::Mxfp4).then_some(DType::MXFP4)
     }
 
     fn types(self) -> &'static [DType] {
         match self {
-            Variant::Q8 => &[DType::Q8_0],
+            Variant::Q8 | Variant::Mxfp4 => &[DType::Q8_0],
             Variant::Mixed => &[
                 DType::Q4_0,
                 DType::Q5_1,
@@ -129,7 +137,7 @@ const N_LAYERS: usize = 2;
 const EMBD_SCALE: f32 = 0.87;
 
 /// Every family, one per supported architecture shape.
-pub const FAMILIES: [Family; 6] = [
+pub const FAMILIES: [Family; 7] = [
     Family {
         name: "llama3",
         like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
@@ -180,6 +188,24 @@ pub const FAMILIES: [Family; 6] = [
         context_length: 40_960,
         rope_base: 1_000_000.0,
         rms_eps: 1e-6,
+        experts: Some(FamilyExperts {
+            n_experts: 16,
+            n_used: 4,
+            n_ff: 32,
+        }),
+    },
+    Family {
+        name: "gptoss",
+        like: "gpt-oss-20b (attention biases and sinks, alternating windows, YaRN x32, \
+               routed experts with biases, MXFP4 experts, gpt-4o pre-tokenizer)",
+        arch: Architecture::GptOss,
+        vocab: VocabSource::VocabFile("qwen2"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        context_length: 131_072,
+        rope_base: 150_000.0,
+        rms_eps: 1e-5,
         experts: Some(FamilyExperts {
             n_experts: 16,
             n_used: 4,
@@ -260,6 +286,8 @@ struct Builder {
     rnd: Uniform,
     types: &'static [DType],
     picked: usize,
+    /// The type of every expert tensor, when the variant fixes one.
+    expert_type: Option<DType>,
 }
 
 impl Builder {
@@ -284,8 +312,13 @@ impl Builder {
     /// `n` matrices `[cols] -> [rows]` stacked in one 3-D tensor (an expert
     /// tensor when `n > 1`), values of standard deviation `1/sqrt(cols)`.
     fn matrices(&mut self, name: String, cols: usize, rows: usize, n: usize, scale: f32) {
-        let dtype = self.types[self.picked % self.types.len()];
-        self.picked += 1;
+        let dtype = match self.expert_type {
+            Some(t) if n > 1 => t,
+            _ => {
+                self.picked += 1;
+                self.types[(self.picked - 1) % self.types.len()]
+            }
+        };
         let v = self.rnd.values(cols * rows * n, scale, 0.0);
         let shape: &[usize] = if n == 1 {
             &[cols, rows]
@@ -307,6 +340,22 @@ impl Family {
         FAMILIES.into_iter().find(|f| f.name == name)
     }
 
+    /// The variants of this family's files: every family has the four common
+    /// ones, gpt-oss also its MXFP4 experts.
+    pub fn variants(&self) -> &'static [Variant] {
+        const WITH_MXFP4: [Variant; 5] = [
+            Variant::Q8,
+            Variant::Mixed,
+            Variant::Iq4Nl,
+            Variant::KQuants,
+            Variant::Mxfp4,
+        ];
+        match self.arch {
+            Architecture::GptOss => &WITH_MXFP4,
+            _ => &Variant::ALL,
+        }
+    }
+
     /// File name of a variant: `family-llama3-q8_0.gguf`.
     pub fn file_name(&self, variant: Variant) -> String {
         format!("family-{}-{}.gguf", self.name, variant.name())
@@ -325,6 +374,7 @@ impl Family {
             rnd: Uniform(seed),
             types: variant.types(),
             picked: 0,
+            expert_type: variant.expert_type(),
         };
         let n_vocab = self.metadata(&mut b.w, b.shape, vocab);
         let (embd_type, d) = (b.types[0], b.shape.n_embd);
@@ -401,7 +451,7 @@ impl Family {
                 w.set(k("attention.key_length"), u(shape.head_dim))
                     .set(k("attention.value_length"), u(shape.head_dim));
             }
-            Architecture::Qwen3Moe => {
+            Architecture::Qwen3Moe | Architecture::GptOss => {
                 let e = self.experts.expect("a mixture-of-experts family");
                 w.set(k("attention.key_length"), u(shape.head_dim))
                     .set(k("attention.value_length"), u(shape.head_dim))
@@ -419,6 +469,13 @@ impl Family {
             }
             Architecture::Gemma3 => unreachable!("Gemma 3 is checked on the real model"),
         }
+        if self.arch == Architecture::GptOss {
+            // gpt-oss's window is 128; 8 here, so the prompts outrun it.
+            w.set(k("attention.sliding_window"), u(8))
+                .set(k("rope.scaling.type"), Value::String("yarn".into()))
+                .set(k("rope.scaling.factor"), Value::F32(32.0))
+                .set(k("rope.scaling.original_context_length"), u(4096));
+        }
         if self.arch == Architecture::Gemma2 {
             w.set(k("attention.sliding_window"), u(8))
                 .set(k("attn_logit_softcapping"), Value::F32(50.0))
@@ -426,6 +483,11 @@ impl Family {
         }
         for (key, value) in m.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
             w.set(key, value.clone());
+        }
+        if self.arch == Architecture::GptOss {
+            // o200k's pre-tokenizer over the Qwen2 vocabulary (no o200k
+            // vocabulary file is at hand).
+            w.set("tokenizer.ggml.pre", Value::String("gpt-4o".into()));
         }
         n_vocab
     }
@@ -447,7 +509,7 @@ impl Family {
             b.matrix(n("attn_k"), d, kv);
             b.matrix(n("attn_v"), d, kv);
         }
-        if self.arch == Architecture::Qwen2 {
+        if matches!(self.arch, Architecture::Qwen2 | Architecture::GptOss) {
             for (s, len) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
                 b.vector(format!("blk.{i}.{s}.bias"), len, 0.3, 0.0);
             }
@@ -457,13 +519,24 @@ impl Family {
             b.vector(n("attn_k_norm"), head_dim, 0.2, 1.0);
         }
         b.matrix(n("attn_output"), q, d);
-        b.vector(n("ffn_norm"), d, 0.2, 1.0);
+        let oss = self.arch == Architecture::GptOss;
+        if oss {
+            b.vector(format!("blk.{i}.attn_output.bias"), d, 0.3, 0.0);
+            // Sinks of the size of the scores, so they take a real share.
+            b.vector(n("attn_sinks"), self.n_heads, 1.0, 0.5);
+            b.vector(n("post_attention_norm"), d, 0.2, 1.0);
+        } else {
+            b.vector(n("ffn_norm"), d, 0.2, 1.0);
+        }
         if let Some(e) = self.experts {
             let eff = b.shape.expert_ff;
             // The router is F32 in the real files; its logits spread by about 3,
             // so routing is decided well away from ties.
             let v = b.rnd.values(d * e.n_experts, (27.0 / d as f32).sqrt(), 0.0);
             b.tensor(n("ffn_gate_inp"), DType::F32, &[d, e.n_experts], &v);
+            if oss {
+                b.vector(format!("blk.{i}.ffn_gate_inp.bias"), e.n_experts, 1.0, 0.0);
+            }
             let s = (3.0 / d as f32).sqrt();
             b.matrices(n("ffn_gate_exps"), d, eff, e.n_experts, s);
             b.matrices(n("ffn_up_exps"), d, eff, e.n_experts, s);
@@ -474,6 +547,13 @@ impl Family {
                 e.n_experts,
                 (3.0 / eff as f32).sqrt(),
             );
+            if oss {
+                for (t, rows) in [("gate", eff), ("up", eff), ("down", d)] {
+                    let name = format!("blk.{i}.ffn_{t}_exps.bias");
+                    let v = b.rnd.values(rows * e.n_experts, 0.3, 0.0);
+                    b.tensor(name, DType::F32, &[rows, e.n_experts], &v);
+                }
+            }
             return;
         }
         if self.arch == Architecture::Phi3 {
@@ -497,7 +577,7 @@ impl Family {
                 let f = llama3_factors(b.shape.head_dim, self.rope_base);
                 b.tensor("rope_freqs.weight".into(), DType::F32, &[pairs], &f);
             }
-            Architecture::Qwen3Moe => {
+            Architecture::Qwen3Moe | Architecture::GptOss => {
                 let d = b.shape.n_embd;
                 b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
             }

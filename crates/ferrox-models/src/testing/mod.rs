@@ -192,7 +192,11 @@ impl TinyModel {
             .set(k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
             .set(k("rope.freq_base"), Value::F32(10000.0));
         let (n_experts, expert_ff) = (8usize, 32usize);
-        if self.architecture == crate::Architecture::Qwen3Moe {
+        let moe = matches!(
+            self.architecture,
+            crate::Architecture::Qwen3Moe | crate::Architecture::GptOss
+        );
+        if moe {
             w.set(k("expert_count"), Value::U32(n_experts as u32))
                 .set(k("expert_used_count"), Value::U32(2))
                 .set(
@@ -202,7 +206,7 @@ impl TinyModel {
         }
         if matches!(
             self.architecture,
-            crate::Architecture::Gemma2 | crate::Architecture::Gemma3
+            crate::Architecture::Gemma2 | crate::Architecture::Gemma3 | crate::Architecture::GptOss
         ) {
             w.set(
                 k("attention.sliding_window"),
@@ -241,15 +245,26 @@ impl TinyModel {
                 )
                 .expect("valid tensor");
             };
-        let vec_t = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, len: usize| {
-            let vals: Vec<f32> = (0..len).map(|_| 1.0 + 0.2 * rnd()).collect();
+        // An F32 tensor of `shape`, values `offset + scale * uniform(-1, 1)`.
+        let f32_t = |w: &mut GgufWriter,
+                     rnd: &mut dyn FnMut() -> f32,
+                     name: String,
+                     shape: &[usize],
+                     (offset, scale): (f32, f32)| {
+            let vals: Vec<f32> = (0..shape.iter().product())
+                .map(|_| offset + scale * rnd())
+                .collect();
+            let dims: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
             w.add_tensor(
                 name,
                 DType::F32,
-                &[len as u64],
+                &dims,
                 quantize(DType::F32, &vals).expect("f32"),
             )
             .expect("valid tensor");
+        };
+        let vec_t = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, len: usize| {
+            f32_t(w, rnd, name, &[len], (1.0, 0.2));
         };
         use crate::Architecture as A;
         let arch = self.architecture;
@@ -265,16 +280,33 @@ impl TinyModel {
                 mats(&mut w, &mut rnd, n("attn_v"), &[d, nkv * hd]);
             }
             mats(&mut w, &mut rnd, n("attn_output"), &[nh * hd, d]);
-            vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
-            if arch == A::Qwen3Moe {
-                let vals: Vec<f32> = (0..d * n_experts).map(|_| rnd()).collect();
-                w.add_tensor(
+            let b = |s: &str| format!("blk.{i}.{s}.bias");
+            if arch == A::GptOss {
+                f32_t(&mut w, &mut rnd, b("attn_output"), &[d], (0.0, 0.1));
+                f32_t(&mut w, &mut rnd, n("attn_sinks"), &[nh], (0.0, 1.0));
+                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
+                f32_t(
+                    &mut w,
+                    &mut rnd,
+                    b("ffn_gate_inp"),
+                    &[n_experts],
+                    (0.0, 0.5),
+                );
+                for (t, rows) in [("gate", expert_ff), ("up", expert_ff), ("down", d)] {
+                    let name = b(&format!("ffn_{t}_exps"));
+                    f32_t(&mut w, &mut rnd, name, &[rows, n_experts], (0.0, 0.1));
+                }
+            } else {
+                vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
+            }
+            if moe {
+                f32_t(
+                    &mut w,
+                    &mut rnd,
                     n("ffn_gate_inp"),
-                    DType::F32,
-                    &[d as u64, n_experts as u64],
-                    quantize(DType::F32, &vals).expect("f32"),
-                )
-                .expect("valid tensor");
+                    &[d, n_experts],
+                    (0.0, 1.0),
+                );
                 mats(
                     &mut w,
                     &mut rnd,
@@ -309,25 +341,18 @@ impl TinyModel {
                 vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
                 vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
             }
-            if arch == A::Qwen2 {
+            if matches!(arch, A::Qwen2 | A::GptOss) {
                 for (s, len) in [
                     ("attn_q", nh * hd),
                     ("attn_k", nkv * hd),
                     ("attn_v", nkv * hd),
                 ] {
-                    let vals: Vec<f32> = (0..len).map(|_| 0.1 * rnd()).collect();
-                    w.add_tensor(
-                        format!("blk.{i}.{s}.bias"),
-                        DType::F32,
-                        &[len as u64],
-                        quantize(DType::F32, &vals).expect("f32"),
-                    )
-                    .expect("valid tensor");
+                    f32_t(&mut w, &mut rnd, b(s), &[len], (0.0, 0.1));
                 }
             }
         }
         vec_t(&mut w, &mut rnd, "output_norm.weight".into(), d);
-        if matches!(arch, A::Llama | A::Phi3) {
+        if matches!(arch, A::Llama | A::Phi3 | A::GptOss) {
             mats(&mut w, &mut rnd, "output.weight".into(), &[d, vocab]);
         }
         w.to_bytes()

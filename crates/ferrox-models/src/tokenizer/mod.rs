@@ -79,8 +79,10 @@ pub enum TokenizerKind {
 }
 
 /// Texts of end-of-turn tokens that end generation wherever a vocabulary has them (SPEC S14).
-const END_OF_TURN_TEXTS: [&str; 8] = [
+const END_OF_TURN_TEXTS: [&str; 10] = [
     "<|eot_id|>",
+    "<|return|>",
+    "<|call|>",
     "<|im_end|>",
     "<|end|>",
     "<end_of_turn>",
@@ -100,6 +102,31 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     end_of_generation: Vec<u32>,
+}
+
+/// The tokens that end generation: those the metadata declares, and the
+/// control tokens of [`END_OF_TURN_TEXTS`] the vocabulary has. In harmony's
+/// vocabulary (gpt-oss: `<|return|>` and `<|call|>` both present) `<|end|>`
+/// only closes a message, the thinking before the answer, so it is not one
+/// (llama.cpp's rule).
+fn end_of_generation(vocab: &Vocab, declared: impl Iterator<Item = u32>) -> Vec<u32> {
+    let control = |text: &str| {
+        vocab.id_of(text).filter(|&id| {
+            matches!(
+                vocab.token_type(id),
+                Some(TokenType::Control | TokenType::UserDefined)
+            )
+        })
+    };
+    let harmony = control("<|return|>").is_some() && control("<|call|>").is_some();
+    let message_end = control("<|end|>").filter(|_| harmony);
+    let mut ids: Vec<u32> = declared
+        .chain(END_OF_TURN_TEXTS.into_iter().filter_map(control))
+        .filter(|&id| Some(id) != message_end)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 fn id_key(m: &Metadata, key: &str, n: usize) -> Result<Option<u32>, ModelError> {
@@ -168,26 +195,12 @@ impl Tokenizer {
         let forced_bos = model == "gemma4";
         let bos = id_key(m, "tokenizer.ggml.bos_token_id", n)?;
         let eos = id_key(m, "tokenizer.ggml.eos_token_id", n)?;
-        let mut end_of_generation: Vec<u32> = [
+        let declared = [
             eos,
             id_key(m, "tokenizer.ggml.eot_token_id", n)?,
             id_key(m, "tokenizer.ggml.eom_token_id", n)?,
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        for text in END_OF_TURN_TEXTS {
-            if let Some(id) = vocab.id_of(text)
-                && matches!(
-                    vocab.token_type(id),
-                    Some(TokenType::Control | TokenType::UserDefined)
-                )
-            {
-                end_of_generation.push(id);
-            }
-        }
-        end_of_generation.sort_unstable();
-        end_of_generation.dedup();
+        ];
+        let end_of_generation = end_of_generation(&vocab, declared.into_iter().flatten());
         Ok(Tokenizer {
             vocab,
             algorithm,

@@ -10,6 +10,11 @@
 //! * `qwen2`: as llama3 with single digits `\p{N}`
 //! * `qwen35`: as qwen2 with combining marks (`\p{M}`) counted as letters:
 //!   `[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+`, ` ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*`
+//! * `gpt-4o` (gpt-oss's o200k): cased words, `[^\r\n\p{L}\p{N}]?` then
+//!   `U*L+` or `U+L*` with a trailing contraction, where on llama.cpp's
+//!   collapsed text an upper letter is any letter but `a-z` and a lower one any
+//!   but `A-Z`; `\p{N}{1,3}`; ` ?[^\s\p{L}\p{N}]+[\r\n/]*`; then llama3's
+//!   whitespace rules
 //! * `smollm`: every digit its own piece (`\p{N}`), then gpt2 on the rest.
 //! * `gemma4`: runs of non-newlines and runs of newlines (`[^\n]+|[\n]+`); the
 //!   BPE then merges over a whole line (SentencePiece-style BPE).
@@ -29,12 +34,13 @@ pub enum PreTokenizer {
     Qwen35,
     SmolLm,
     Gemma4,
+    Gpt4o,
 }
 
 impl PreTokenizer {
     /// Names accepted in `tokenizer.ggml.pre`, for error messages.
     pub const NAMES: &'static str =
-        "gpt2, default, llama3, llama-bpe, qwen2, qwen35, smollm, gemma4";
+        "gpt2, default, llama3, llama-bpe, qwen2, qwen35, smollm, gemma4, gpt-4o";
 
     /// The pre-tokenizer named by `tokenizer.ggml.pre`.
     pub fn from_name(name: &str) -> Result<PreTokenizer, ModelError> {
@@ -45,6 +51,7 @@ impl PreTokenizer {
             "qwen35" => PreTokenizer::Qwen35,
             "gemma4" => PreTokenizer::Gemma4,
             "smollm" => PreTokenizer::SmolLm,
+            "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
             _ => {
                 return Err(ModelError::InvalidHyperParameter {
                     key: "tokenizer.ggml.pre".into(),
@@ -58,9 +65,18 @@ impl PreTokenizer {
     pub fn split<'a>(self, text: &'a str, mut word: impl FnMut(&'a str)) {
         match self {
             PreTokenizer::Gpt2 => split_gpt2(text, &mut word),
-            PreTokenizer::Llama3 => split_llama3(Chars::new(text, false), text, 3, &mut word),
-            PreTokenizer::Qwen2 => split_llama3(Chars::new(text, false), text, 1, &mut word),
-            PreTokenizer::Qwen35 => split_llama3(Chars::new(text, true), text, 1, &mut word),
+            PreTokenizer::Llama3 => {
+                split_llama3(Chars::new(text, false), text, 3, Letters::Plain, &mut word)
+            }
+            PreTokenizer::Qwen2 => {
+                split_llama3(Chars::new(text, false), text, 1, Letters::Plain, &mut word)
+            }
+            PreTokenizer::Qwen35 => {
+                split_llama3(Chars::new(text, true), text, 1, Letters::Plain, &mut word)
+            }
+            PreTokenizer::Gpt4o => {
+                split_llama3(Chars::new(text, false), text, 3, Letters::Cased, &mut word)
+            }
             PreTokenizer::Gemma4 => split_lines(text, &mut word),
             PreTokenizer::SmolLm => {
                 let mut rest = text;
@@ -236,27 +252,83 @@ fn split_lines<'a>(text: &'a str, word: &mut impl FnMut(&'a str)) {
     }
 }
 
-fn split_llama3<'a>(cs: Chars, text: &'a str, max_digits: usize, word: &mut impl FnMut(&'a str)) {
+/// How a llama3-like pre-tokenizer takes words of letters.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Letters {
+    /// A contraction `(?i:'s|'t|'re|'ve|'m|'ll|'d)` first, then
+    /// `[^\r\n\p{L}\p{N}]?\p{L}+`; punctuation runs take trailing `[\r\n]*`.
+    Plain,
+    /// gpt-4o: `[^\r\n\p{L}\p{N}]?` then a cased word ([`cased_word`]) and its
+    /// contraction; punctuation runs take trailing `[\r\n/]*`.
+    Cased,
+}
+
+/// The end of gpt-4o's `U*L+(?:'s|..)?|U+L*(?:'s|..)?` from the letter at `p`,
+/// as llama.cpp's regex matches it on collapsed text: an upper letter is any
+/// letter but `a-z`, a lower one any but `A-Z` (so a non-ASCII letter is both).
+/// The first alternative wins where it matches: the greedy `U*` gives back
+/// letters until a lower one can start `L+`.
+fn cased_word(cs: &Chars, p: usize) -> usize {
+    let letter = |i: usize, not: fn(&char) -> bool| {
+        cs.class(i) == Class::Letter && cs.char(i).is_some_and(|c| !not(&c))
+    };
+    let upper = |i| letter(i, char::is_ascii_lowercase);
+    let lower = |i| letter(i, char::is_ascii_uppercase);
+    let mut k = p;
+    while upper(k) {
+        k += 1;
+    }
+    let end = match (p..=k).rev().find(|&i| lower(i)) {
+        Some(mut e) => {
+            while lower(e) {
+                e += 1;
+            }
+            e
+        }
+        // `U+L*`: the uppers are all ASCII and no lower follows them.
+        None => k,
+    };
+    end + contraction(cs, end, true)
+}
+
+fn split_llama3<'a>(
+    cs: Chars,
+    text: &'a str,
+    max_digits: usize,
+    letters: Letters,
+    word: &mut impl FnMut(&'a str),
+) {
     let is_newline = |c: Option<char>| matches!(c, Some('\r' | '\n'));
+    let trails = |c: Option<char>| is_newline(c) || (letters == Letters::Cased && c == Some('/'));
     let mut pos = 0;
     while pos < cs.len() {
         let start = pos;
         let (c, k) = (cs.char(pos), cs.class(pos));
-        let n = contraction(&cs, pos, true);
+        let n = match letters {
+            Letters::Plain => contraction(&cs, pos, true),
+            Letters::Cased => 0,
+        };
         if n > 0 {
             pos += n;
             emit(text, &cs, start, pos, word);
             continue;
         }
-        // [^\r\n\p{L}\p{N}]?\p{L}+
+        // [^\r\n\p{L}\p{N}]? then \p{L}+ or a cased word
         if !is_newline(c)
             && k != Class::Number
             && (k == Class::Letter || cs.class(pos + 1) == Class::Letter)
         {
-            pos += 1;
-            while cs.class(pos) == Class::Letter {
-                pos += 1;
-            }
+            let first = pos + usize::from(k != Class::Letter);
+            pos = match letters {
+                Letters::Plain => {
+                    let mut end = first + 1;
+                    while cs.class(end) == Class::Letter {
+                        end += 1;
+                    }
+                    end
+                }
+                Letters::Cased => cased_word(&cs, first),
+            };
             emit(text, &cs, start, pos, word);
             continue;
         }
@@ -280,7 +352,7 @@ fn split_llama3<'a>(cs: Chars, text: &'a str, max_digits: usize, word: &mut impl
             while cs.class(pos) == Class::Other {
                 pos += 1;
             }
-            while is_newline(cs.char(pos)) {
+            while trails(cs.char(pos)) {
                 pos += 1;
             }
             emit(text, &cs, start, pos, word);
@@ -375,6 +447,7 @@ mod tests {
     #[test]
     fn unknown_pre_tokenizers_are_named_in_the_error() {
         let e = PreTokenizer::from_name("jais").unwrap_err().to_string();
+        assert!(e.contains("gpt-4o"), "{e}");
         assert!(e.contains("\"jais\"") && e.contains("smollm"), "{e}");
     }
 }
