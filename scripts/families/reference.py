@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The float64 reference of ferrox's supported families: the exact function a
 GGUF defines, written from llama.cpp's graphs (src/models/{llama,qwen2,qwen3,
-qwen3moe,phi3,gemma2,openai-moe}.cpp, llm_graph_context::build_moe_ffn, ggml's
-rope_yarn, swiglu_oai and soft_max with sinks), independent of ferrox's code.
+qwen3moe,phi3,gemma2,openai-moe,qwen35}.cpp, delta-net-base.cpp,
+llm_graph_context::build_moe_ffn, ggml's rope_yarn, swiglu_oai, ssm_conv and
+soft_max with sinks), independent of ferrox's code.
 
 Every weight is dequantized with the gguf package (gguf-py); all arithmetic is
 float64 with no activation quantization. For each prompt (token ids) it writes
@@ -55,7 +56,7 @@ class Model:
         self.n_ctx_train = g("context_length")
         self.context = context or self.n_ctx_train
         self.rope_dim = g("rope.dimension_count", self.dk)
-        default_base = {"qwen2": 1e6, "qwen3": 1e6, "qwen3moe": 1e6}.get(a, 1e4)
+        default_base = {"qwen2": 1e6, "qwen3": 1e6, "qwen3moe": 1e6, "qwen35": 1e7}.get(a, 1e4)
         self.base = g("rope.freq_base", default_base)
         self.orig_ctx = g("rope.scaling.original_context_length", self.n_ctx_train)
         self.neox = a != "llama"
@@ -91,6 +92,20 @@ class Model:
         self.scale = 1.0 / math.sqrt(self.dk)
         # Mixture of experts (qwen3moe): softmax routing, top-k, weights
         # renormalized to sum to 1, optionally scaled.
+        # Qwen3.5: gated delta-net layers where attention.recurrent_layers says
+        # (else all but every full_attention_interval-th), gated attention with
+        # M-RoPE, which for text (every section at the same position) is NeoX.
+        self.qwen35 = a == "qwen35"
+        self.recurrent = [False] * self.n_layer
+        if self.qwen35:
+            flags = g("attention.recurrent_layers")
+            interval = g("full_attention_interval", 4)
+            self.recurrent = [bool(flags[i]) if flags is not None else (i + 1) % interval != 0
+                              for i in range(self.n_layer)]
+            self.conv_k = g("ssm.conv_kernel")
+            self.ssm_dk = g("ssm.state_size")
+            self.ssm_nk = g("ssm.group_count")
+            self.ssm_nv = g("ssm.time_step_rank")
         self.n_expert = g("expert_count", 0)
         self.n_expert_used = g("expert_used_count", 0)
         self.expert_scale = g("expert_weights_scale", 0.0)
@@ -180,6 +195,37 @@ class Model:
             f += we * expert("down", e, self.glu(gate, up))
         return f
 
+    def delta_net(self, p, h, state):
+        """One token of a gated delta-net layer; state = (conv inputs, [nv] S)."""
+        dk, nk, nv = self.ssm_dk, self.ssm_nk, self.ssm_nv
+        mixed = self.t[p + "attn_qkv.weight"] @ h
+        z = self.t[p + "attn_gate.weight"] @ h
+        beta = 1 / (1 + np.exp(-(self.t[p + "ssm_beta.weight"] @ h)))
+        alpha = self.t[p + "ssm_alpha.weight"] @ h + self.t[p + "ssm_dt.bias"]
+        softplus = np.where(alpha > 20, alpha, np.log1p(np.exp(np.minimum(alpha, 20))))
+        decay = np.exp(softplus * self.t[p + "ssm_a"])
+        convs, S = state
+        window = np.stack(convs[-(self.conv_k - 1):] + [mixed])  # [K, C], oldest first
+        convs.append(mixed)
+        w = self.t[p + "ssm_conv1d.weight"]  # [C, K]
+        y = (window.T * w).sum(axis=1)
+        y = y / (1 + np.exp(-y))
+        q = y[: nk * dk].reshape(nk, dk)
+        k = y[nk * dk : 2 * nk * dk].reshape(nk, dk)
+        v = y[2 * nk * dk :].reshape(nv, dk)
+        l2 = lambda r: r / np.sqrt((r * r).sum() + self.eps)
+        q = np.stack([l2(r) for r in q]) / math.sqrt(dk)
+        k = np.stack([l2(r) for r in k])
+        out = np.zeros((nv, dk))
+        for hd in range(nv):
+            kh = hd % nk  # ggml's tiled broadcast of key heads over value heads
+            S[hd] = decay[hd] * S[hd]
+            S[hd] = S[hd] + beta[hd] * np.outer(v[hd] - S[hd] @ k[kh], k[kh])
+            o = S[hd] @ q[kh]
+            zh = z[hd * dk : (hd + 1) * dk]
+            out[hd] = self.norm(o, self.t[p + "ssm_norm.weight"]) * zh / (1 + np.exp(-zh))
+        return self.t[p + "ssm_out.weight"] @ out.reshape(-1)
+
     def step(self, token, pos, cache):
         x = self.t["token_embd.weight"][token].copy()
         if self.gemma:
@@ -187,7 +233,23 @@ class Model:
         for il in range(self.n_layer):
             p = f"blk.{il}."
             h = self.norm(x, self.t[p + "attn_norm.weight"])
-            q, k, v = self.qkv(p, h)
+            if self.recurrent[il]:
+                if not cache[il]:
+                    c = self.t[p + "attn_qkv.weight"].shape[0]
+                    cache[il].append(([np.zeros(c)] * (self.conv_k - 1),
+                                      [np.zeros((self.ssm_dk, self.ssm_dk)) for _ in range(self.ssm_nv)]))
+                x = x + self.delta_net(p, h, cache[il][0])
+                hf = self.norm(x, self.t[p + "post_attention_norm.weight"])
+                f = self.lin(p + "ffn_down", self.glu(self.lin(p + "ffn_gate", hf), self.lin(p + "ffn_up", hf)))
+                x = x + f
+                continue
+            gate = None
+            if self.qwen35:
+                qg = self.lin(p + "attn_q", h).reshape(self.nh, 2 * self.dk)
+                q, gate = qg[:, : self.dk].reshape(-1), qg[:, self.dk :].reshape(-1)
+                k, v = self.lin(p + "attn_k", h), self.lin(p + "attn_v", h)
+            else:
+                q, k, v = self.qkv(p, h)
             q = q.reshape(self.nh, self.dk)
             k = k.reshape(self.nkv, self.dk)
             v = v.reshape(self.nkv, self.dv)
@@ -213,11 +275,14 @@ class Model:
                 e = np.exp(sc - m)
                 denom = e.sum() + (0.0 if sinks is None else math.exp(sinks[hd] - m))
                 out[hd] = (e / denom) @ vs[:, kvh, :]
-            o = self.lin(p + "attn_output", out.reshape(-1))
-            if not self.oss and p + "post_attention_norm.weight" in self.t:
+            out = out.reshape(-1)
+            if gate is not None:
+                out = out / (1 + np.exp(-gate))
+            o = self.lin(p + "attn_output", out)
+            if not (self.oss or self.qwen35) and p + "post_attention_norm.weight" in self.t:
                 o = self.norm(o, self.t[p + "post_attention_norm.weight"])
             x = x + o
-            ffn_norm = "post_attention_norm" if self.oss else "ffn_norm"
+            ffn_norm = "post_attention_norm" if self.oss or self.qwen35 else "ffn_norm"
             h = self.norm(x, self.t[p + ffn_norm + ".weight"])
             if p + "ffn_gate_inp.weight" in self.t:
                 f = self.moe(p, h)

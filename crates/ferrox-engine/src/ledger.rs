@@ -267,6 +267,7 @@ impl KvLedger {
                 table: PageTable {
                     full: hit.full.clone(),
                     window,
+                    state: None,
                 },
                 owed: need.owed,
                 seat: need.window_pages,

@@ -37,6 +37,10 @@ pub enum Architecture {
     /// a clamped SwiGLU, gated by a softmax over the chosen experts' logits.
     #[serde(rename = "gpt-oss")]
     GptOss,
+    /// Qwen3.5 (dense): three gated delta-net (linear attention) layers in
+    /// four, each with a fixed-size recurrent state per sequence, then a full
+    /// attention layer with an output gate, QK-norm and partial NeoX RoPE.
+    Qwen35,
 }
 
 /// Where the sliding-window layers are, when the file does not list them.
@@ -97,9 +101,16 @@ pub struct ArchSpec {
     /// Each head has a learned sink logit (`attn_sinks`), a softmax term
     /// without a value (gpt-oss).
     pub attention_sinks: bool,
-    /// The name of the norm before the feed-forward (gpt-oss calls it
-    /// `post_attention_norm`).
+    /// The name of the norm before the feed-forward (gpt-oss and Qwen3.5 call
+    /// it `post_attention_norm`).
     pub ffn_norm: &'static str,
+    /// Some layers are gated delta-net layers (`ssm_*` tensors) instead of
+    /// attention, per `attention.recurrent_layers` or `full_attention_interval`.
+    pub recurrent_layers: bool,
+    /// The query projection also yields a per-head output gate (`attn_q` is
+    /// twice as wide: each head's query, then its gate), and attention's output
+    /// is multiplied by `sigmoid(gate)` (Qwen3.5).
+    pub gated_attention: bool,
 }
 
 /// The feed-forward: one dense block, or routed experts (llama.cpp's
@@ -158,6 +169,8 @@ const LLAMA: ArchSpec = ArchSpec {
     experts: Experts::Dense,
     attention_sinks: false,
     ffn_norm: "ffn_norm",
+    recurrent_layers: false,
+    gated_attention: false,
 };
 
 const GEMMA2: ArchSpec = ArchSpec {
@@ -185,11 +198,13 @@ const GEMMA2: ArchSpec = ArchSpec {
     experts: Experts::Dense,
     attention_sinks: false,
     ffn_norm: "ffn_norm",
+    recurrent_layers: false,
+    gated_attention: false,
 };
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 8] = [
+    pub const ALL: [Architecture; 9] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
@@ -198,6 +213,7 @@ impl Architecture {
         Architecture::Gemma2,
         Architecture::Gemma3,
         Architecture::GptOss,
+        Architecture::Qwen35,
     ];
 
     /// The `general.architecture` string.
@@ -211,6 +227,7 @@ impl Architecture {
             Architecture::Gemma2 => "gemma2",
             Architecture::Gemma3 => "gemma3",
             Architecture::GptOss => "gpt-oss",
+            Architecture::Qwen35 => "qwen35",
         }
     }
 
@@ -278,6 +295,16 @@ impl Architecture {
                 experts: Experts::TopKSoftmax,
                 attention_sinks: true,
                 ffn_norm: "post_attention_norm",
+                ..LLAMA
+            },
+            Architecture::Qwen35 => ArchSpec {
+                rope_style: RopeStyle::Neox,
+                qk_norm: true,
+                default_rope_base: 10_000_000.0,
+                rope_factors: RopeFactors::None,
+                ffn_norm: "post_attention_norm",
+                recurrent_layers: true,
+                gated_attention: true,
                 ..LLAMA
             },
         }

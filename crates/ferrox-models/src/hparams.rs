@@ -22,6 +22,9 @@ pub enum AttentionKind {
     Full,
     /// The last `window` positions (the current one included).
     SlidingWindow { window: usize },
+    /// No attention: a gated delta-net layer, whose recurrent state stands for
+    /// every earlier position (Qwen3.5's linear attention).
+    Recurrent,
 }
 
 /// The hyper-parameters of a model.
@@ -29,7 +32,11 @@ pub enum AttentionKind {
 pub struct HyperParams {
     pub architecture: Architecture,
     pub name: Option<String>,
+    /// Layers of the main pass.
     pub n_layers: usize,
+    /// Multi-token-prediction blocks after them (`nextn_predict_layers`), which
+    /// ferrox loads past and does not run.
+    pub n_draft_layers: usize,
     pub n_embd: usize,
     pub n_ff: usize,
     pub n_heads: usize,
@@ -63,6 +70,41 @@ pub struct HyperParams {
     pub layers: Vec<AttentionKind>,
     /// The routed experts of a mixture-of-experts model.
     pub moe: Option<MoeParams>,
+    /// The gated delta-net layers' sizes, when the model has such layers.
+    pub delta_net: Option<DeltaNetParams>,
+}
+
+/// The sizes of a gated delta-net layer (llama.cpp's `ssm.*` keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DeltaNetParams {
+    /// Taps of the causal depthwise convolution (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Query and key heads (`ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads, each with its own state (`ssm.time_step_rank`).
+    pub n_v_heads: usize,
+    /// Width of a query, key and value head (`ssm.state_size`; the value
+    /// width `ssm.inner_size / n_v_heads` must equal it).
+    pub head_dim: usize,
+}
+
+impl DeltaNetParams {
+    /// Channels of the convolution: queries, keys, then values.
+    pub fn conv_channels(&self) -> usize {
+        (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+    }
+
+    /// Width of all value heads together.
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.head_dim
+    }
+
+    /// Floats of one layer's recurrent state: the convolution's last
+    /// `conv_kernel - 1` inputs, then each value head's `head_dim²` matrix.
+    pub fn state_floats(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_channels()
+            + self.n_v_heads * self.head_dim * self.head_dim
+    }
 }
 
 /// A mixture-of-experts feed-forward's sizes.
@@ -116,7 +158,17 @@ impl HyperParams {
         let architecture = Architecture::from_gguf_name(m.str("general.architecture")?)?;
         let a = architecture.gguf_name();
         let key = |name: &str| format!("{a}.{name}");
-        let n_layers = positive(m, &key("block_count"))?;
+        let blocks = positive(m, &key("block_count"))?;
+        // Multi-token-prediction blocks (Qwen3.5) follow the trunk: a draft
+        // head the main pass does not run (llama.cpp's `n_layer()`).
+        let n_draft_layers = m.count_opt(&key("nextn_predict_layers"))?.unwrap_or(0);
+        if n_draft_layers >= blocks {
+            return Err(invalid(
+                &key("nextn_predict_layers"),
+                format!("{n_draft_layers} draft blocks of {blocks}"),
+            ));
+        }
+        let n_layers = blocks - n_draft_layers;
         let n_embd = positive(m, &key("embedding_length"))?;
         let n_ff = positive(m, &key("feed_forward_length"))?;
         let n_heads = positive(m, &key("attention.head_count"))?;
@@ -153,6 +205,14 @@ impl HyperParams {
                 format!("{rope_dim} rotated of a {head_dim_k}-wide head"),
             ));
         }
+        if architecture.spec().gated_attention && head_dim_v != head_dim_k {
+            return Err(invalid(
+                &key("attention.value_length"),
+                format!(
+                    "{head_dim_v}: a gated attention head's values are as wide as its keys ({head_dim_k})"
+                ),
+            ));
+        }
         let context_length = positive(m, &key("context_length"))?;
         let vocab_size = match m.count_opt(&key("vocab_size"))? {
             Some(n) => n,
@@ -173,7 +233,11 @@ impl HyperParams {
         let rope_attn_factor = m
             .float_opt(&key("rope.scaling.attn_factor"))?
             .unwrap_or(1.0) as f32;
-        let layers = layer_kinds(m, &key, spec.windows, n_layers)?;
+        let delta_net = delta_net_params(m, &key, spec.recurrent_layers)?;
+        let layers = match delta_net {
+            Some(_) => recurrent_kinds(m, &key, n_layers)?,
+            None => layer_kinds(m, &key, spec.windows, n_layers)?,
+        };
         let rope_freq_base_local = match spec.default_local_rope_base {
             Some(local) => m
                 .float_opt(&key("rope.freq_base_swa"))?
@@ -190,6 +254,7 @@ impl HyperParams {
             architecture,
             name: m.string_opt("general.name")?,
             n_layers,
+            n_draft_layers,
             n_embd,
             n_ff,
             n_heads,
@@ -210,6 +275,7 @@ impl HyperParams {
             final_softcap: softcap(m, &key("final_logit_softcapping"), spec.final_softcap)?,
             layers,
             moe,
+            delta_net,
         })
     }
 
@@ -222,7 +288,7 @@ impl HyperParams {
     pub fn sliding_window(&self) -> Option<usize> {
         self.layers.iter().find_map(|k| match k {
             AttentionKind::SlidingWindow { window } => Some(*window),
-            AttentionKind::Full => None,
+            AttentionKind::Full | AttentionKind::Recurrent => None,
         })
     }
 }
@@ -336,6 +402,78 @@ fn rope_scaling(
             ));
         }
     })
+}
+
+/// The delta-net sizes of an architecture with recurrent layers (every key
+/// required, as llama.cpp requires them).
+fn delta_net_params(
+    m: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    recurrent: bool,
+) -> Result<Option<DeltaNetParams>, ModelError> {
+    if !recurrent {
+        return Ok(None);
+    }
+    let conv_kernel = positive(m, &key("ssm.conv_kernel"))?;
+    let n_k_heads = positive(m, &key("ssm.group_count"))?;
+    let n_v_heads = positive(m, &key("ssm.time_step_rank"))?;
+    let head_dim = positive(m, &key("ssm.state_size"))?;
+    let inner = positive(m, &key("ssm.inner_size"))?;
+    if n_v_heads % n_k_heads != 0 {
+        return Err(invalid(
+            &key("ssm.group_count"),
+            format!("{n_k_heads} key heads do not divide {n_v_heads} value heads"),
+        ));
+    }
+    if inner != n_v_heads * head_dim {
+        return Err(invalid(
+            &key("ssm.inner_size"),
+            format!(
+                "{inner} is not {n_v_heads} value heads of the state size {head_dim} (a delta-net value head is as wide as a key head)"
+            ),
+        ));
+    }
+    Ok(Some(DeltaNetParams {
+        conv_kernel,
+        n_k_heads,
+        n_v_heads,
+        head_dim,
+    }))
+}
+
+/// Which layers of a hybrid model are recurrent: `attention.recurrent_layers`
+/// if the file lists them, else all but every `full_attention_interval`-th
+/// (default 4), as llama.cpp reads them.
+fn recurrent_kinds(
+    m: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    n_layers: usize,
+) -> Result<Vec<AttentionKind>, ModelError> {
+    let kind = |r: bool| {
+        if r {
+            AttentionKind::Recurrent
+        } else {
+            AttentionKind::Full
+        }
+    };
+    let list_key = key("attention.recurrent_layers");
+    if let Some(Value::Array(ferrox_gguf::Array::Bool(flags))) = m.get(&list_key) {
+        if flags.len() < n_layers {
+            return Err(invalid(
+                &list_key,
+                format!("{} flags for {n_layers} layers", flags.len()),
+            ));
+        }
+        return Ok(flags[..n_layers].iter().map(|&r| kind(r)).collect());
+    }
+    let interval = match m.count_opt(&key("full_attention_interval"))? {
+        Some(0) => return Err(invalid(&key("full_attention_interval"), "must be positive")),
+        Some(n) => n,
+        None => 4,
+    };
+    Ok((0..n_layers)
+        .map(|i| kind((i + 1) % interval != 0))
+        .collect())
 }
 
 /// Attention kind of every layer, from the window size and pattern keys.

@@ -107,7 +107,11 @@ impl KvShape {
     fn bytes_where(&self, full: bool) -> u64 {
         self.layers
             .iter()
-            .filter(|l| matches!(l.attention, AttentionKind::Full) == full)
+            .filter(|l| match l.attention {
+                AttentionKind::Full => full,
+                AttentionKind::SlidingWindow { .. } => !full,
+                AttentionKind::Recurrent => false,
+            })
             .map(|l| l.bytes_per_position(self.element_bytes))
             .sum()
     }
@@ -128,7 +132,7 @@ impl KvShape {
             .iter()
             .filter_map(|l| match l.attention {
                 AttentionKind::SlidingWindow { window } => Some(window),
-                AttentionKind::Full => None,
+                AttentionKind::Full | AttentionKind::Recurrent => None,
             })
             .max()
     }

@@ -15,11 +15,18 @@
 //! keys, then the same with `head_dim_v` for values; window page the same with
 //! `n_window_layers`.
 //!
-//! Invariants: memory for a page id is allocated the first time it is written and
-//! kept for reuse; nothing here reads a position the caller has not written (the
-//! model attends only to positions `<` its own, and those are written first).
+//! * Recurrent (gated delta-net) layers keep no KV: a sequence's table names a
+//!   state slot (`table.state`), which holds every recurrent layer's state
+//!   `[n_recurrent][DeltaNetParams::state_floats]` at the position the slot
+//!   records. A span starting at 0 starts from a zero state; any other span must
+//!   start where the slot's state is.
+//!
+//! Invariants: memory for a page id or a state slot is allocated the first time
+//! it is written and kept for reuse; nothing here reads a position the caller has
+//! not written (the model attends only to positions `<` its own, and those are
+//! written first).
 
-use crate::hparams::{AttentionKind, HyperParams};
+use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 
 /// A hole in a window page table: the page was slid past and given back.
 pub const NO_PAGE: u32 = u32::MAX;
@@ -31,6 +38,8 @@ pub enum LayerSlot {
     Full(usize),
     /// Index among sliding-window layers (window pages), with the window.
     Window(usize, usize),
+    /// Index among recurrent layers (the sequence's state slot).
+    Recurrent(usize),
 }
 
 /// The KV storage geometry of a model.
@@ -45,12 +54,15 @@ pub struct KvLayout {
     pub n_window: usize,
     /// The largest window of any window layer (0 without window layers).
     pub window: usize,
+    pub n_recurrent: usize,
+    /// Floats of one recurrent layer's state (0 without recurrent layers).
+    pub state_floats: usize,
 }
 
 impl KvLayout {
     /// The layout of a model.
     pub fn new(hp: &HyperParams) -> KvLayout {
-        let (mut n_full, mut n_window, mut window) = (0, 0, 0);
+        let (mut n_full, mut n_window, mut window, mut n_recurrent) = (0, 0, 0, 0);
         let layers = hp
             .layers
             .iter()
@@ -64,6 +76,10 @@ impl KvLayout {
                     window = window.max(w);
                     LayerSlot::Window(n_window - 1, w)
                 }
+                AttentionKind::Recurrent => {
+                    n_recurrent += 1;
+                    LayerSlot::Recurrent(n_recurrent - 1)
+                }
             })
             .collect();
         KvLayout {
@@ -74,7 +90,17 @@ impl KvLayout {
             n_full,
             n_window,
             window,
+            n_recurrent,
+            state_floats: hp
+                .delta_net
+                .as_ref()
+                .map_or(0, DeltaNetParams::state_floats),
         }
+    }
+
+    /// Floats of one sequence's whole recurrent state (0 without recurrent layers).
+    pub fn sequence_state_floats(&self) -> usize {
+        self.n_recurrent * self.state_floats
     }
 
     /// The window of window layers, if the model has any.
@@ -94,6 +120,8 @@ pub struct PageTable {
     pub full: Vec<u32>,
     /// Window pages ([`NO_PAGE`] where slid past); empty without window layers.
     pub window: Vec<u32>,
+    /// The recurrent-state slot (models with recurrent layers).
+    pub state: Option<u32>,
 }
 
 /// The buffers of one pool's pages, by id, allocated on first write.
@@ -127,8 +155,21 @@ pub struct KvStore {
     page_size: usize,
     full: PageBuffers,
     window: PageBuffers,
+    /// Recurrent-state slots: `[slot]` each `[n_recurrent][state_floats]`.
+    states: PageBuffers,
+    /// The position each state slot's state is at (0 for one never written).
+    state_at: Vec<usize>,
     /// Next id [`KvStore::fresh_table`] hands out.
     next_fresh: u32,
+}
+
+/// Why a span cannot run on the recurrent state its table names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("the sequence has no recurrent-state slot")]
+    NoSlot,
+    #[error("recurrent-state slot {slot} holds the state at position {at}, not at {start}")]
+    Elsewhere { slot: u32, at: usize, start: usize },
 }
 
 /// Where one position of one layer lives.
@@ -155,6 +196,11 @@ impl KvStore {
                 floats: layout.n_window * per,
                 pages: Vec::new(),
             },
+            states: PageBuffers {
+                floats: layout.sequence_state_floats(),
+                pages: Vec::new(),
+            },
+            state_at: Vec::new(),
             page_size,
             layout,
             next_fresh: 0,
@@ -184,8 +230,58 @@ impl KvStore {
             } else {
                 Vec::new()
             },
+            state: (self.layout.n_recurrent > 0).then(|| self.next_fresh - n),
             full: ids,
         }
+    }
+
+    /// Whether a span of `table` may start at `start` on its recurrent state: at
+    /// 0 (a fresh state), or where its slot's state is. Always for models
+    /// without recurrent layers.
+    pub fn check_state(&self, table: &PageTable, start: usize) -> Result<(), StateError> {
+        if self.layout.n_recurrent == 0 {
+            return Ok(());
+        }
+        let slot = table.state.ok_or(StateError::NoSlot)?;
+        let at = self.state_at.get(slot as usize).copied().unwrap_or(0);
+        if start == 0 || start == at {
+            Ok(())
+        } else {
+            Err(StateError::Elsewhere { slot, at, start })
+        }
+    }
+
+    /// Zeroes the state of `table`'s slot (a sequence starting at position 0).
+    pub fn reset_state(&mut self, table: &PageTable) {
+        if let Some(slot) = table.state {
+            self.states.page_mut(slot).fill(0.0);
+            self.set_state_at(slot, 0);
+        }
+    }
+
+    /// Records that `table`'s slot now holds the state at `pos`.
+    pub fn state_reached(&mut self, table: &PageTable, pos: usize) {
+        if let Some(slot) = table.state {
+            self.set_state_at(slot, pos);
+        }
+    }
+
+    fn set_state_at(&mut self, slot: u32, pos: usize) {
+        let i = slot as usize;
+        if i >= self.state_at.len() {
+            self.state_at.resize(i + 1, 0);
+        }
+        self.state_at[i] = pos;
+    }
+
+    /// Recurrent layer `index`'s state in `table`'s slot: `[state_floats]`.
+    /// Panics without a slot (checked by [`Self::check_state`]).
+    pub fn state_mut(&mut self, table: &PageTable, index: usize) -> &mut [f32] {
+        let slot = table
+            .state
+            .expect("a recurrent model's table names a state slot");
+        let f = self.layout.state_floats;
+        &mut self.states.page_mut(slot)[index * f..(index + 1) * f]
     }
 
     /// Positions `[from, to)` the tables of `table` can be written and read at:
@@ -212,6 +308,7 @@ impl KvStore {
         let (window, index, n_kind, page) = match l.layers[layer] {
             LayerSlot::Full(i) => (false, i, l.n_full, table.full[pos / ps]),
             LayerSlot::Window(i, _) => (true, i, l.n_window, table.window[pos / ps]),
+            LayerSlot::Recurrent(_) => unreachable!("a recurrent layer {layer} keeps no KV"),
         };
         assert_ne!(page, NO_PAGE, "position {pos} was slid past");
         let slot = pos % ps;
@@ -332,6 +429,7 @@ mod tests {
         let mut t = PageTable {
             full: (0..n.div_ceil(4) as u32).collect(),
             window: (0..n.div_ceil(4) as u32).collect(),
+            state: None,
         };
         assert_eq!(s.check_covers(&t, n - 1, n), Ok(()));
         assert_eq!(s.check_covers(&t, 0, n + 1), Err(n.div_ceil(4) * 4));

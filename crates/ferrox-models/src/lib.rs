@@ -15,6 +15,7 @@ pub mod byte_size;
 pub mod catalog;
 pub mod chat;
 pub mod decoder;
+pub mod delta_net;
 pub mod error;
 pub mod grammar;
 pub mod hparams;

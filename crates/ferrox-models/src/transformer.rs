@@ -38,10 +38,13 @@ use rayon::prelude::*;
 use crate::activation_path::ActivationPath;
 use crate::arch::ArchSpec;
 use crate::decoder::{Decoder, Logits, Span, Want};
+use crate::delta_net::{self, Projections};
 use crate::error::ModelError;
 use crate::hparams::HyperParams;
 use crate::kv_store::{KvStore, LayerSlot};
-use crate::weights::{Ffn, GatedFfn, LayerWeights, Linear, Weights};
+use crate::weights::{
+    AttentionWeights, DeltaNetWeights, Ffn, GatedFfn, LayerWeights, Linear, Mixer, Weights,
+};
 
 /// A loaded model, ready to run.
 pub struct Transformer {
@@ -162,6 +165,10 @@ impl Angles {
 /// Working buffers of one forward call, sized for its tokens.
 struct Scratch {
     h: Vec<f32>,
+    /// Queries and their gates, head by head (gated attention only).
+    qg: Vec<f32>,
+    /// The output gates: `[n][n_heads * head_dim_k]` (gated attention only).
+    gate: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -177,8 +184,15 @@ impl Scratch {
         let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
         // The dense feed-forward's inside; an expert layer makes its own, per expert.
         let ff = if hp.moe.is_some() { 0 } else { hp.n_ff };
+        let gated = if hp.spec().gated_attention {
+            n * nh * dk
+        } else {
+            0
+        };
         Scratch {
             h: vec![0.0; n * hp.n_embd],
+            qg: vec![0.0; 2 * gated],
+            gate: vec![0.0; gated],
             q: vec![0.0; n * nh * dk],
             k: vec![0.0; n * nkv * dk],
             v: vec![0.0; n * nkv * dv],
@@ -209,6 +223,19 @@ fn ropes(hp: &HyperParams, weights: &Weights, context: usize) -> (RopeFreqs, Opt
     let local =
         (hp.rope_freq_base_local != hp.rope_freq_base).then(|| rope(hp.rope_freq_base_local));
     (rope(hp.rope_freq_base), local)
+}
+
+/// Splits a gated query projection (per head: `dim` query values, then `dim`
+/// gate values) into the queries and the gates.
+fn split_gates(qg: &[f32], dim: usize, q: &mut [f32], gate: &mut [f32]) {
+    for ((pair, q), g) in qg
+        .chunks_exact(2 * dim)
+        .zip(q.chunks_exact_mut(dim))
+        .zip(gate.chunks_exact_mut(dim))
+    {
+        q.copy_from_slice(&pair[..dim]);
+        g.copy_from_slice(&pair[dim..]);
+    }
 }
 
 /// Adds `bias` to every `bias.len()`-wide row of `out`.
@@ -373,6 +400,15 @@ impl Transformer {
                 )));
             }
             let end = s.start + s.tokens.len();
+            if let Err(e) = store.check_state(s.pages, s.start) {
+                return Err(ModelError::Forward(format!("span {i}: {e}")));
+            }
+            if s.pages.state.is_some() && spans[..i].iter().any(|o| o.pages.state == s.pages.state)
+            {
+                return Err(ModelError::Forward(format!(
+                    "span {i}: another span of this call runs on the same recurrent state"
+                )));
+            }
             if let Err(p) = store.check_covers(s.pages, s.start, end) {
                 return Err(ModelError::Forward(format!(
                     "span {i}: position {p} of positions {}..{end} has no KV page",
@@ -404,6 +440,7 @@ impl Transformer {
         &self,
         li: usize,
         lw: &LayerWeights,
+        a: &AttentionWeights,
         x: &mut [f32],
         batch: &Batch<'_>,
         angles: (&Angles, Option<&Angles>),
@@ -415,18 +452,23 @@ impl Transformer {
         s.h.copy_from_slice(x);
         s.h.chunks_exact_mut(d)
             .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
-        let input = self.input(&s.h, n, d, &[&lw.q, &lw.k, &lw.v], &mut s.quantized);
+        let input = self.input(&s.h, n, d, &[&a.q, &a.k, &a.v], &mut s.quantized);
+        let gated = self.spec.gated_attention;
+        let q_out = if gated { &mut s.qg } else { &mut s.q };
         self.project(
             &input,
-            &mut [(&lw.q, &mut s.q), (&lw.k, &mut s.k), (&lw.v, &mut s.v)],
+            &mut [(&a.q, q_out), (&a.k, &mut s.k), (&a.v, &mut s.v)],
         );
-        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+        if gated {
+            split_gates(&s.qg, hp.head_dim_k, &mut s.q, &mut s.gate);
+        }
+        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
             rms_norm_each(&mut s.q, hp.head_dim_k, qn, hp.rms_eps);
             rms_norm_each(&mut s.k, hp.head_dim_k, kn, hp.rms_eps);
         }
         let window = match cache.layout().layers[li] {
-            LayerSlot::Full(_) => None,
             LayerSlot::Window(_, w) => Some(w),
+            LayerSlot::Full(_) | LayerSlot::Recurrent(_) => None,
         };
         // Window layers may turn with their own RoPE base (Gemma 3's local layers).
         let angles = match (window, angles.1) {
@@ -434,15 +476,74 @@ impl Transformer {
             _ => angles.0,
         };
         self.rope_and_store(li, batch, angles, cache, s);
-        self.attend(li, window, lw.sinks.as_deref(), batch, cache, s);
+        self.attend(li, window, a.sinks.as_deref(), batch, cache, s);
+        if gated {
+            s.att
+                .iter_mut()
+                .zip(&s.gate)
+                .for_each(|(o, &g)| *o /= 1.0 + exp(-g));
+        }
         let input = self.input(
             &s.att,
             n,
             hp.n_heads * hp.head_dim_v,
-            &[&lw.o],
+            &[&a.o],
             &mut s.quantized,
         );
-        self.project(&input, &mut [(&lw.o, &mut s.o)]);
+        self.project(&input, &mut [(&a.o, &mut s.o)]);
+        add_residual(x, &mut s.o, lw.attn_post_norm.as_deref(), d, hp.rms_eps);
+    }
+
+    /// One gated delta-net layer: `x += delta_net(x)`, advancing each span's
+    /// recurrent state ([`crate::delta_net`]).
+    fn delta_net(
+        &self,
+        li: usize,
+        lw: &LayerWeights,
+        dn: &DeltaNetWeights,
+        x: &mut [f32],
+        (batch, cache): (&Batch<'_>, &mut KvStore),
+        s: &mut Scratch,
+    ) {
+        let hp = &self.hp;
+        let p = hp.delta_net.expect("a delta-net layer has its sizes");
+        let (d, n) = (hp.n_embd, batch.len());
+        let (c, v, heads) = (p.conv_channels(), p.value_dim(), p.n_v_heads);
+        let LayerSlot::Recurrent(index) = cache.layout().layers[li] else {
+            unreachable!("layer {li} is recurrent");
+        };
+        s.h.copy_from_slice(x);
+        s.h.chunks_exact_mut(d)
+            .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
+        let (mut mixed, mut z) = (vec![0.0f32; n * c], vec![0.0f32; n * v]);
+        let (mut beta, mut alpha) = (vec![0.0f32; n * heads], vec![0.0f32; n * heads]);
+        let maps = [&dn.qkv, &dn.gate, &dn.beta, &dn.alpha];
+        let input = self.input(&s.h, n, d, &maps, &mut s.quantized);
+        self.project(
+            &input,
+            &mut [
+                (&dn.qkv, &mut mixed),
+                (&dn.gate, &mut z),
+                (&dn.beta, &mut beta),
+                (&dn.alpha, &mut alpha),
+            ],
+        );
+        let mut out = vec![0.0f32; n * v];
+        let mut t0 = 0;
+        for span in batch.spans {
+            let (m, t1) = (span.tokens.len(), t0 + span.tokens.len());
+            let x = Projections {
+                mixed: &mixed[t0 * c..t1 * c],
+                z: &z[t0 * v..t1 * v],
+                beta: &beta[t0 * heads..t1 * heads],
+                alpha: &alpha[t0 * heads..t1 * heads],
+            };
+            let state = cache.state_mut(span.pages, index);
+            delta_net::run(&p, dn, hp.rms_eps, state, &x, &mut out[t0 * v..t1 * v]);
+            t0 += m;
+        }
+        let input = self.input(&out, n, v, &[&dn.out], &mut s.quantized);
+        self.project(&input, &mut [(&dn.out, &mut s.o)]);
         add_residual(x, &mut s.o, lw.attn_post_norm.as_deref(), d, hp.rms_eps);
     }
 
@@ -648,8 +749,15 @@ impl Transformer {
         let global = Angles::new(&self.rope_global, batch);
         let local = self.rope_local.as_ref().map(|f| Angles::new(f, batch));
         for (li, lw) in self.weights.layers.iter().enumerate() {
-            let angles = (&global, local.as_ref());
-            self.attention(li, lw, &mut x, batch, angles, cache, scratch);
+            match &lw.mixer {
+                Mixer::Attention(a) => {
+                    let angles = (&global, local.as_ref());
+                    self.attention(li, lw, a, &mut x, batch, angles, cache, scratch);
+                }
+                Mixer::DeltaNet(dn) => {
+                    self.delta_net(li, lw, dn, &mut x, (batch, &mut *cache), scratch);
+                }
+            }
             self.mlp(lw, &mut x, batch.len(), scratch);
         }
         x
@@ -685,7 +793,13 @@ impl Transformer {
             return Vec::new();
         }
         let mut scratch = Scratch::new(&self.hp, batch.len());
+        for s in spans.iter().filter(|s| s.start == 0) {
+            cache.reset_state(s.pages);
+        }
         let x = self.hidden(cache, &batch, &mut scratch);
+        for s in spans {
+            cache.state_reached(s.pages, s.start + s.tokens.len());
+        }
         let wanted = batch.wanted();
         if wanted.is_empty() {
             return Vec::new();

@@ -21,7 +21,7 @@ use ferrox_gguf::GgufFile;
 
 use crate::arch::{ArchSpec, Experts, RopeFactors};
 use crate::error::ModelError;
-use crate::hparams::HyperParams;
+use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 
 /// Where a weight matrix lies in the file.
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +36,18 @@ pub struct TensorRef {
 }
 
 impl TensorRef {
+    /// A matrix of no rows, for tests of parts that do not read it.
+    #[cfg(test)]
+    pub(crate) fn unused() -> TensorRef {
+        TensorRef {
+            dtype: DType::F32,
+            rows: 0,
+            cols: 0,
+            offset: 0,
+            len: 0,
+        }
+    }
+
     /// The matrix over `file`'s bytes.
     pub fn matrix<'a>(&self, file: &'a GgufFile) -> Matrix<'a> {
         Matrix::new(
@@ -83,19 +95,59 @@ impl Linear {
 /// The weights of one layer.
 #[derive(Debug)]
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,              // [n_embd]
-    pub q: Linear,                        // [n_embd] -> [n_heads * head_dim_k]
-    pub k: Linear,                        // [n_embd] -> [n_kv_heads * head_dim_k]
-    pub v: Linear,                        // [n_embd] -> [n_kv_heads * head_dim_v]
-    pub q_norm: Option<Vec<f32>>,         // [head_dim_k]
-    pub k_norm: Option<Vec<f32>>,         // [head_dim_k]
-    pub o: Linear,                        // [n_heads * head_dim_v] -> [n_embd]
+    pub attn_norm: Vec<f32>, // [n_embd]
+    pub mixer: Mixer,
     pub attn_post_norm: Option<Vec<f32>>, // [n_embd]
-    /// Each head's sink logit (gpt-oss): `[n_heads]`.
-    pub sinks: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>, // [n_embd]
+    pub ffn_norm: Vec<f32>,               // [n_embd]
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Vec<f32>>, // [n_embd]
+}
+
+/// What mixes positions in a layer: attention over the KV, or a gated
+/// delta-net over its recurrent state.
+#[derive(Debug)]
+pub enum Mixer {
+    Attention(Box<AttentionWeights>),
+    DeltaNet(Box<DeltaNetWeights>),
+}
+
+/// An attention block's weights.
+#[derive(Debug)]
+pub struct AttentionWeights {
+    /// `[n_embd] -> [n_heads * head_dim_k]`, or twice that with a gate per head
+    /// (each head's query, then its gate) when the architecture gates attention.
+    pub q: Linear,
+    pub k: Linear,                // [n_embd] -> [n_kv_heads * head_dim_k]
+    pub v: Linear,                // [n_embd] -> [n_kv_heads * head_dim_v]
+    pub q_norm: Option<Vec<f32>>, // [head_dim_k]
+    pub k_norm: Option<Vec<f32>>, // [head_dim_k]
+    pub o: Linear,                // [n_heads * head_dim_v] -> [n_embd]
+    /// Each head's sink logit (gpt-oss): `[n_heads]`.
+    pub sinks: Option<Vec<f32>>,
+}
+
+/// A gated delta-net layer's weights (llama.cpp's names; `C` = conv channels,
+/// `V` = value width, `H` = value heads, `K` = conv taps).
+#[derive(Debug)]
+pub struct DeltaNetWeights {
+    /// `attn_qkv`: `[n_embd] -> [C]`, queries, keys then values.
+    pub qkv: Linear,
+    /// `attn_gate`: `[n_embd] -> [V]`, the output gate `z`.
+    pub gate: Linear,
+    /// `ssm_beta`: `[n_embd] -> [H]`, the write strength before its sigmoid.
+    pub beta: Linear,
+    /// `ssm_alpha`: `[n_embd] -> [H]`, the decay's input.
+    pub alpha: Linear,
+    /// `ssm_conv1d`: `[C][K]`, each channel's taps, oldest first.
+    pub conv: Vec<f32>,
+    /// `ssm_dt.bias`: `[H]`.
+    pub dt_bias: Vec<f32>,
+    /// `ssm_a`: `[H]`, `-exp(A_log)`.
+    pub a: Vec<f32>,
+    /// `ssm_norm`: `[head_dim]`, the gated output norm.
+    pub norm: Vec<f32>,
+    /// `ssm_out`: `[V] -> [n_embd]`.
+    pub out: Linear,
 }
 
 /// A gated feed-forward: `(act(h Wgate) * h Wup) Wdown`.
@@ -123,7 +175,16 @@ impl LayerWeights {
     /// Every linear map of the layer that runs on the integer path when packed,
     /// in the order the forward pass meets them (a router is not among them).
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
-        let mut v = vec![&mut self.q, &mut self.k, &mut self.v, &mut self.o];
+        let mut v = match &mut self.mixer {
+            Mixer::Attention(a) => vec![&mut a.q, &mut a.k, &mut a.v, &mut a.o],
+            Mixer::DeltaNet(d) => vec![
+                &mut d.qkv,
+                &mut d.gate,
+                &mut d.beta,
+                &mut d.alpha,
+                &mut d.out,
+            ],
+        };
         match &mut self.ffn {
             Ffn::Dense(f) => v.extend([&mut f.gate, &mut f.up, &mut f.down]),
             Ffn::Experts { experts, .. } => {
@@ -137,7 +198,10 @@ impl LayerWeights {
 
     /// [`Self::linears_mut`], shared.
     pub fn linears(&self) -> Vec<&Linear> {
-        let mut v = vec![&self.q, &self.k, &self.v, &self.o];
+        let mut v = match &self.mixer {
+            Mixer::Attention(a) => vec![&a.q, &a.k, &a.v, &a.o],
+            Mixer::DeltaNet(d) => vec![&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out],
+        };
         match &self.ffn {
             Ffn::Dense(f) => v.extend([&f.gate, &f.up, &f.down]),
             Ffn::Experts { experts, .. } => {
@@ -329,6 +393,7 @@ impl Loader<'_> {
             .tensors
             .iter()
             .map(|t| t.name.as_str())
+            .filter(|n| !is_draft_tensor(n, hp))
             .find(|n| !self.used.contains(*n))
         {
             None => Ok(()),
@@ -338,6 +403,18 @@ impl Loader<'_> {
             }),
         }
     }
+}
+
+/// Whether `name` belongs to a multi-token-prediction block after the trunk
+/// (`blk.N.` with `N >= n_layers` when the file has draft blocks): a draft head
+/// the main pass does not run, so it is not a tensor ferrox would ignore.
+fn is_draft_tensor(name: &str, hp: &HyperParams) -> bool {
+    hp.n_draft_layers > 0
+        && name
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|n| n >= hp.n_layers && n < hp.n_layers + hp.n_draft_layers)
 }
 
 impl Weights {
@@ -380,22 +457,14 @@ fn layer(
     i: usize,
 ) -> Result<LayerWeights, ModelError> {
     let (d, ff) = (hp.n_embd, hp.n_ff);
-    let (q_dim, k_dim, v_dim) = (
-        hp.n_heads * hp.head_dim_k,
-        hp.n_kv_heads * hp.head_dim_k,
-        hp.n_kv_heads * hp.head_dim_v,
-    );
     let n = |s: &str| format!("blk.{i}.{s}");
-    let [q, k, v] = if l.has(&n("attn_qkv.weight")) {
-        l.split(&n("attn_qkv"), d, [q_dim, k_dim, v_dim])?
-    } else {
-        [
-            l.linear(&n("attn_q"), d, q_dim)?,
-            l.linear(&n("attn_k"), d, k_dim)?,
-            l.linear(&n("attn_v"), d, v_dim)?,
-        ]
-    };
     let w = |s: &str| n(&format!("{s}.weight"));
+    let mixer = match (hp.layers[i], hp.delta_net) {
+        (AttentionKind::Recurrent, Some(dn)) => {
+            Mixer::DeltaNet(Box::new(delta_net_weights(l, hp, &dn, i)?))
+        }
+        _ => Mixer::Attention(Box::new(attention_weights(l, hp, spec, i)?)),
+    };
     let ffn = match hp.moe {
         Some(moe) => {
             let (e, eff) = (moe.n_experts, moe.n_ff_expert);
@@ -431,17 +500,75 @@ fn layer(
     };
     Ok(LayerWeights {
         attn_norm: l.vector(&w("attn_norm"), d)?,
+        mixer,
+        attn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_attention_norm"), d)?,
+        ffn_norm: l.vector(&w(spec.ffn_norm), d)?,
+        ffn,
+        ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
+    })
+}
+
+/// Layer `i`'s attention.
+fn attention_weights(
+    l: &mut Loader<'_>,
+    hp: &HyperParams,
+    spec: &ArchSpec,
+    i: usize,
+) -> Result<AttentionWeights, ModelError> {
+    let d = hp.n_embd;
+    let gates = if spec.gated_attention { 2 } else { 1 };
+    let (q_dim, k_dim, v_dim) = (
+        gates * hp.n_heads * hp.head_dim_k,
+        hp.n_kv_heads * hp.head_dim_k,
+        hp.n_kv_heads * hp.head_dim_v,
+    );
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let w = |s: &str| n(&format!("{s}.weight"));
+    let [q, k, v] = if l.has(&n("attn_qkv.weight")) {
+        l.split(&n("attn_qkv"), d, [q_dim, k_dim, v_dim])?
+    } else {
+        [
+            l.linear(&n("attn_q"), d, q_dim)?,
+            l.linear(&n("attn_k"), d, k_dim)?,
+            l.linear(&n("attn_v"), d, v_dim)?,
+        ]
+    };
+    Ok(AttentionWeights {
         q,
         k,
         v,
         q_norm: l.vector_if(spec.qk_norm, &w("attn_q_norm"), hp.head_dim_k)?,
         k_norm: l.vector_if(spec.qk_norm, &w("attn_k_norm"), hp.head_dim_k)?,
         o: l.linear(&n("attn_output"), hp.n_heads * hp.head_dim_v, d)?,
-        attn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_attention_norm"), d)?,
         sinks: l.vector_if(spec.attention_sinks, &w("attn_sinks"), hp.n_heads)?,
-        ffn_norm: l.vector(&w(spec.ffn_norm), d)?,
-        ffn,
-        ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
+    })
+}
+
+/// Layer `i`'s gated delta-net.
+fn delta_net_weights(
+    l: &mut Loader<'_>,
+    hp: &HyperParams,
+    dn: &DeltaNetParams,
+    i: usize,
+) -> Result<DeltaNetWeights, ModelError> {
+    let d = hp.n_embd;
+    let (c, v, h, taps) = (
+        dn.conv_channels(),
+        dn.value_dim(),
+        dn.n_v_heads,
+        dn.conv_kernel,
+    );
+    let n = |s: &str| format!("blk.{i}.{s}");
+    Ok(DeltaNetWeights {
+        qkv: l.linear(&n("attn_qkv"), d, c)?,
+        gate: l.linear(&n("attn_gate"), d, v)?,
+        beta: l.linear(&n("ssm_beta"), d, h)?,
+        alpha: l.linear(&n("ssm_alpha"), d, h)?,
+        conv: l.vector(&n("ssm_conv1d.weight"), c * taps)?,
+        dt_bias: l.vector(&n("ssm_dt.bias"), h)?,
+        a: l.vector(&n("ssm_a"), h)?,
+        norm: l.vector(&n("ssm_norm.weight"), dn.head_dim)?,
+        out: l.linear(&n("ssm_out"), v, d)?,
     })
 }
 

@@ -5,7 +5,7 @@
 
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_store::KvStore;
+use ferrox_models::kv_store::{KvStore, PageTable};
 use ferrox_models::testing::{TinyModel, real_model};
 use ferrox_models::{ActivationPath, Architecture, Transformer};
 
@@ -52,8 +52,8 @@ fn check_prompt_chunking(m: &Transformer, prompt: &[u32]) {
     }
 }
 
-/// Decode logits of sequence 0 alone, then beside 8 other sequences.
-fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
+/// A store with each of `prompts` prefilled in its own sequence.
+fn prefilled(m: &Transformer, prompts: &[Vec<u32>; 9]) -> (KvStore, Vec<PageTable>) {
     let mut cache = KvStore::new(m.kv_layout(), 4);
     let seqs: Vec<_> = prompts
         .iter()
@@ -71,6 +71,14 @@ fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
         )
         .unwrap();
     }
+    (cache, seqs)
+}
+
+/// Decode logits of sequence 0 alone, then beside 8 other sequences (on a
+/// second store prefilled the same way: a recurrent state cannot step twice
+/// from one position).
+fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
+    let (mut cache, seqs) = prefilled(m, prompts);
     let tok = [next];
     let alone = m
         .forward(
@@ -97,7 +105,8 @@ fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
         .collect();
     spans[0].tokens = &tok;
     spans.rotate_left(4); // sequence 0 is not first in the batch
-    let together = m.forward(&mut cache, &spans).unwrap();
+    let (mut fresh, _) = prefilled(m, prompts);
+    let together = m.forward(&mut fresh, &spans).unwrap();
     assert_eq!(
         bits(alone.last_of(0).unwrap()),
         bits(together.last_of(5).unwrap())

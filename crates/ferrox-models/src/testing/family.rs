@@ -130,6 +130,9 @@ pub struct FamilyExperts {
 }
 
 const N_EMBD: usize = 64;
+/// Qwen3.5's delta-net key and value heads on these shapes (more value heads
+/// than key heads, as the real models have).
+const QWEN35_SSM_HEADS: (usize, usize) = (2, 4);
 const N_FF: usize = 128;
 const N_LAYERS: usize = 2;
 /// Embedding values are uniform in `[-EMBD_SCALE, EMBD_SCALE)` (standard
@@ -137,7 +140,7 @@ const N_LAYERS: usize = 2;
 const EMBD_SCALE: f32 = 0.87;
 
 /// Every family, one per supported architecture shape.
-pub const FAMILIES: [Family; 7] = [
+pub const FAMILIES: [Family; 8] = [
     Family {
         name: "llama3",
         like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
@@ -211,6 +214,20 @@ pub const FAMILIES: [Family; 7] = [
             n_used: 4,
             n_ff: 32,
         }),
+    },
+    Family {
+        name: "qwen35",
+        like: "Qwen3.5 0.8B (gated delta-net layers with listed recurrent layers, gated \
+               attention with QK-norm and partial M-RoPE, tied head)",
+        arch: Architecture::Qwen35,
+        vocab: VocabSource::VocabFile("qwen35"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        context_length: 262_144,
+        rope_base: 10_000_000.0,
+        rms_eps: 1e-6,
+        experts: None,
     },
     Family {
         name: "phi3",
@@ -467,6 +484,34 @@ impl Family {
                     .set(k("rope.scaling.attn_factor"), Value::F32(attn as f32))
                     .set(k("attention.sliding_window"), u(262_144));
             }
+            Architecture::Qwen35 => {
+                let (n_k, n_v) = QWEN35_SSM_HEADS;
+                let rope = shape.head_dim / 4;
+                w.set(k("attention.key_length"), u(shape.head_dim))
+                    .set(k("attention.value_length"), u(shape.head_dim))
+                    .set(k("rope.dimension_count"), u(rope))
+                    .set(
+                        k("rope.dimension_sections"),
+                        Value::Array(ferrox_gguf::Array::I32(vec![
+                            (rope / 4) as i32,
+                            (rope / 8) as i32,
+                            (rope / 8) as i32,
+                            0,
+                        ])),
+                    )
+                    .set(k("ssm.conv_kernel"), u(4))
+                    .set(k("ssm.state_size"), u(shape.head_dim))
+                    .set(k("ssm.group_count"), u(n_k))
+                    .set(k("ssm.time_step_rank"), u(n_v))
+                    .set(k("ssm.inner_size"), u(n_v * shape.head_dim))
+                    // The list wins over the interval (which alone would make
+                    // both layers recurrent), as in the converted files.
+                    .set(
+                        k("attention.recurrent_layers"),
+                        Value::Array(ferrox_gguf::Array::Bool(vec![true, false])),
+                    )
+                    .set(k("full_attention_interval"), u(4));
+            }
             Architecture::Gemma3 => unreachable!("Gemma 3 is checked on the real model"),
         }
         if self.arch == Architecture::GptOss {
@@ -492,7 +537,39 @@ impl Family {
         n_vocab
     }
 
+    /// Qwen3.5's layer 0, a gated delta-net (`ssm_*`), with its feed-forward.
+    fn delta_net_layer(&self, b: &mut Builder, i: usize) {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let Shape {
+            n_embd: d,
+            n_ff: ff,
+            head_dim,
+            ..
+        } = b.shape;
+        let (n_k, n_v) = QWEN35_SSM_HEADS;
+        let (v, c) = (n_v * head_dim, (2 * n_k + n_v) * head_dim);
+        b.vector(n("attn_norm"), d, 0.2, 1.0);
+        b.matrix(n("attn_qkv"), d, c);
+        b.matrix(n("attn_gate"), d, v);
+        b.matrix(n("ssm_beta"), d, n_v);
+        b.matrix(n("ssm_alpha"), d, n_v);
+        let conv = b.rnd.values(4 * c, 0.5, 0.0);
+        b.tensor(n("ssm_conv1d"), DType::F32, &[4, c], &conv);
+        b.vector(format!("blk.{i}.ssm_dt.bias"), n_v, 0.5, 1.0);
+        // -exp(A_log): decays between e^-0.1 and e^-2 per unit of softplus.
+        b.vector(format!("blk.{i}.ssm_a"), n_v, 0.95, -1.05);
+        b.vector(n("ssm_norm"), head_dim, 0.2, 1.0);
+        b.matrix(n("ssm_out"), v, d);
+        b.vector(n("post_attention_norm"), d, 0.2, 1.0);
+        b.matrix(n("ffn_gate"), d, ff);
+        b.matrix(n("ffn_up"), d, ff);
+        b.matrix(n("ffn_down"), ff, d);
+    }
+
     fn layer(&self, b: &mut Builder, i: usize) {
+        if self.arch == Architecture::Qwen35 && i == 0 {
+            return self.delta_net_layer(b, i);
+        }
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         let Shape {
             n_embd: d,
@@ -505,7 +582,12 @@ impl Family {
         if self.arch == Architecture::Phi3 {
             b.matrix(n("attn_qkv"), d, q + 2 * kv);
         } else {
-            b.matrix(n("attn_q"), d, q);
+            let gates = if self.arch == Architecture::Qwen35 {
+                2
+            } else {
+                1
+            };
+            b.matrix(n("attn_q"), d, gates * q);
             b.matrix(n("attn_k"), d, kv);
             b.matrix(n("attn_v"), d, kv);
         }
@@ -514,7 +596,10 @@ impl Family {
                 b.vector(format!("blk.{i}.{s}.bias"), len, 0.3, 0.0);
             }
         }
-        if matches!(self.arch, Architecture::Qwen3 | Architecture::Qwen3Moe) {
+        if matches!(
+            self.arch,
+            Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Qwen35
+        ) {
             b.vector(n("attn_q_norm"), head_dim, 0.2, 1.0);
             b.vector(n("attn_k_norm"), head_dim, 0.2, 1.0);
         }
@@ -524,6 +609,8 @@ impl Family {
             b.vector(format!("blk.{i}.attn_output.bias"), d, 0.3, 0.0);
             // Sinks of the size of the scores, so they take a real share.
             b.vector(n("attn_sinks"), self.n_heads, 1.0, 0.5);
+            b.vector(n("post_attention_norm"), d, 0.2, 1.0);
+        } else if self.arch == Architecture::Qwen35 {
             b.vector(n("post_attention_norm"), d, 0.2, 1.0);
         } else {
             b.vector(n("ffn_norm"), d, 0.2, 1.0);

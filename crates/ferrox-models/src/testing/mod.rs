@@ -217,6 +217,23 @@ impl TinyModel {
                 Value::U32(self.pattern as u32),
             );
         }
+        // Qwen3.5: layer 0 a gated delta-net (2 key heads, 4 value heads of 8),
+        // the others gated attention.
+        let (ssm_k, ssm_v, conv) = (2usize, 4usize, 4usize);
+        let ssm_c = (2 * ssm_k + ssm_v) * hd;
+        if self.architecture == crate::Architecture::Qwen35 {
+            let flags = (0..self.n_layers).map(|i| i == 0).collect();
+            w.set(k("ssm.conv_kernel"), Value::U32(conv as u32))
+                .set(k("ssm.state_size"), Value::U32(hd as u32))
+                .set(k("ssm.group_count"), Value::U32(ssm_k as u32))
+                .set(k("ssm.time_step_rank"), Value::U32(ssm_v as u32))
+                .set(k("ssm.inner_size"), Value::U32((ssm_v * hd) as u32))
+                .set(k("rope.dimension_count"), Value::U32(4))
+                .set(
+                    k("attention.recurrent_layers"),
+                    Value::Array(Array::Bool(flags)),
+                );
+        }
         let mut tokens = vec!["<|bos|>".to_string(), "<|eos|>".to_string()];
         tokens.extend((0x21u8..=0x7E).map(|b| (b as char).to_string()));
         let mut types = vec![3i32, 3];
@@ -272,10 +289,34 @@ impl TinyModel {
         for i in 0..self.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             vec_t(&mut w, &mut rnd, n("attn_norm"), d);
+            if arch == A::Qwen35 && i == 0 {
+                let b = |s: &str| format!("blk.{i}.{s}");
+                mats(&mut w, &mut rnd, n("attn_qkv"), &[d, ssm_c]);
+                mats(&mut w, &mut rnd, n("attn_gate"), &[d, ssm_v * hd]);
+                mats(&mut w, &mut rnd, n("ssm_beta"), &[d, ssm_v]);
+                mats(&mut w, &mut rnd, n("ssm_alpha"), &[d, ssm_v]);
+                f32_t(
+                    &mut w,
+                    &mut rnd,
+                    n("ssm_conv1d"),
+                    &[conv, ssm_c],
+                    (0.0, 0.5),
+                );
+                f32_t(&mut w, &mut rnd, b("ssm_dt.bias"), &[ssm_v], (1.0, 0.5));
+                f32_t(&mut w, &mut rnd, b("ssm_a"), &[ssm_v], (-1.0, 0.9));
+                vec_t(&mut w, &mut rnd, n("ssm_norm"), hd);
+                mats(&mut w, &mut rnd, n("ssm_out"), &[ssm_v * hd, d]);
+                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
+                mats(&mut w, &mut rnd, n("ffn_gate"), &[d, ff]);
+                mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
+                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
+                continue;
+            }
+            let gates = if arch == A::Qwen35 { 2 } else { 1 };
             if arch == A::Phi3 {
                 mats(&mut w, &mut rnd, n("attn_qkv"), &[d, (nh + 2 * nkv) * hd]);
             } else {
-                mats(&mut w, &mut rnd, n("attn_q"), &[d, nh * hd]);
+                mats(&mut w, &mut rnd, n("attn_q"), &[d, gates * nh * hd]);
                 mats(&mut w, &mut rnd, n("attn_k"), &[d, nkv * hd]);
                 mats(&mut w, &mut rnd, n("attn_v"), &[d, nkv * hd]);
             }
@@ -296,6 +337,8 @@ impl TinyModel {
                     let name = b(&format!("ffn_{t}_exps"));
                     f32_t(&mut w, &mut rnd, name, &[rows, n_experts], (0.0, 0.1));
                 }
+            } else if arch == A::Qwen35 {
+                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
             } else {
                 vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
             }
@@ -333,7 +376,7 @@ impl TinyModel {
                 mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
                 mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
             }
-            if matches!(arch, A::Gemma3 | A::Qwen3 | A::Qwen3Moe) {
+            if matches!(arch, A::Gemma3 | A::Qwen3 | A::Qwen3Moe | A::Qwen35) {
                 vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
                 vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
             }
