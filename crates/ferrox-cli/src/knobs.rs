@@ -74,6 +74,12 @@ pub struct EngineArgs {
     /// `FERROX_PREFIX_CACHE=0|off|false` turns it off, `1|on|true` keeps it on.
     #[arg(long, env = "FERROX_PREFIX_CACHE", action = clap::ArgAction::Set, value_parser = prefix_cache_off, default_value = "on", num_args = 0, default_missing_value = NO_PREFIX_CACHE_FLAG)]
     pub no_prefix_cache: bool,
+    /// Recurrent-state slots of a hybrid model (Qwen3.5), three per request: its
+    /// live state and two page-boundary checkpoints [default: three per
+    /// --max-seqs]. Fewer makes requests wait for slots (refusal reason
+    /// "recurrent budget"); one snapshot per three slots is kept for prefix hits.
+    #[arg(long, env = "FERROX_CB_RECURRENT_SLOTS", value_parser = count_knob("FERROX_CB_RECURRENT_SLOTS"), value_name = "N")]
+    pub recurrent_slots: Option<usize>,
 }
 
 /// What `--no-prefix-cache` given as a flag parses.
@@ -116,6 +122,7 @@ impl EngineArgs {
             kv_blocks: Some(kv_blocks),
             max_context: self.max_context,
             prefix_cache: !self.no_prefix_cache,
+            recurrent_slots: self.recurrent_slots,
         })
     }
 }

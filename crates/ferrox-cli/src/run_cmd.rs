@@ -238,6 +238,7 @@ impl Session {
             kv_blocks: Some(ctx.div_ceil(defaults::KV_BLOCK_SIZE)),
             max_context: Some(ctx),
             prefix_cache,
+            recurrent_slots: None,
         };
         let tokenizer = std::sync::Arc::new(model.tokenizer);
         let engine = ferrox_engine::start(

@@ -60,22 +60,40 @@ pub struct Admitted {
     pub first_chunk: usize,
 }
 
+/// Where prompt chunks may end.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Chunking {
+    /// Anywhere.
+    Free,
+    /// On page boundaries but for the prompt's last chunk (SPEC S22: a window
+    /// pool, or the prefix cache).
+    Pages,
+    /// On page boundaries, the last chunk holding only the prompt's tail inside
+    /// its last page: a hybrid model with the prefix cache, whose recurrent state
+    /// is checkpointed at boundaries only, so the prompt's last one is reached.
+    PagesThenTail,
+}
+
 /// Tokens of a chunk for a prompt with `prefilled` tokens run and `remaining` to
-/// go, out of `budget` (SPEC S22): when chunks are `paged` (a window pool, or the
-/// prefix cache), a chunk that is not the prompt's last ends on a page boundary,
-/// and is 0 if none is reached.
+/// go, out of `budget` (SPEC S22), ending where `rule` allows; 0 if no such end
+/// is reached.
 pub fn chunk_len(
     prefilled: usize,
     remaining: usize,
     budget: usize,
     page_size: usize,
-    paged: bool,
+    rule: Chunking,
 ) -> usize {
     let take = remaining.min(budget);
-    if !paged || take == remaining {
-        return take;
+    let boundary = ((prefilled + take) / page_size * page_size).saturating_sub(prefilled);
+    match rule {
+        Chunking::Free => take,
+        Chunking::Pages if take == remaining => take,
+        Chunking::Pages => boundary,
+        Chunking::PagesThenTail if boundary > 0 => boundary,
+        Chunking::PagesThenTail if take == remaining => take,
+        Chunking::PagesThenTail => 0,
     }
-    ((prefilled + take) / page_size * page_size).saturating_sub(prefilled)
 }
 
 /// Full pages a decoding request may still take (SPEC S24): its remaining output
@@ -93,18 +111,23 @@ pub struct PrefillPass {
     budget: usize,
     left: PassCapacity,
     page_size: usize,
-    paged: bool,
+    chunking: Chunking,
 }
 
 impl PrefillPass {
-    /// A pass of `budget` prompt tokens over `capacity`; `paged`: chunks end on
-    /// pages (a window pool, S22, or the prefix cache).
-    pub fn new(budget: usize, capacity: PassCapacity, page_size: usize, paged: bool) -> Self {
+    /// A pass of `budget` prompt tokens over `capacity`, chunks ending where
+    /// `chunking` allows.
+    pub fn new(
+        budget: usize,
+        capacity: PassCapacity,
+        page_size: usize,
+        chunking: Chunking,
+    ) -> Self {
         PrefillPass {
             budget,
             left: capacity,
             page_size,
-            paged,
+            chunking,
         }
     }
 
@@ -145,7 +168,7 @@ impl PrefillPass {
             c.prompt - c.hit,
             self.budget,
             self.page_size,
-            self.paged,
+            self.chunking,
         );
         if first_chunk == 0 {
             return Err(if self.budget == 0 {
@@ -172,7 +195,7 @@ impl PrefillPass {
             remaining,
             self.budget,
             self.page_size,
-            self.paged,
+            self.chunking,
         );
         self.budget -= n;
         n

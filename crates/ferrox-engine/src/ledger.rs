@@ -27,6 +27,7 @@ use ferrox_models::kv_store::{NO_PAGE, PageTable};
 use crate::pages::PagePool;
 use crate::prefix_index::{Inserted, PrefixIndex};
 use crate::request::RequestId;
+use crate::states::{OutOfSlots, StateCopy, StateLedger};
 
 /// How a ledger is laid out.
 #[derive(Clone, Debug)]
@@ -43,6 +44,17 @@ pub struct LedgerConfig {
     pub max_span: usize,
     /// Whether written pages enter the prefix cache.
     pub prefix_cache: bool,
+    /// The recurrent-state pools of a hybrid model (`None`: no recurrent layers).
+    pub states: Option<StatePools>,
+}
+
+/// Sizes of a hybrid model's recurrent-state pools ([`StateLedger`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StatePools {
+    /// Slots for requests, [`crate::admission::RECURRENT_SLOTS_PER_REQUEST`] each.
+    pub request_slots: u32,
+    /// Snapshots kept for prefix hits.
+    pub snapshots: u32,
 }
 
 /// The cached pages a prompt can start from.
@@ -118,6 +130,8 @@ pub struct KvLedger {
     owed: u64,
     seats: u64,
     counters: CacheCounters,
+    /// A hybrid model's recurrent-state slots.
+    states: Option<StateLedger>,
 }
 
 impl KvLedger {
@@ -129,6 +143,9 @@ impl KvLedger {
         } else {
             Some(0)
         };
+        let states = cfg
+            .states
+            .map(|p| StateLedger::new(p.request_slots, p.snapshots));
         KvLedger {
             full: PagePool::new(cfg.full_pages),
             window: PagePool::new(window_cap),
@@ -138,7 +155,19 @@ impl KvLedger {
             owed: 0,
             seats: 0,
             counters: CacheCounters::default(),
+            states,
         }
+    }
+
+    /// Recurrent-state slots admission can still promise (`None`: the model has
+    /// no recurrent layers).
+    pub fn recurrent_available(&self) -> Option<u64> {
+        self.states.as_ref().map(StateLedger::available)
+    }
+
+    /// Recurrent-state snapshots kept for prefix hits.
+    pub fn state_snapshots(&self) -> usize {
+        self.states.as_ref().map_or(0, StateLedger::snapshots)
     }
 
     /// Positions per page.
@@ -197,7 +226,8 @@ impl KvLedger {
 
     /// The cached pages `prompt` can start from: whole pages, leaving at least one
     /// prompt token to run (its logits are needed), cut back on window models to
-    /// what the window pool holds for the last `window` positions of the hit.
+    /// what the window pool holds for the last `window` positions of the hit, and
+    /// on hybrid models to a last page with a state snapshot.
     pub fn lookup(&self, prompt: &[u32]) -> PrefixHit {
         let ps = self.cfg.page_size;
         if !self.cfg.prefix_cache || prompt.is_empty() {
@@ -213,6 +243,11 @@ impl KvLedger {
             }
             from = lo(n);
             window = matched[from..n].iter().filter_map(|m| m.1).collect();
+        }
+        if let Some(states) = &self.states {
+            while n > 0 && !states.has_snapshot(matched[n - 1].0) {
+                n -= 1;
+            }
         }
         let full: Vec<u32> = matched[..n].iter().map(|m| m.0).collect();
         PrefixHit {
@@ -237,10 +272,24 @@ impl KvLedger {
         }
     }
 
-    /// Takes sequence `id` in with the pages of `hit` shared and `need` promised.
-    /// The caller checked `need` against [`Self::kv_available`] and
-    /// [`Self::window_available`].
-    pub fn admit(&mut self, id: RequestId, need: PageNeed, hit: &PrefixHit) {
+    /// Takes sequence `id` in with the pages of `hit` shared and `need` promised,
+    /// and on a hybrid model its recurrent-state slots: the copy returned (the
+    /// hit's snapshot into its live slot) must be made before it runs. The caller
+    /// checked `need` against [`Self::kv_available`], [`Self::window_available`]
+    /// and [`Self::recurrent_available`].
+    pub fn admit(
+        &mut self,
+        id: RequestId,
+        need: PageNeed,
+        hit: &PrefixHit,
+    ) -> Result<Option<StateCopy>, OutOfSlots> {
+        let (state, copy) = match &mut self.states {
+            Some(st) => {
+                let (live, copy) = st.admit(id, hit.full.last().copied())?;
+                (Some(live), copy)
+            }
+            None => (None, None),
+        };
         for &p in &hit.full {
             self.full.retain(p);
         }
@@ -267,7 +316,7 @@ impl KvLedger {
                 table: PageTable {
                     full: hit.full.clone(),
                     window,
-                    state: None,
+                    state,
                 },
                 owed: need.owed,
                 seat: need.window_pages,
@@ -277,6 +326,7 @@ impl KvLedger {
             },
         );
         assert!(old.is_none(), "request {id} admitted twice");
+        Ok(copy)
     }
 
     /// Sequence `id`, in prefill with `prefilled` tokens of `prompt` in its KV, takes
@@ -286,7 +336,9 @@ impl KvLedger {
     /// at a page boundary; returns the prompt tokens now in the KV.
     pub fn catch_up(&mut self, id: RequestId, prompt: &[u32], prefilled: usize) -> usize {
         let ps = self.cfg.page_size;
-        if !self.cfg.prefix_cache || self.cfg.window.is_some() || !prefilled.is_multiple_of(ps) {
+        // A hybrid model's state cannot take pages mid-prompt (no snapshot there).
+        let late_hits = self.cfg.prefix_cache && self.cfg.window.is_none() && self.states.is_none();
+        if !late_hits || !prefilled.is_multiple_of(ps) {
             return prefilled;
         }
         let k = prefilled / ps;
@@ -330,6 +382,9 @@ impl KvLedger {
                     && let Some(w) = e.window
                 {
                     self.window.forget(w);
+                }
+                if let Some(st) = &mut self.states {
+                    st.page_evicted(t.id);
                 }
             }
             assert!(
@@ -405,6 +460,9 @@ impl KvLedger {
                 }
                 Inserted::Replaced(old, old_window) => {
                     self.full.forget(old);
+                    if let Some(st) = &mut self.states {
+                        st.page_evicted(old);
+                    }
                     if let Some(w) = old_window {
                         self.window.forget(w);
                     }
@@ -420,13 +478,33 @@ impl KvLedger {
         s.registered = s.registered.max(full_pages);
     }
 
+    /// Sequence `id` of a hybrid model has written positions `..written`: at a
+    /// page boundary whose page the prefix cache holds, its live state is to be
+    /// checkpointed (the copy returned, to make at once).
+    pub fn checkpoint(&mut self, id: RequestId, written: usize) -> Option<StateCopy> {
+        let ps = self.cfg.page_size;
+        let states = self.states.as_mut()?;
+        let s = self.seqs.get(&id)?;
+        if !self.cfg.prefix_cache || written == 0 || !written.is_multiple_of(ps) {
+            return None;
+        }
+        // `tail` is the cached page at the end of the registered prefix.
+        let page = s.tail.1.filter(|_| s.registered == written / ps)?;
+        states.checkpoint(id, page)
+    }
+
     /// Sequence `id` ends: every page reference goes back (deepest pages first, so
     /// they are evicted before the prefixes they extend), and so does what it was
-    /// still owed and its seat.
+    /// still owed, its seat, and its recurrent-state slots (a checkpoint kept as
+    /// a snapshot if its page is still cached).
     pub fn release(&mut self, id: RequestId) {
         let Some(s) = self.seqs.remove(&id) else {
             return;
         };
+        if let Some(st) = &mut self.states {
+            let index = &self.index;
+            st.release(id, |p| index.entry(p).is_some());
+        }
         for &p in s.table.full.iter().rev() {
             self.full.release(p);
         }

@@ -6,7 +6,8 @@
 //!   [`output`] (S14-S16), [`queue_gate`] (the bounded queue, S11).
 //! * The KV ledger, pure too: [`pages`] (one pool's ids, reference counts, LRU of
 //!   cached pages), [`prefix_index`] (chained page hashes), [`ledger`] (both pools,
-//!   the prefix cache and every sequence's page tables, S7).
+//!   the prefix cache and every sequence's page tables, S7), [`states`] (a
+//!   hybrid model's recurrent-state slots and their snapshots, S20).
 //! * Threads and channels only in [`worker`] (the one owner of every in-flight
 //!   request and of the KV cache, S1) and [`handle`] (submit, cancel, streams).
 //! * [`stats`]: lock-free counters (S19).
@@ -25,6 +26,7 @@ pub mod prefix_index;
 pub mod queue_gate;
 pub mod request;
 pub mod scheduler;
+pub mod states;
 pub mod stats;
 pub mod stop;
 pub mod validate;

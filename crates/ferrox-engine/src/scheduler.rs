@@ -11,12 +11,36 @@
 //!   long prompts still cost decodes at most one budget per step and neither a long
 //!   prompt in prefill nor a stream of arrivals can starve the other.
 
-use crate::admission::{Admitted, Candidate, PrefillPass};
+use crate::admission::{Admitted, Candidate, PrefillPass, Refusal};
 use crate::request::RequestId;
 
+/// What one pass's admission did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admissions {
+    /// The admitted candidates, in queue order.
+    pub admitted: Vec<Admitted>,
+    /// Why the first candidate left waiting was refused.
+    pub waiting: Option<Refusal>,
+}
+
 /// Admits candidates in queue order until the pass refuses one (S9).
-pub fn admit_fifo(pass: &mut PrefillPass, queue: &[Candidate]) -> Vec<Admitted> {
-    queue.iter().map_while(|c| pass.admit(c).ok()).collect()
+pub fn admit_fifo(pass: &mut PrefillPass, queue: &[Candidate]) -> Admissions {
+    let mut admitted = Vec::new();
+    for c in queue {
+        match pass.admit(c) {
+            Ok(a) => admitted.push(a),
+            Err(why) => {
+                return Admissions {
+                    admitted,
+                    waiting: Some(why),
+                };
+            }
+        }
+    }
+    Admissions {
+        admitted,
+        waiting: None,
+    }
 }
 
 /// A prompt still being prefilled.
@@ -57,7 +81,7 @@ pub fn plan_continuations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::PassCapacity;
+    use crate::admission::{Chunking, PassCapacity};
     use crate::ledger::PageNeed;
 
     fn cand(prompt: usize, pages: u64) -> Candidate {
@@ -79,16 +103,16 @@ mod tests {
             recurrent_slots: None,
             window_pages: None,
         };
-        PrefillPass::new(budget, cap, 16, false)
+        PrefillPass::new(budget, cap, 16, Chunking::Free)
     }
 
     /// SPEC S9: a head request that does not fit holds the line.
     #[test]
     fn a_head_request_that_does_not_fit_holds_the_line() {
         let q = [cand(4, 5), cand(4, 1), cand(4, 1)];
-        assert!(admit_fifo(&mut pass(8, 4, 512), &q).is_empty());
+        assert!(admit_fifo(&mut pass(8, 4, 512), &q).admitted.is_empty());
         let q = [cand(4, 2), cand(4, 2), cand(4, 1)];
-        assert_eq!(admit_fifo(&mut pass(8, 4, 512), &q).len(), 2);
+        assert_eq!(admit_fifo(&mut pass(8, 4, 512), &q).admitted.len(), 2);
     }
 
     /// SPEC S8: the request-slot cap and the page budget both bind.
@@ -96,12 +120,16 @@ mod tests {
     fn the_two_caps_compose() {
         let q = [cand(1, 1), cand(1, 1), cand(1, 1)];
         assert_eq!(
-            admit_fifo(&mut pass(1, 100, 512), &q).len(),
+            admit_fifo(&mut pass(1, 100, 512), &q).admitted.len(),
             1,
             "slots bind"
         );
         let q = [cand(1, 3), cand(1, 3), cand(1, 3)];
-        assert_eq!(admit_fifo(&mut pass(8, 7, 512), &q).len(), 2, "pages bind");
+        assert_eq!(
+            admit_fifo(&mut pass(8, 7, 512), &q).admitted.len(),
+            2,
+            "pages bind"
+        );
         let mut unbounded = PrefillPass::new(
             512,
             PassCapacity {
@@ -111,11 +139,11 @@ mod tests {
                 window_pages: None,
             },
             16,
-            false,
+            Chunking::Free,
         );
         let q = [cand(1, 1_000_000), cand(1, 1_000_000), cand(1, 1_000_000)];
         assert_eq!(
-            admit_fifo(&mut unbounded, &q).len(),
+            admit_fifo(&mut unbounded, &q).admitted.len(),
             3,
             "no budget configured"
         );

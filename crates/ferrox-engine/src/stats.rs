@@ -36,6 +36,13 @@ pub struct EngineStats {
     pub kv_blocks_cached: AtomicU64,
     /// Blocks referenced by in-flight requests (a shared block counts once).
     pub kv_blocks_in_use: AtomicU64,
+    /// Prefill passes in which the queue's head waited for recurrent-state
+    /// slots (SPEC S20's recurrent budget; hybrid models).
+    pub recurrent_waits: AtomicU64,
+    /// Free recurrent-state slots (hybrid models).
+    pub recurrent_slots_free: AtomicU64,
+    /// Recurrent-state snapshots kept for prefix hits (hybrid models).
+    pub state_snapshots: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -65,6 +72,9 @@ pub struct StatsSnapshot {
     pub prefix_evictions: u64,
     pub kv_blocks_cached: u64,
     pub kv_blocks_in_use: u64,
+    pub recurrent_waits: u64,
+    pub recurrent_slots_free: u64,
+    pub state_snapshots: u64,
 }
 
 impl EngineStats {
@@ -108,6 +118,9 @@ impl EngineStats {
             prefix_evictions: g(&self.prefix_evictions),
             kv_blocks_cached: g(&self.kv_blocks_cached),
             kv_blocks_in_use: g(&self.kv_blocks_in_use),
+            recurrent_waits: g(&self.recurrent_waits),
+            recurrent_slots_free: g(&self.recurrent_slots_free),
+            state_snapshots: g(&self.state_snapshots),
         }
     }
 }

@@ -26,14 +26,16 @@ use ferrox_models::kv_store::KvStore;
 use ferrox_models::sampler::Sampler;
 use ferrox_models::tokenizer::Tokenizer;
 
-use crate::admission::{Candidate, PassCapacity, PrefillPass, SlotTable};
+use crate::admission::{
+    Candidate, Chunking, PassCapacity, PrefillPass, RECURRENT_SLOTS_PER_REQUEST, Refusal, SlotTable,
+};
 use crate::ceiling::KvCeiling;
 use crate::handle::{EngineHandle, Job, Msg, Shared};
-use crate::ledger::{KvLedger, LedgerConfig, PageNeed, PrefixHit};
+use crate::ledger::{KvLedger, LedgerConfig, PageNeed, PrefixHit, StatePools};
 use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::{QueueGate, QueueSlot};
 use crate::request::{Event, Failure, RequestId, TokenLogprob, Usage};
-use crate::scheduler::{Prefilling, admissions_first, admit_fifo, plan_continuations};
+use crate::scheduler::{Admissions, Prefilling, admissions_first, admit_fifo, plan_continuations};
 use crate::stats::EngineStats;
 
 /// Engine knobs (SPEC "Knobs").
@@ -54,6 +56,9 @@ pub struct EngineConfig {
     pub max_context: Option<usize>,
     /// Share written KV pages between requests with a common prompt prefix.
     pub prefix_cache: bool,
+    /// Recurrent-state slots of a hybrid model's pool, three per request
+    /// (`None`: three per request row, so the slots never bind first).
+    pub recurrent_slots: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +71,7 @@ impl Default for EngineConfig {
             kv_blocks: None,
             max_context: None,
             prefix_cache: true,
+            recurrent_slots: None,
         }
     }
 }
@@ -85,6 +91,11 @@ pub enum StartError {
         "the KV pool holds {blocks} blocks, but the smallest request (one prompt token and one generated) needs {need}; raise --kv-memory / FERROX_CB_KV_MEMORY or --kv-blocks / FERROX_CB_KV_BLOCKS"
     )]
     PoolTooSmall { blocks: u64, need: u64 },
+    /// A hybrid model's state pool cannot hold one request's slots.
+    #[error(
+        "the recurrent-state pool holds {slots} slots, but a request of this hybrid model holds {need}; raise --recurrent-slots / FERROX_CB_RECURRENT_SLOTS"
+    )]
+    StatePoolTooSmall { slots: usize, need: u64 },
     #[error(transparent)]
     Plan(#[from] ferrox_models::ModelError),
     #[error("cannot start the engine thread: {0}")]
@@ -137,7 +148,8 @@ struct Worker {
     cursor: usize,
     peak: u64,
     /// Prompt chunks end on pages (decided once at start).
-    paged_chunks: bool,
+    /// Where prompt chunks may end (SPEC S22).
+    chunking: Chunking,
     /// The handle's health flag, cleared if this worker ends unasked.
     healthy: Arc<AtomicBool>,
 }
@@ -196,6 +208,31 @@ fn check_knobs(config: &EngineConfig) -> Result<(), StartError> {
     Ok(())
 }
 
+/// The recurrent-state pools of a hybrid model: its request slots (three per
+/// request row unless set) and one snapshot per three of them with the prefix
+/// cache (`None` without recurrent layers).
+fn state_pools(config: &EngineConfig, recurrent: bool) -> Result<Option<StatePools>, StartError> {
+    if !recurrent {
+        return Ok(None);
+    }
+    let need = RECURRENT_SLOTS_PER_REQUEST;
+    let slots = config
+        .recurrent_slots
+        .unwrap_or(config.max_seqs * need as usize);
+    if (slots as u64) < need {
+        return Err(StartError::StatePoolTooSmall { slots, need });
+    }
+    let snapshots = if config.prefix_cache {
+        slots as u64 / need
+    } else {
+        0
+    };
+    Ok(Some(StatePools {
+        request_slots: slots as u32,
+        snapshots: snapshots as u32,
+    }))
+}
+
 /// Starts an engine for `decoder` on its own worker thread.
 pub fn start(
     decoder: Box<dyn Decoder>,
@@ -238,7 +275,14 @@ pub fn start(
     // where a pass holds a whole page: a prompt at a page boundary can take pages
     // others wrote meanwhile.
     let whole_page = config.prefill_chunk >= config.block_size;
-    let paged_chunks = layout.window().is_some() || (config.prefix_cache && whole_page);
+    let states = state_pools(&config, layout.n_recurrent > 0)?;
+    // A hybrid model's state is checkpointed at page boundaries: its prompts
+    // also stop at their last one, so a later prompt can start there.
+    let chunking = match (layout.window(), config.prefix_cache && whole_page) {
+        (None, true) if states.is_some() => Chunking::PagesThenTail,
+        (Some(_), _) | (None, true) => Chunking::Pages,
+        (None, false) => Chunking::Free,
+    };
     let ledger = KvLedger::new(LedgerConfig {
         page_size: config.block_size,
         full_pages: plan.as_ref().map(|p| p.n_blocks),
@@ -246,6 +290,7 @@ pub fn start(
         window_pages: plan.as_ref().map(|p| p.window_pages()),
         max_span: config.prefill_chunk,
         prefix_cache: config.prefix_cache,
+        states,
     });
     let ceiling = KvCeiling {
         max_context,
@@ -282,7 +327,7 @@ pub fn start(
         early_cancels: BTreeSet::new(),
         cursor: 0,
         peak: 0,
-        paged_chunks,
+        chunking,
         healthy,
     };
     std::thread::Builder::new()
@@ -433,7 +478,10 @@ impl Worker {
     fn admit(&mut self, pass: &mut PrefillPass) -> Vec<(RequestId, usize)> {
         let candidates = self.candidates();
         let queue: Vec<Candidate> = candidates.iter().map(|c| c.0).collect();
-        let admitted = admit_fifo(pass, &queue);
+        let Admissions { admitted, waiting } = admit_fifo(pass, &queue);
+        if waiting == Some(Refusal::RecurrentBudget) {
+            EngineStats::add(&self.stats.recurrent_waits, 1);
+        }
         let mut chunks = Vec::with_capacity(admitted.len());
         for (a, (c, hit)) in admitted.iter().zip(candidates) {
             let job = self.queue.pop_front().expect("a candidate per job");
@@ -454,7 +502,13 @@ impl Worker {
         } = job;
         let tokens = self.run_prompt(&prompt).into_owned();
         let cached_tokens = hit.tokens(self.ledger.page_size());
-        self.ledger.admit(id, need, hit);
+        let restore = self
+            .ledger
+            .admit(id, need, hit)
+            .expect("admission checked the recurrent-state slots");
+        if let Some(c) = restore {
+            self.store.copy_state(c.from, c.to);
+        }
         let slot = self.slots.take().expect("admission checked the slots");
         let eog: &[u32] = if params.ignore_eos {
             &[]
@@ -530,14 +584,14 @@ impl Worker {
         let capacity = PassCapacity {
             slots: self.slots.free(),
             kv_pages: self.ledger.kv_available(),
-            recurrent_slots: None,
+            recurrent_slots: self.ledger.recurrent_available(),
             window_pages: self.ledger.window_available(),
         };
         let mut pass = PrefillPass::new(
             self.config.prefill_chunk,
             capacity,
             self.config.block_size,
-            self.paged_chunks,
+            self.chunking,
         );
         self.catch_up();
         let prefilling = self.prefilling();
@@ -646,6 +700,9 @@ impl Worker {
         }
         let written = r.start + r.len;
         self.ledger.advance(r.id, &a.tokens[..written]);
+        if let Some(c) = self.ledger.checkpoint(r.id, written) {
+            self.store.copy_state(c.from, c.to);
+        }
     }
 
     fn on_logits(&mut self, id: RequestId, logits: &[f32]) {
@@ -763,6 +820,10 @@ impl Worker {
         EngineStats::set(&s.prefix_evictions, self.ledger.counters().evictions);
         if let Some(f) = self.ledger.kv_available() {
             EngineStats::set(&s.kv_blocks_free, f);
+        }
+        if let Some(f) = self.ledger.recurrent_available() {
+            EngineStats::set(&s.recurrent_slots_free, f);
+            EngineStats::set(&s.state_snapshots, self.ledger.state_snapshots() as u64);
         }
         // Last: a reader that sees the request count sees the pages that go with it.
         EngineStats::set(&s.running, self.running.len() as u64);

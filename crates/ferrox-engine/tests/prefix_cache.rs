@@ -80,14 +80,19 @@ fn tokens(n: usize, salt: u32, vocab: u32) -> Vec<u32> {
 
 /// SPEC S3, S20: prompts that share `shared` tokens with an earlier prompt (page
 /// multiples or not) take whole cached pages, run the rest, and give the same
-/// logits bit for bit as on an engine without the cache.
+/// logits bit for bit as on an engine without the cache. On a hybrid model a hit
+/// needs a state snapshot too: the base prompt leaves one, at its last page
+/// boundary, so only a prompt sharing that much starts from the cache.
 fn check_cached_equals_cold(file: impl Fn() -> GgufFile, base_len: usize, shared: &[usize]) {
     // Requests run one at a time; four slots give the window pool room to keep
     // the window pages of every page the base prompt slid past.
+    // A hybrid model keeps one state snapshot per three slots: room for the
+    // base prompt's beside those of the prompts that follow it.
     let config = EngineConfig {
         max_seqs: 4,
         kv_blocks: Some(4096),
         prefill_chunk: 64,
+        recurrent_slots: Some(3 * 8),
         ..Default::default()
     };
     let hp_vocab = {
@@ -95,6 +100,17 @@ fn check_cached_equals_cold(file: impl Fn() -> GgufFile, base_len: usize, shared
         HyperParams::from_metadata(&f.header().metadata)
             .unwrap()
             .vocab_size as u32
+    };
+    let hybrid = {
+        let f = file();
+        HyperParams::from_metadata(&f.header().metadata)
+            .unwrap()
+            .delta_net
+            .is_some()
+    };
+    let expected = |k: usize| match k / 16 * 16 {
+        whole if hybrid && whole != base_len / 16 * 16 => 0,
+        whole => whole,
     };
     let warm = engine(file(), true, config.clone());
     let cold = engine(file(), false, config);
@@ -105,7 +121,7 @@ fn check_cached_equals_cold(file: impl Fn() -> GgufFile, base_len: usize, shared
         p.extend(tokens(20, 2 + k as u32, hp_vocab));
         let (wu, wrows) = run(&warm, &p, 3);
         let (cu, crows) = run(&cold, &p, 3);
-        assert_eq!(wu.cached_tokens, k / 16 * 16, "shared {k}");
+        assert_eq!(wu.cached_tokens, expected(k), "shared {k}");
         assert_eq!(cu.cached_tokens, 0);
         assert_eq!(
             (wu.prompt_tokens, wu.completion_tokens),
@@ -349,4 +365,71 @@ fn small_chunks_still_progress_and_prompts_in_prefill_catch_up() {
             assert_eq!(ran, 400, "5-token chunks end anywhere: no late hits");
         }
     }
+}
+
+/// SPEC S20 on a hybrid model: three recurrent-state slots per request. With
+/// slots for one request, four concurrent ones wait their turn (the typed
+/// refusal counted as `recurrent_waits`) instead of failing, and each output
+/// equals its solo run; a pool below one request's slots does not start.
+#[test]
+fn a_hybrid_model_waits_for_recurrent_state_slots() {
+    let bytes = TinyModel::new(Architecture::Qwen35).gguf();
+    let file = || GgufFile::from_bytes(bytes.clone()).unwrap();
+    let config = EngineConfig {
+        max_seqs: 4,
+        recurrent_slots: Some(3),
+        kv_blocks: Some(256),
+        ..Default::default()
+    };
+    let solo = engine(file(), false, config.clone());
+    let prompts: Vec<Vec<u32>> = (0..4)
+        .map(|i| tokens(30 + 7 * i, 9 + i as u32, 96))
+        .collect();
+    let want: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| run(&solo, p, 6).1).collect();
+    let e = engine(file(), false, config.clone());
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            e.handle
+                .submit(p.clone(), GenerationParams::greedy(6))
+                .unwrap()
+        })
+        .collect();
+    for s in streams {
+        let events = s.collect_blocking();
+        assert!(
+            matches!(events.last(), Some(Event::Finished { .. })),
+            "{events:?}"
+        );
+    }
+    // Rows interleave across requests; each request's rows, in order, are its
+    // solo run's (every request produced 1 prompt row and 5 decode rows).
+    let rows = e.rows.lock().unwrap().clone();
+    assert_eq!(rows.len(), want.iter().map(Vec::len).sum::<usize>());
+    for w in &want {
+        assert!(
+            w.iter().all(|r| rows.contains(r)),
+            "a request's logits differ from its solo run"
+        );
+    }
+    wait_idle(&e.handle);
+    let s = e.handle.stats();
+    assert!(s.recurrent_waits > 0, "requests waited for slots");
+    assert_eq!(s.recurrent_slots_free, 3);
+    let tok = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
+    let m = Transformer::new(file(), 1).unwrap();
+    let err = start(
+        Box::new(m),
+        tok,
+        EngineConfig {
+            recurrent_slots: Some(2),
+            ..config
+        },
+    )
+    .err()
+    .expect("a pool below one request's slots is refused");
+    assert!(
+        err.to_string().contains("FERROX_CB_RECURRENT_SLOTS"),
+        "{err}"
+    );
 }

@@ -104,7 +104,13 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
             hp.rope_orig_context, hp.rope_attn_factor
         ));
     }
-    if has("blk.0.attn_qkv.weight") {
+    // A hybrid's delta-net layers have an `attn_qkv` of their own.
+    let attention = hp
+        .layers
+        .iter()
+        .position(|l| *l != AttentionKind::Recurrent)
+        .unwrap_or(0);
+    if has(&format!("blk.{attention}.attn_qkv.weight")) {
         f.push("fused QKV".into());
     }
     if spec.fused_gate_up {
@@ -112,10 +118,14 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
     }
     if let Some(m) = hp.moe {
         f.push(format!(
-            "mixture of experts: {} of {} experts per token, {} wide, softmax routing{}{}",
+            "mixture of experts: {} of {} experts per token, {} wide, {}{}{}",
             m.n_used,
             m.n_experts,
             m.n_ff_expert,
+            match m.gating {
+                crate::hparams::Gating::SoftmaxThenTopK => "softmax routing",
+                crate::hparams::Gating::TopKThenSoftmax => "top-k then softmax routing",
+            },
             if m.normalize {
                 ", weights renormalized"
             } else {
@@ -125,6 +135,27 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
                 .map(|s| format!(", weights x{s}"))
                 .unwrap_or_default()
         ));
+    }
+    if let Some(dn) = hp.delta_net {
+        let n = hp
+            .layers
+            .iter()
+            .filter(|l| **l == AttentionKind::Recurrent)
+            .count();
+        f.push(format!(
+            "gated delta-net on {n} of {} layers ({} key / {} value heads of {}): {} KiB of recurrent state per sequence",
+            hp.n_layers,
+            dn.n_k_heads,
+            dn.n_v_heads,
+            dn.head_dim,
+            (n * dn.state_floats() * 4).div_ceil(1024)
+        ));
+    }
+    if spec.gated_attention {
+        f.push("gated attention output".into());
+    }
+    if spec.attention_sinks {
+        f.push("attention sinks".into());
     }
     if has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias") {
         f.push("QKV biases".into());
@@ -187,7 +218,11 @@ impl ModelReport {
         if let Some(w) = shape.window() {
             by_layer_kind.push(LayerKindKv {
                 kind: format!("sliding window {w}"),
-                layers: hp.n_layers - n_full,
+                layers: hp
+                    .layers
+                    .iter()
+                    .filter(|l| matches!(l, AttentionKind::SlidingWindow { .. }))
+                    .count(),
                 bytes_per_position: shape.window_bytes_per_position(),
                 max_positions_per_request: Some(plan.seat_pages * kv.block_size as u64),
             });
@@ -277,7 +312,7 @@ impl fmt::Display for ModelReport {
                 "sliding window:  {w} on {} of {} layers",
                 hp.layers
                     .iter()
-                    .filter(|l| **l != AttentionKind::Full)
+                    .filter(|l| matches!(l, AttentionKind::SlidingWindow { .. }))
                     .count(),
                 hp.n_layers
             )?,

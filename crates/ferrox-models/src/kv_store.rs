@@ -274,6 +274,25 @@ impl KvStore {
         self.state_at[i] = pos;
     }
 
+    /// Copies slot `from`'s whole state, and the position it is at, into slot
+    /// `to` (a checkpoint, or a snapshot restored). `from` must have been written.
+    pub fn copy_state(&mut self, from: u32, to: u32) {
+        if from == to {
+            return;
+        }
+        let i = from as usize;
+        let src = self
+            .states
+            .pages
+            .get_mut(i)
+            .and_then(Option::take)
+            .expect("a state slot is written before it is copied");
+        self.states.page_mut(to).copy_from_slice(&src);
+        self.states.pages[i] = Some(src);
+        let at = self.state_at.get(i).copied().unwrap_or(0);
+        self.set_state_at(to, at);
+    }
+
     /// Recurrent layer `index`'s state in `table`'s slot: `[state_floats]`.
     /// Panics without a slot (checked by [`Self::check_state`]).
     pub fn state_mut(&mut self, table: &PageTable, index: usize) -> &mut [f32] {

@@ -39,7 +39,7 @@ impl std::fmt::Debug for EngineCollector {
 impl prometheus_client::collector::Collector for EngineCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.stats();
-        let counters: [(&str, &str, u64); 11] = [
+        let counters: [(&str, &str, u64); 12] = [
             (
                 "ferrox_prefix_cache_queries",
                 "Prompts looked up in the prefix cache",
@@ -91,12 +91,27 @@ impl prometheus_client::collector::Collector for EngineCollector {
                 "Requests finished by max_tokens",
                 s.finished_length,
             ),
+            (
+                "ferrox_recurrent_waits",
+                "Prefill passes in which the next request waited for recurrent-state slots (hybrid models)",
+                s.recurrent_waits,
+            ),
         ];
         for (name, help, v) in counters {
             let c = ConstCounter::new(v);
             c.encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)?;
         }
-        let gauges: [(&str, &str, u64); 8] = [
+        let gauges: [(&str, &str, u64); 10] = [
+            (
+                "ferrox_recurrent_slots_free",
+                "Free recurrent-state slots (hybrid models; 0 otherwise)",
+                s.recurrent_slots_free,
+            ),
+            (
+                "ferrox_state_snapshots",
+                "Recurrent-state snapshots kept for prefix hits (hybrid models)",
+                s.state_snapshots,
+            ),
             (
                 "ferrox_kv_blocks_cached",
                 "KV blocks no request holds that the prefix cache keeps (evictable)",

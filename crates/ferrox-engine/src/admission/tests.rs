@@ -27,7 +27,7 @@ fn cand(prompt: usize, hit: usize, kv: u64, window: u64) -> Candidate {
 /// same pass took: slots, pages and the token budget.
 #[test]
 fn a_pass_charges_each_admission_against_the_ones_before_it() {
-    let mut pass = PrefillPass::new(100, cap(3, 10, None, None), 16, false);
+    let mut pass = PrefillPass::new(100, cap(3, 10, None, None), 16, Chunking::Free);
     assert_eq!(
         pass.admit(&cand(60, 0, 4, 0)),
         Ok(Admitted { first_chunk: 60 })
@@ -52,7 +52,8 @@ fn a_pass_charges_each_admission_against_the_ones_before_it() {
 #[test]
 fn checks_run_in_order_and_a_refusal_leaves_no_trace() {
     let everything_short = cand(10, 0, 50, 50);
-    let reason = |c: PassCapacity| PrefillPass::new(100, c, 16, true).admit(&everything_short);
+    let reason =
+        |c: PassCapacity| PrefillPass::new(100, c, 16, Chunking::Pages).admit(&everything_short);
     assert_eq!(reason(cap(0, 0, Some(0), Some(0))), Err(Refusal::NoSlot));
     assert_eq!(reason(cap(1, 0, Some(0), Some(0))), Err(Refusal::KvBudget));
     assert_eq!(
@@ -68,7 +69,7 @@ fn checks_run_in_order_and_a_refusal_leaves_no_trace() {
         Ok(Admitted { first_chunk: 10 })
     );
 
-    let mut pass = PrefillPass::new(100, cap(2, 50, Some(3), Some(49)), 16, true);
+    let mut pass = PrefillPass::new(100, cap(2, 50, Some(3), Some(49)), 16, Chunking::Pages);
     let before = (pass.budget_left(), pass.capacity_left());
     assert_eq!(pass.admit(&everything_short), Err(Refusal::WindowBudget));
     assert_eq!((pass.budget_left(), pass.capacity_left()), before);
@@ -77,7 +78,7 @@ fn checks_run_in_order_and_a_refusal_leaves_no_trace() {
 /// SPEC S20: a recurrent model's request holds three recurrent-state slots.
 #[test]
 fn a_recurrent_request_holds_three_state_slots() {
-    let mut pass = PrefillPass::new(100, cap(4, 50, Some(7), None), 16, false);
+    let mut pass = PrefillPass::new(100, cap(4, 50, Some(7), None), 16, Chunking::Free);
     assert!(pass.admit(&cand(5, 0, 1, 0)).is_ok());
     assert!(pass.admit(&cand(5, 0, 1, 0)).is_ok());
     assert_eq!(pass.capacity_left().recurrent_slots, Some(1));
@@ -87,7 +88,7 @@ fn a_recurrent_request_holds_three_state_slots() {
 /// SPEC S20: a prefix hit removes its tokens from the prefill work.
 #[test]
 fn a_prefix_hit_is_not_prefilled_again() {
-    let mut pass = PrefillPass::new(512, cap(1, 10, None, None), 16, false);
+    let mut pass = PrefillPass::new(512, cap(1, 10, None, None), 16, Chunking::Free);
     assert_eq!(
         pass.admit(&cand(1000, 992, 1, 0)),
         Ok(Admitted { first_chunk: 8 })
@@ -99,7 +100,7 @@ fn a_prefix_hit_is_not_prefilled_again() {
 /// take only budget and are never refused by the gate that admitted it.
 #[test]
 fn continuations_reserve_nothing_and_are_never_refused() {
-    let mut pass = PrefillPass::new(64, cap(1, 4, None, Some(4)), 16, false);
+    let mut pass = PrefillPass::new(64, cap(1, 4, None, Some(4)), 16, Chunking::Free);
     assert_eq!(
         pass.admit(&cand(200, 0, 4, 4)),
         Ok(Admitted { first_chunk: 64 })
@@ -110,7 +111,7 @@ fn continuations_reserve_nothing_and_are_never_refused() {
         (0, Some(0), Some(0))
     );
     // Next step: a fresh pass on what is left; the continuation still runs.
-    let mut next = PrefillPass::new(64, left, 16, false);
+    let mut next = PrefillPass::new(64, left, 16, Chunking::Free);
     assert_eq!(next.continue_prompt(64, 136), 64);
     assert_eq!(next.capacity_left(), left, "nothing new reserved");
 }
@@ -121,24 +122,44 @@ fn continuations_reserve_nothing_and_are_never_refused() {
 #[test]
 fn window_chunks_end_on_page_boundaries() {
     assert_eq!(
-        chunk_len(0, 100, 40, 16, true),
+        chunk_len(0, 100, 40, 16, Chunking::Pages),
         32,
         "cut back to a boundary"
     );
-    assert_eq!(chunk_len(32, 68, 40, 16, true), 32);
+    assert_eq!(chunk_len(32, 68, 40, 16, Chunking::Pages), 32);
     assert_eq!(
-        chunk_len(64, 36, 40, 16, true),
+        chunk_len(64, 36, 40, 16, Chunking::Pages),
         36,
         "the last chunk ends mid-page"
     );
-    assert_eq!(chunk_len(0, 100, 15, 16, true), 0, "not one whole page");
     assert_eq!(
-        chunk_len(0, 100, 15, 16, false),
+        chunk_len(0, 100, 15, 16, Chunking::Pages),
+        0,
+        "not one whole page"
+    );
+    assert_eq!(
+        chunk_len(0, 100, 15, 16, Chunking::Free),
         15,
         "no window pool: any length"
     );
+    // A hybrid model with the prefix cache: the prompt's last page boundary is
+    // a chunk end too, then the tail runs alone.
+    let rule = Chunking::PagesThenTail;
+    assert_eq!(
+        chunk_len(0, 100, 512, 16, rule),
+        96,
+        "up to the last boundary"
+    );
+    assert_eq!(chunk_len(96, 4, 512, 16, rule), 4, "then the tail");
+    assert_eq!(
+        chunk_len(0, 10, 512, 16, rule),
+        10,
+        "a prompt inside one page"
+    );
+    assert_eq!(chunk_len(0, 100, 40, 16, rule), 32);
+    assert_eq!(chunk_len(0, 100, 15, 16, rule), 0);
 
-    let mut pass = PrefillPass::new(40, cap(2, 50, None, Some(50)), 16, true);
+    let mut pass = PrefillPass::new(40, cap(2, 50, None, Some(50)), 16, Chunking::Pages);
     assert_eq!(
         pass.admit(&cand(100, 0, 7, 5)),
         Ok(Admitted { first_chunk: 32 })

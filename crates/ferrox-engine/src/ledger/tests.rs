@@ -11,6 +11,7 @@ fn ledger(full: u64, window: Option<(usize, u64)>) -> KvLedger {
         window_pages: window.map(|w| w.1),
         max_span: 8,
         prefix_cache: true,
+        states: None,
     })
 }
 
@@ -20,7 +21,7 @@ fn run_prompt(l: &mut KvLedger, id: u64, prompt: &[u32], max_tokens: usize, chun
     let hit = l.lookup(prompt);
     let need = l.need((prompt.len() + max_tokens) as u64, &hit);
     assert!(l.kv_available().is_none_or(|a| a >= need.kv_pages));
-    l.admit(id, need, &hit);
+    l.admit(id, need, &hit).unwrap();
     let mut at = hit.tokens(4);
     while at < prompt.len() {
         let end = (at + chunk).min(prompt.len());
@@ -74,7 +75,7 @@ fn available_pages_are_free_plus_evictable_minus_promises() {
     assert_eq!((hit.full.len(), hit.evictable), (4, 4));
     let need = l.need(17 + 4, &hit);
     assert_eq!((need.owed, need.kv_pages), (2, 6), "2 new pages + 4 locked");
-    l.admit(2, need, &hit);
+    l.admit(2, need, &hit).unwrap();
     assert_eq!(l.kv_available(), Some(16 - 6));
     l.release(2);
     assert_eq!(l.kv_available(), Some(16));
@@ -98,7 +99,7 @@ fn cached_pages_are_evicted_lru_only_when_needed_and_shared_ones_are_locked() {
     // Lock b's pages by sharing them, then ask for more room than is free.
     let hit = l.lookup(&prompt(9, 200));
     assert_eq!(hit.tokens(4), 8);
-    l.admit(4, l.need(9, &hit), &hit);
+    l.admit(4, l.need(9, &hit), &hit).unwrap();
     run_prompt(&mut l, 5, &prompt(8, 400), 0, 8);
     assert_eq!(l.counters().evictions, 1, "one page of a evicted");
     assert_eq!(
@@ -156,7 +157,7 @@ fn a_long_windowed_prompt_reclaims_the_window_pages_it_slid_past() {
     let hit = l.lookup(&p);
     let need = l.need(201, &hit);
     assert_eq!(need.window_pages, seat);
-    l.admit(1, need, &hit);
+    l.admit(1, need, &hit).unwrap();
     let mut at = 0;
     while at < p.len() {
         let end = (at + 8).min(p.len());
@@ -241,7 +242,7 @@ fn nothing_admitted_ever_runs_out_of_pages() {
             let fits = l.kv_available().unwrap() >= need.kv_pages
                 && l.window_available().is_none_or(|w| w >= need.window_pages);
             if fits {
-                l.admit(id, need, &hit);
+                l.admit(id, need, &hit).unwrap();
                 let total = p.len() + max;
                 live.push((id, p, total, hit.tokens(4)));
             }
@@ -264,7 +265,7 @@ fn a_prompt_in_prefill_catches_up_with_pages_written_meanwhile() {
     for id in [1, 2] {
         let hit = l.lookup(&p);
         assert!(hit.full.is_empty());
-        l.admit(id, l.need(44, &hit), &hit);
+        l.admit(id, l.need(44, &hit), &hit).unwrap();
     }
     l.prepare(1, 0, 24).unwrap();
     l.advance(1, &p[..24]);
@@ -281,6 +282,6 @@ fn a_prompt_in_prefill_catches_up_with_pages_written_meanwhile() {
     // Not mid-page, and not on window models.
     let mut w = ledger(64, Some((6, 64)));
     let hit = w.lookup(&p);
-    w.admit(3, w.need(44, &hit), &hit);
+    w.admit(3, w.need(44, &hit), &hit).unwrap();
     assert_eq!(w.catch_up(3, &p, 0), 0);
 }

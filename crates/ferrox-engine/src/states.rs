@@ -1,0 +1,246 @@
+//! Recurrent-state slots of a hybrid model (Qwen3.5's delta-net layers), and the
+//! snapshots that let a prefix-cache hit on such a model start mid-prompt.
+//! Pure: slot ids only; `ferrox_models::kv_store` holds the state at each id.
+//!
+//! * Requests' slots: a fixed pool. Each sequence holds
+//!   [`RECURRENT_SLOTS_PER_REQUEST`] (SPEC S20): its live state, and two
+//!   checkpoints, copies of the live state at the last two page boundaries it
+//!   reached whose page the prefix cache holds.
+//! * Snapshots: a second fixed pool. When a sequence ends, its newest
+//!   checkpoint whose page is still cached becomes that page's snapshot (the
+//!   state after every position up to the end of the page), trading its slot id
+//!   with a snapshot slot, the least recently made or restored one if none is
+//!   free. A
+//!   snapshot goes when its page leaves the prefix cache. Snapshots are made
+//!   only when a request ends, never during an admission pass, so a hit found
+//!   at the start of a pass is still restorable at its end.
+//! * A hybrid model's prefix hit is cut back to the longest cached prefix whose
+//!   last page has a snapshot (KV pages alone cannot restore a recurrent state);
+//!   the sequence's live slot starts as a copy of it.
+//!
+//! Invariant: every slot id is a request slot (free or held) or a snapshot slot
+//! (free or holding a snapshot), and each pool keeps its size.
+
+use std::collections::BTreeMap;
+
+use crate::admission::RECURRENT_SLOTS_PER_REQUEST;
+use crate::request::RequestId;
+
+/// A state copy the KV store must make: `from`'s state into `to`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StateCopy {
+    pub from: u32,
+    pub to: u32,
+}
+
+/// A checkpoint slot and the cached page its state ends with, once written.
+#[derive(Copy, Clone, Debug)]
+struct Checkpoint {
+    slot: u32,
+    page: Option<u32>,
+}
+
+#[derive(Clone, Debug)]
+struct SeqStates {
+    live: u32,
+    checkpoints: [Checkpoint; 2],
+    /// The checkpoint the next boundary overwrites (the other is the newest).
+    next: usize,
+}
+
+/// Every slot and who holds it.
+#[derive(Clone, Debug)]
+pub struct StateLedger {
+    /// Free request slots, the last given back first.
+    free: Vec<u32>,
+    seqs: BTreeMap<RequestId, SeqStates>,
+    /// Free snapshot slots.
+    snapshot_free: Vec<u32>,
+    /// Snapshots: the cached page a snapshot's prefix ends with, to its slot and
+    /// the tick it was made or last restored at; and the ticks' order.
+    by_page: BTreeMap<u32, (u32, u64)>,
+    made: BTreeMap<u64, u32>,
+    tick: u64,
+}
+
+/// A request took slots admission did not promise (a ledger bug).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("the recurrent-state pool ran out of slots for request {0}")]
+pub struct OutOfSlots(pub RequestId);
+
+impl StateLedger {
+    /// `request_slots` slots for requests (ids from 0), then `snapshots`.
+    pub fn new(request_slots: u32, snapshots: u32) -> StateLedger {
+        StateLedger {
+            free: (0..request_slots).rev().collect(),
+            seqs: BTreeMap::new(),
+            snapshot_free: (request_slots..request_slots + snapshots).rev().collect(),
+            by_page: BTreeMap::new(),
+            made: BTreeMap::new(),
+            tick: 0,
+        }
+    }
+
+    /// Request slots admission can still promise.
+    pub fn available(&self) -> u64 {
+        self.free.len() as u64
+    }
+
+    /// Snapshots kept.
+    pub fn snapshots(&self) -> usize {
+        self.by_page.len()
+    }
+
+    /// Whether the state after cached page `page` can be restored.
+    pub fn has_snapshot(&self, page: u32) -> bool {
+        self.by_page.contains_key(&page)
+    }
+
+    /// Takes sequence `id`'s slots; its live state starts as a copy of the
+    /// snapshot of `from_page` when given (a prefix hit ending there), which the
+    /// caller makes before the sequence runs. Returns the live slot and the copy.
+    pub fn admit(
+        &mut self,
+        id: RequestId,
+        from_page: Option<u32>,
+    ) -> Result<(u32, Option<StateCopy>), OutOfSlots> {
+        let n = RECURRENT_SLOTS_PER_REQUEST as usize;
+        if self.free.len() < n {
+            return Err(OutOfSlots(id));
+        }
+        let from = from_page.and_then(|p| self.touch(p));
+        let (live, a, b) = (self.take(), self.take(), self.take());
+        let at = |slot| Checkpoint { slot, page: None };
+        let old = self.seqs.insert(
+            id,
+            SeqStates {
+                live,
+                checkpoints: [at(a), at(b)],
+                next: 0,
+            },
+        );
+        assert!(old.is_none(), "request {id} admitted twice");
+        Ok((live, from.map(|from| StateCopy { from, to: live })))
+    }
+
+    /// The snapshot slot of `page`, now the most recently used.
+    fn touch(&mut self, page: u32) -> Option<u32> {
+        let (slot, tick) = self.by_page.get(&page).copied()?;
+        self.made.remove(&tick);
+        self.tick += 1;
+        self.made.insert(self.tick, page);
+        self.by_page.insert(page, (slot, self.tick));
+        Some(slot)
+    }
+
+    fn take(&mut self) -> u32 {
+        self.free.pop().expect("checked")
+    }
+
+    /// Sequence `id`'s live state has just reached the end of cached page
+    /// `page`: it is copied into its older checkpoint (the copy returned).
+    pub fn checkpoint(&mut self, id: RequestId, page: u32) -> Option<StateCopy> {
+        let s = self.seqs.get_mut(&id)?;
+        let c = &mut s.checkpoints[s.next];
+        c.page = Some(page);
+        s.next = 1 - s.next;
+        Some(StateCopy {
+            from: s.live,
+            to: c.slot,
+        })
+    }
+
+    /// Sequence `id` ends: its slots go back, its newest checkpoint whose page
+    /// `cached` still holds (and has none) first becoming that page's snapshot.
+    pub fn release(&mut self, id: RequestId, cached: impl Fn(u32) -> bool) {
+        let Some(s) = self.seqs.remove(&id) else {
+            return;
+        };
+        let newest_first = [s.checkpoints[1 - s.next], s.checkpoints[s.next]];
+        let keep = newest_first.into_iter().find_map(|c| {
+            c.page
+                .filter(|&p| cached(p) && !self.by_page.contains_key(&p))
+                .map(|p| (c.slot, p))
+        });
+        let mut back = vec![s.live, s.checkpoints[0].slot, s.checkpoints[1].slot];
+        if let Some((slot, page)) = keep
+            && let Some(traded) = self.snapshot_slot()
+        {
+            back.retain(|&b| b != slot);
+            back.push(traded);
+            self.tick += 1;
+            self.by_page.insert(page, (slot, self.tick));
+            self.made.insert(self.tick, page);
+        }
+        self.free.extend(back);
+    }
+
+    /// A snapshot slot to trade: a free one, else the least recently used
+    /// snapshot's.
+    fn snapshot_slot(&mut self) -> Option<u32> {
+        if let Some(s) = self.snapshot_free.pop() {
+            return Some(s);
+        }
+        let (_, page) = self.made.pop_first()?;
+        self.by_page.remove(&page).map(|s| s.0)
+    }
+
+    /// Cached page `page` left the prefix cache: its snapshot goes too.
+    pub fn page_evicted(&mut self, page: u32) {
+        if let Some((slot, tick)) = self.by_page.remove(&page) {
+            self.made.remove(&tick);
+            self.snapshot_free.push(slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_holds_three_slots_and_a_full_pool_refuses() {
+        let mut s = StateLedger::new(7, 2);
+        let (live, copy) = s.admit(1, None).unwrap();
+        assert_eq!((live, copy), (0, None));
+        s.admit(2, None).unwrap();
+        assert_eq!(s.available(), 1);
+        assert_eq!(s.admit(3, None), Err(OutOfSlots(3)));
+        assert_eq!(s.available(), 1, "a refusal takes nothing");
+        s.release(1, |_| false);
+        assert_eq!(s.available(), 4);
+    }
+
+    #[test]
+    fn the_newest_cached_checkpoint_becomes_a_snapshot_that_restores() {
+        let mut s = StateLedger::new(6, 1);
+        let (live, _) = s.admit(1, None).unwrap();
+        let c1 = s.checkpoint(1, 40).unwrap();
+        let c2 = s.checkpoint(1, 41).unwrap();
+        let c3 = s.checkpoint(1, 42).unwrap();
+        assert_eq!((c1.from, c2.from, c3.from), (live, live, live));
+        assert_eq!(c3.to, c1.to, "the older checkpoint is overwritten");
+        // Page 42 (newest) left the cache: page 41's checkpoint is kept.
+        s.release(1, |p| p == 41);
+        assert!(s.has_snapshot(41) && !s.has_snapshot(42) && !s.has_snapshot(40));
+        assert_eq!(s.available(), 6, "the traded slot went back to requests");
+        let (live2, copy) = s.admit(2, Some(41)).unwrap();
+        assert_eq!(
+            copy,
+            Some(StateCopy {
+                from: c2.to,
+                to: live2
+            })
+        );
+        // Request 2 reaches page 43; its snapshot takes the only snapshot slot.
+        s.checkpoint(2, 43).unwrap();
+        s.release(2, |_| true);
+        assert!(s.has_snapshot(43) && !s.has_snapshot(41));
+        s.page_evicted(43);
+        assert_eq!((s.snapshots(), s.available()), (0, 6));
+        // Every id is still held exactly once.
+        let mut ids: Vec<u32> = s.free.iter().chain(&s.snapshot_free).copied().collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..7).collect::<Vec<_>>());
+    }
+}
