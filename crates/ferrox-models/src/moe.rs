@@ -45,7 +45,8 @@ pub fn route(logits: &[f32], moe: &MoeParams) -> Routes {
     for row in logits.chunks_exact(e) {
         let ranked = match moe.gating {
             Gating::SoftmaxThenTopK => {
-                softmax(row, &mut probs);
+                probs.copy_from_slice(row);
+                softmax(&mut probs);
                 &probs[..]
             }
             Gating::TopKThenSoftmax => row,
@@ -65,10 +66,7 @@ pub fn route(logits: &[f32], moe: &MoeParams) -> Routes {
                 weights.iter_mut().for_each(|w| *w /= sum);
             }
             Gating::SoftmaxThenTopK => {}
-            Gating::TopKThenSoftmax => {
-                let chosen_logits = weights.clone();
-                softmax(&chosen_logits, &mut weights);
-            }
+            Gating::TopKThenSoftmax => softmax(&mut weights),
         }
         routes.experts.extend_from_slice(chosen);
         routes.weights.extend(weights.iter().map(|w| w * scale));
@@ -76,15 +74,15 @@ pub fn route(logits: &[f32], moe: &MoeParams) -> Routes {
     routes
 }
 
-/// `out = softmax(row)` in f32, shifted by the row's maximum.
-fn softmax(row: &[f32], out: &mut [f32]) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+/// `v = softmax(v)` in f32, shifted by the maximum.
+fn softmax(v: &mut [f32]) {
+    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0f32;
-    for (o, &v) in out.iter_mut().zip(row) {
-        *o = (v - max).exp();
+    for o in v.iter_mut() {
+        *o = (*o - max).exp();
         sum += *o;
     }
-    out.iter_mut().for_each(|o| *o /= sum);
+    v.iter_mut().for_each(|o| *o /= sum);
 }
 
 impl Routes {

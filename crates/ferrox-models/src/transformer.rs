@@ -25,7 +25,6 @@
 //! reads KV in runs that end at page boundaries only, so a position's numbers do
 //! not depend on which pages (shared or private) hold its history.
 
-use ferrox_core::ops::activation::gated;
 use ferrox_core::ops::exp::{exp, exp_shifted};
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
@@ -35,16 +34,16 @@ use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_mat
 use ferrox_gguf::GgufFile;
 use rayon::prelude::*;
 
+mod ffn;
+mod recurrent;
+
 use crate::activation_path::ActivationPath;
 use crate::arch::ArchSpec;
 use crate::decoder::{Decoder, Logits, Span, Want};
-use crate::delta_net::{self, Projections};
 use crate::error::ModelError;
 use crate::hparams::HyperParams;
 use crate::kv_store::{KvStore, LayerSlot};
-use crate::weights::{
-    AttentionWeights, DeltaNetWeights, Ffn, GatedFfn, LayerWeights, Linear, Mixer, Weights,
-};
+use crate::weights::{AttentionWeights, LayerWeights, Linear, Mixer, Weights};
 
 /// A loaded model, ready to run.
 pub struct Transformer {
@@ -494,59 +493,6 @@ impl Transformer {
         add_residual(x, &mut s.o, lw.attn_post_norm.as_deref(), d, hp.rms_eps);
     }
 
-    /// One gated delta-net layer: `x += delta_net(x)`, advancing each span's
-    /// recurrent state ([`crate::delta_net`]).
-    fn delta_net(
-        &self,
-        li: usize,
-        lw: &LayerWeights,
-        dn: &DeltaNetWeights,
-        x: &mut [f32],
-        (batch, cache): (&Batch<'_>, &mut KvStore),
-        s: &mut Scratch,
-    ) {
-        let hp = &self.hp;
-        let p = hp.delta_net.expect("a delta-net layer has its sizes");
-        let (d, n) = (hp.n_embd, batch.len());
-        let (c, v, heads) = (p.conv_channels(), p.value_dim(), p.n_v_heads);
-        let LayerSlot::Recurrent(index) = cache.layout().layers[li] else {
-            unreachable!("layer {li} is recurrent");
-        };
-        s.h.copy_from_slice(x);
-        s.h.chunks_exact_mut(d)
-            .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
-        let (mut mixed, mut z) = (vec![0.0f32; n * c], vec![0.0f32; n * v]);
-        let (mut beta, mut alpha) = (vec![0.0f32; n * heads], vec![0.0f32; n * heads]);
-        let maps = [&dn.qkv, &dn.gate, &dn.beta, &dn.alpha];
-        let input = self.input(&s.h, n, d, &maps, &mut s.quantized);
-        self.project(
-            &input,
-            &mut [
-                (&dn.qkv, &mut mixed),
-                (&dn.gate, &mut z),
-                (&dn.beta, &mut beta),
-                (&dn.alpha, &mut alpha),
-            ],
-        );
-        let mut out = vec![0.0f32; n * v];
-        let mut t0 = 0;
-        for span in batch.spans {
-            let (m, t1) = (span.tokens.len(), t0 + span.tokens.len());
-            let x = Projections {
-                mixed: &mixed[t0 * c..t1 * c],
-                z: &z[t0 * v..t1 * v],
-                beta: &beta[t0 * heads..t1 * heads],
-                alpha: &alpha[t0 * heads..t1 * heads],
-            };
-            let state = cache.state_mut(span.pages, index);
-            delta_net::run(&p, dn, hp.rms_eps, state, &x, &mut out[t0 * v..t1 * v]);
-            t0 += m;
-        }
-        let input = self.input(&out, n, v, &[&dn.out], &mut s.quantized);
-        self.project(&input, &mut [(&dn.out, &mut s.o)]);
-        add_residual(x, &mut s.o, lw.attn_post_norm.as_deref(), d, hp.rms_eps);
-    }
-
     /// Turns every token's queries and keys, and writes its keys and values.
     fn rope_and_store(
         &self,
@@ -646,100 +592,6 @@ impl Transformer {
                 }
             },
         );
-    }
-
-    /// One layer's feed-forward block: `x += mlp(x)`.
-    fn mlp(&self, lw: &LayerWeights, x: &mut [f32], n: usize, s: &mut Scratch) {
-        let hp = &self.hp;
-        let d = hp.n_embd;
-        s.h.copy_from_slice(x);
-        s.h.chunks_exact_mut(d)
-            .for_each(|r| rms_norm(r, &lw.ffn_norm, hp.rms_eps));
-        match &lw.ffn {
-            Ffn::Dense(f) => {
-                let Scratch {
-                    h,
-                    g,
-                    u,
-                    o,
-                    quantized,
-                    ..
-                } = s;
-                self.gated_ffn(f, h, n, hp.n_ff, (g, u, o), quantized);
-            }
-            Ffn::Experts { router, experts } => self.experts(router, experts, n, s),
-        }
-        add_residual(x, &mut s.o, lw.ffn_post_norm.as_deref(), d, hp.rms_eps);
-    }
-
-    /// `o = (act(h Wgate) * h Wup) Wdown` for `n` rows of `h`, `ff` wide inside;
-    /// `g` and `u` are `[n][ff]` scratch.
-    fn gated_ffn(
-        &self,
-        f: &GatedFfn,
-        h: &[f32],
-        n: usize,
-        ff: usize,
-        (g, u, o): (&mut [f32], &mut [f32], &mut [f32]),
-        quantized: &mut QuantizedRows,
-    ) {
-        let d = self.hp.n_embd;
-        let input = self.input(h, n, d, &[&f.gate, &f.up], quantized);
-        self.project(&input, &mut [(&f.gate, &mut *g), (&f.up, &mut *u)]);
-        // Element-wise, so splitting it across threads changes no value.
-        let act = self.spec.gate;
-        g.par_chunks_mut(4096)
-            .zip(u.par_chunks(4096))
-            .for_each(|(gc, uc)| gated(gc, uc, act));
-        let input = self.input(g, n, ff, &[&f.down], quantized);
-        self.project(&input, &mut [(&f.down, o)]);
-    }
-
-    /// A mixture of experts over the normed rows `s.h`, into `s.o`: route every
-    /// row, run each chosen expert once on all the rows that chose it, then sum
-    /// each row's experts, weighted, in its rank order.
-    fn experts(&self, router: &Linear, experts: &[GatedFfn], n: usize, s: &mut Scratch) {
-        let d = self.hp.n_embd;
-        let moe = self.hp.moe.expect("an expert layer has MoE parameters");
-        let mut logits = vec![0.0f32; n * moe.n_experts];
-        let input = self.input(&s.h, n, d, &[router], &mut s.quantized);
-        self.project(&input, &mut [(router, &mut logits)]);
-        let routes = crate::moe::route(&logits, &moe);
-        let k = routes.n_used;
-        // [n][k][d]: each row's expert outputs by rank.
-        let mut by_rank = vec![0.0f32; n * k * d];
-        for (e, rows) in routes.by_expert(moe.n_experts).iter().enumerate() {
-            if rows.is_empty() {
-                continue;
-            }
-            let m = rows.len();
-            let mut h = Vec::with_capacity(m * d);
-            for &(t, _) in rows {
-                h.extend_from_slice(&s.h[t * d..(t + 1) * d]);
-            }
-            let ff = moe.n_ff_expert;
-            let (mut g, mut u, mut o) = (vec![0.0; m * ff], vec![0.0; m * ff], vec![0.0; m * d]);
-            self.gated_ffn(
-                &experts[e],
-                &h,
-                m,
-                ff,
-                (&mut g, &mut u, &mut o),
-                &mut s.quantized,
-            );
-            for (j, &(t, r)) in rows.iter().enumerate() {
-                by_rank[(t * k + r) * d..(t * k + r + 1) * d]
-                    .copy_from_slice(&o[j * d..(j + 1) * d]);
-            }
-        }
-        for (t, out) in s.o.chunks_exact_mut(d).enumerate() {
-            out.fill(0.0);
-            for r in 0..k {
-                let w = routes.weight(t, r);
-                let y = &by_rank[(t * k + r) * d..(t * k + r + 1) * d];
-                out.iter_mut().zip(y).for_each(|(o, &v)| *o += w * v);
-            }
-        }
     }
 
     /// The hidden states after the last layer: `[tokens][n_embd]`, token by token

@@ -257,6 +257,14 @@ pub const FAMILIES: [Family; 8] = [
     },
 ];
 
+/// Layer `i`'s `ffn_gate`, `ffn_up` and `ffn_down`, `d` wide outside, `ff` inside.
+fn dense_ffn(b: &mut Builder, i: usize, d: usize, ff: usize) {
+    let n = |s: &str| format!("blk.{i}.{s}.weight");
+    b.matrix(n("ffn_gate"), d, ff);
+    b.matrix(n("ffn_up"), d, ff);
+    b.matrix(n("ffn_down"), ff, d);
+}
+
 /// A deterministic stream of uniform values in [-1, 1).
 struct Uniform(u64);
 
@@ -561,9 +569,7 @@ impl Family {
         b.vector(n("ssm_norm"), head_dim, 0.2, 1.0);
         b.matrix(n("ssm_out"), v, d);
         b.vector(n("post_attention_norm"), d, 0.2, 1.0);
-        b.matrix(n("ffn_gate"), d, ff);
-        b.matrix(n("ffn_up"), d, ff);
-        b.matrix(n("ffn_down"), ff, d);
+        dense_ffn(b, i, d, ff);
     }
 
     fn layer(&self, b: &mut Builder, i: usize) {
@@ -645,11 +651,10 @@ impl Family {
         }
         if self.arch == Architecture::Phi3 {
             b.matrix(n("ffn_up"), d, 2 * ff);
+            b.matrix(n("ffn_down"), ff, d);
         } else {
-            b.matrix(n("ffn_gate"), d, ff);
-            b.matrix(n("ffn_up"), d, ff);
+            dense_ffn(b, i, d, ff);
         }
-        b.matrix(n("ffn_down"), ff, d);
         if self.arch == Architecture::Gemma2 {
             b.vector(n("post_attention_norm"), d, 0.2, 1.0);
             b.vector(n("post_ffw_norm"), d, 0.2, 1.0);

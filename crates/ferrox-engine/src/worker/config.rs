@@ -1,0 +1,111 @@
+//! The engine's knobs and what they must satisfy before it starts.
+
+use ferrox_models::kv_plan::defaults;
+
+use crate::admission::RECURRENT_SLOTS_PER_REQUEST;
+use crate::ledger::StatePools;
+
+/// Engine knobs (SPEC "Knobs").
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Requests in flight at once, prompts still prefilling included.
+    pub max_seqs: usize,
+    /// Prompt tokens per step.
+    pub prefill_chunk: usize,
+    /// Requests that may wait for admission beyond `max_seqs` running ones (the
+    /// engine holds at most `max_seqs + max_queue`, SPEC S11).
+    pub max_queue: usize,
+    /// Positions per KV block (page).
+    pub block_size: usize,
+    /// KV blocks in the pool (`None`: no budget, grow on demand).
+    pub kv_blocks: Option<usize>,
+    /// Longest request in positions (`None`: the model's context length).
+    pub max_context: Option<usize>,
+    /// Share written KV pages between requests with a common prompt prefix.
+    pub prefix_cache: bool,
+    /// Recurrent-state slots of a hybrid model's pool, three per request
+    /// (`None`: three per request row, so the slots never bind first).
+    pub recurrent_slots: Option<usize>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_seqs: defaults::MAX_SEQS,
+            prefill_chunk: defaults::PREFILL_CHUNK,
+            max_queue: 512,
+            block_size: defaults::KV_BLOCK_SIZE,
+            kv_blocks: None,
+            max_context: None,
+            prefix_cache: true,
+            recurrent_slots: None,
+        }
+    }
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0} must be at least 1")]
+    ZeroKnob(&'static str),
+    /// A window model's chunks end on pages (SPEC S22): a step must hold one.
+    #[error(
+        "the prefill chunk ({chunk} tokens) is smaller than a KV block ({block} positions); a model with sliding-window layers prefills whole blocks, so raise --prefill-chunk / FERROX_CB_PREFILL_CHUNK or lower --kv-block-size / FERROX_CB_KV_BLOCK_SIZE"
+    )]
+    ChunkBelowPage { chunk: usize, block: usize },
+    /// The pool cannot hold the smallest request: every request would be refused.
+    #[error(
+        "the KV pool holds {blocks} blocks, but the smallest request (one prompt token and one generated) needs {need}; raise --kv-memory / FERROX_CB_KV_MEMORY or --kv-blocks / FERROX_CB_KV_BLOCKS"
+    )]
+    PoolTooSmall { blocks: u64, need: u64 },
+    /// A hybrid model's state pool cannot hold one request's slots.
+    #[error(
+        "the recurrent-state pool holds {slots} slots, but a request of this hybrid model holds {need}; raise --recurrent-slots / FERROX_CB_RECURRENT_SLOTS"
+    )]
+    StatePoolTooSmall { slots: usize, need: u64 },
+    #[error(transparent)]
+    Plan(#[from] ferrox_models::ModelError),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(std::io::Error),
+}
+
+pub(super) fn check_knobs(config: &EngineConfig) -> Result<(), StartError> {
+    for (name, v) in [
+        ("max seqs", config.max_seqs),
+        ("prefill chunk", config.prefill_chunk),
+        ("KV block size", config.block_size),
+    ] {
+        if v == 0 {
+            return Err(StartError::ZeroKnob(name));
+        }
+    }
+    Ok(())
+}
+
+/// The recurrent-state pools of a hybrid model: its request slots (three per
+/// request row unless set) and one snapshot per three of them with the prefix
+/// cache (`None` without recurrent layers).
+pub(super) fn state_pools(
+    config: &EngineConfig,
+    recurrent: bool,
+) -> Result<Option<StatePools>, StartError> {
+    if !recurrent {
+        return Ok(None);
+    }
+    let need = RECURRENT_SLOTS_PER_REQUEST;
+    let slots = config
+        .recurrent_slots
+        .unwrap_or(config.max_seqs * need as usize);
+    if (slots as u64) < need {
+        return Err(StartError::StatePoolTooSmall { slots, need });
+    }
+    let snapshots = if config.prefix_cache {
+        slots as u64 / need
+    } else {
+        0
+    };
+    Ok(Some(StatePools {
+        request_slots: slots as u32,
+        snapshots: snapshots as u32,
+    }))
+}
