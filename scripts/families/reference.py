@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The float64 reference of ferrox's supported families: the exact function a
 GGUF defines, written from llama.cpp's graphs (src/models/{llama,qwen2,qwen3,
-qwen3moe,phi3,gemma2,openai-moe,qwen35}.cpp, delta-net-base.cpp,
+qwen3moe,phi3,gemma2,openai-moe,qwen35,gemma4}.cpp, delta-net-base.cpp,
 llm_graph_context::build_moe_ffn, ggml's rope_yarn, swiglu_oai, ssm_conv and
 soft_max with sinks), independent of ferrox's code.
 
@@ -106,9 +106,92 @@ class Model:
             self.ssm_dk = g("ssm.state_size")
             self.ssm_nk = g("ssm.group_count")
             self.ssm_nv = g("ssm.time_step_rank")
+        self.gemma4 = a == "gemma4"
+        if self.gemma4:
+            self.init_gemma4(g)
         self.n_expert = g("expert_count", 0)
         self.n_expert_used = g("expert_used_count", 0)
         self.expert_scale = g("expert_weights_scale", 0.0)
+
+    def init_gemma4(self, g):
+        """Gemma 4's per-layer shapes (llama_model_gemma4::load_arch_hparams)."""
+        n = self.n_layer
+        per_layer = lambda v: list(v) if isinstance(v, list) else [v] * n
+        self.swa = [bool(f) for f in g("attention.sliding_window_pattern")]
+        self.window = g("attention.sliding_window")
+        self.l_nkv = per_layer(g("attention.head_count_kv"))
+        self.l_dk = [g("attention.key_length_swa") if w else self.dk for w in self.swa]
+        self.l_rot = [g("rope.dimension_count_swa") if w else self.rope_dim for w in self.swa]
+        self.l_base = [g("rope.freq_base_swa", self.base) if w else self.base for w in self.swa]
+        first = n - g("attention.shared_kv_layers", 0)
+        self.l_src = [il if il < first else first - (2 if self.swa[il] else 1) for il in range(n)]
+        self.epl = g("embedding_length_per_layer_input")
+        self.final_cap = g("final_logit_softcapping")
+
+    def rope_gemma4(self, x, pos, il):
+        """NeoX over the layer's rotated dims; full layers divide by rope_freqs."""
+        n, y = self.l_rot[il], x.copy()
+        theta = pos * self.l_base[il] ** (-2.0 * np.arange(n // 2) / n)
+        if not self.swa[il]:
+            theta = theta / self.t["rope_freqs.weight"]
+        c, s = np.cos(theta), np.sin(theta)
+        a, b = x[:, : n // 2], x[:, n // 2 : n]
+        y[:, : n // 2] = a * c - b * s
+        y[:, n // 2 : n] = a * s + b * c
+        return y
+
+    def per_layer_inputs(self, token, x):
+        """Each layer's per-layer token input, [n_layer, epl]."""
+        proj = (self.t["per_layer_model_proj.weight"] @ x / math.sqrt(self.d)).reshape(self.n_layer, self.epl)
+        proj = np.stack([self.norm(r, self.t["per_layer_proj_norm.weight"]) for r in proj])
+        embd = self.t["per_layer_token_embd.weight"][token].reshape(self.n_layer, self.epl)
+        return (proj + embd * math.sqrt(self.epl)) / math.sqrt(2)
+
+    def attention_gemma4(self, p, il, h, pos, cache):
+        nkv, dk = self.l_nkv[il], self.l_dk[il]
+        rms = lambda r: r / np.sqrt(np.mean(r * r) + self.eps)
+        q = self.t[p + "attn_q.weight"].dot(h).reshape(self.nh, dk)
+        q = self.rope_gemma4(np.stack([self.norm(r, self.t[p + "attn_q_norm.weight"]) for r in q]), pos, il)
+        src = self.l_src[il]
+        if src == il:
+            kraw = self.t[p + "attn_k.weight"] @ h
+            vraw = self.t[p + "attn_v.weight"] @ h if p + "attn_v.weight" in self.t else kraw
+            k = np.stack([self.norm(r, self.t[p + "attn_k_norm.weight"]) for r in kraw.reshape(nkv, dk)])
+            v = np.stack([rms(r) for r in vraw.reshape(nkv, dk)])
+            cache[il].append((self.rope_gemma4(k, pos, il), v))
+        lo = max(0, pos + 1 - self.window) if self.swa[il] else 0
+        ks = np.stack([c[0] for c in cache[src][lo:]])
+        vs = np.stack([c[1] for c in cache[src][lo:]])
+        group = self.nh // nkv
+        out = np.zeros((self.nh, dk))
+        for hd in range(self.nh):
+            sc = ks[:, hd // group, :] @ q[hd]  # unscaled
+            e = np.exp(sc - sc.max())
+            out[hd] = (e / e.sum()) @ vs[:, hd // group, :]
+        return self.lin(p + "attn_output", out.reshape(-1))
+
+    def step_gemma4(self, token, pos, cache):
+        """One token of Gemma 4 (src/models/gemma4.cpp, dense layers)."""
+        gelu = lambda g: 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
+        x = self.t["token_embd.weight"][token] * math.sqrt(self.d)
+        inputs = self.per_layer_inputs(token, x) if self.epl else None
+        for il in range(self.n_layer):
+            p = f"blk.{il}."
+            w = lambda name: self.t[p + name + ".weight"]
+            o = self.attention_gemma4(p, il, self.norm(x, w("attn_norm")), pos, cache)
+            x = x + self.norm(o, w("post_attention_norm"))
+            h = self.norm(x, w("ffn_norm"))
+            f = w("ffn_down") @ (gelu(w("ffn_gate") @ h) * (w("ffn_up") @ h))
+            x = x + self.norm(f, w("post_ffw_norm"))
+            if inputs is not None:
+                y = w("proj") @ (gelu(w("inp_gate") @ x) * inputs[il])
+                x = x + self.norm(y, w("post_norm"))
+            if p + "layer_output_scale.weight" in self.t:
+                x = x * w("layer_output_scale")[0]
+        logits = self.t["token_embd.weight"] @ self.norm(x, self.t["output_norm.weight"])
+        if self.final_cap:
+            logits = self.final_cap * np.tanh(logits / self.final_cap)
+        return logits
 
     def is_swa(self, il):
         return (self.gemma or self.oss) and il % 2 == 0
@@ -227,6 +310,8 @@ class Model:
         return self.t[p + "ssm_out.weight"] @ out.reshape(-1)
 
     def step(self, token, pos, cache):
+        if self.gemma4:
+            return self.step_gemma4(token, pos, cache)
         x = self.t["token_embd.weight"][token].copy()
         if self.gemma:
             x = x * math.sqrt(self.d)

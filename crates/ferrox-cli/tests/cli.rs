@@ -81,7 +81,9 @@ fn inspect_of_an_unsupported_architecture_lists_the_supported_ones() {
     let e = stderr(&o);
     assert!(
         e.contains("unsupported architecture \"mamba\"")
-            && e.contains("llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt-oss, qwen35"),
+            && e.contains(
+                "llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, gpt-oss, qwen35, gemma4"
+            ),
         "{e}"
     );
 }

@@ -41,6 +41,13 @@ pub enum Architecture {
     /// four, each with a fixed-size recurrent state per sequence, then a full
     /// attention layer with an output gate, QK-norm and partial NeoX RoPE.
     Qwen35,
+    /// Gemma 4 (E2B, E4B, 31B): Gemma 3's layout with window layers listed one
+    /// by one and shaped apart (their own head width, KV heads, rotated dims and
+    /// RoPE base), unscaled attention over RMS-normed values, full layers whose
+    /// values may be their keys and whose RoPE turns a quarter of each head, the
+    /// last layers reading earlier layers' KV, per-layer token inputs and a
+    /// per-layer output scale.
+    Gemma4,
 }
 
 /// Where the sliding-window layers are, when the file does not list them.
@@ -57,6 +64,15 @@ pub enum WindowRule {
     },
 }
 
+/// The RoPE base of window layers.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum LocalRopeBase {
+    /// The global base (a `rope.freq_base_swa` key is not honoured).
+    Global,
+    /// `rope.freq_base_swa`, else `default` (`None`: the global base).
+    Key { default: Option<f32> },
+}
+
 /// How attention scores are scaled.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum AttentionScale {
@@ -65,6 +81,8 @@ pub enum AttentionScale {
     /// Gemma: `1 / sqrt(n_embd / n_heads)` for the 27B shape (this many
     /// layers), else `1 / sqrt(head_dim)`.
     GemmaBig { layers: usize },
+    /// Unscaled (Gemma 4: its queries and keys are RMS-normed).
+    One,
 }
 
 /// The described table of one architecture.
@@ -85,8 +103,9 @@ pub struct ArchSpec {
     pub own_output: bool,
     /// RoPE base when the file gives none.
     pub default_rope_base: f32,
-    /// RoPE base of window layers when the file gives none (`None`: the global).
-    pub default_local_rope_base: Option<f32>,
+    /// Whether window layers read their own RoPE base (`rope.freq_base_swa`),
+    /// and what it is when the file gives none (`None`: the global base).
+    pub local_rope_base: LocalRopeBase,
     pub windows: WindowRule,
     pub attention_scale: AttentionScale,
     /// Soft-cap of attention scores (`attention.` ... `attn_logit_softcapping`).
@@ -111,6 +130,16 @@ pub struct ArchSpec {
     /// twice as wide: each head's query, then its gate), and attention's output
     /// is multiplied by `sigmoid(gate)` (Qwen3.5).
     pub gated_attention: bool,
+    /// Values are RMS-normed per head, without a weight (Gemma 4).
+    pub value_norm: bool,
+    /// Gemma 4's per-layer shapes: window layers have their own head width,
+    /// rotated dims and KV heads (`*_swa` keys, `head_count_kv` per layer),
+    /// the last `attention.shared_kv_layers` layers read the KV of the last
+    /// earlier layer of their kind and keep none, a layer without `attn_v` uses
+    /// its keys as values, `embedding_length_per_layer_input` adds per-layer
+    /// token inputs (`per_layer_*`, `inp_gate`, `proj`, `post_norm`), and
+    /// `layer_output_scale` scales a layer's output.
+    pub layer_shapes: bool,
 }
 
 /// The feed-forward: one dense block, or routed experts (llama.cpp's
@@ -160,7 +189,7 @@ const LLAMA: ArchSpec = ArchSpec {
     fused_gate_up: false,
     own_output: true,
     default_rope_base: 10_000.0,
-    default_local_rope_base: None,
+    local_rope_base: LocalRopeBase::Global,
     windows: WindowRule::None,
     attention_scale: AttentionScale::HeadDim,
     attn_softcap: Softcap::Never,
@@ -171,6 +200,8 @@ const LLAMA: ArchSpec = ArchSpec {
     ffn_norm: "ffn_norm",
     recurrent_layers: false,
     gated_attention: false,
+    value_norm: false,
+    layer_shapes: false,
 };
 
 const GEMMA2: ArchSpec = ArchSpec {
@@ -182,7 +213,7 @@ const GEMMA2: ArchSpec = ArchSpec {
     fused_gate_up: false,
     own_output: false,
     default_rope_base: 10_000.0,
-    default_local_rope_base: None,
+    local_rope_base: LocalRopeBase::Global,
     windows: WindowRule::Pattern {
         pattern: 2,
         default_window: Some(4096),
@@ -200,11 +231,13 @@ const GEMMA2: ArchSpec = ArchSpec {
     ffn_norm: "ffn_norm",
     recurrent_layers: false,
     gated_attention: false,
+    value_norm: false,
+    layer_shapes: false,
 };
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 9] = [
+    pub const ALL: [Architecture; 10] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
@@ -214,6 +247,7 @@ impl Architecture {
         Architecture::Gemma3,
         Architecture::GptOss,
         Architecture::Qwen35,
+        Architecture::Gemma4,
     ];
 
     /// The `general.architecture` string.
@@ -228,6 +262,7 @@ impl Architecture {
             Architecture::Gemma3 => "gemma3",
             Architecture::GptOss => "gpt-oss",
             Architecture::Qwen35 => "qwen35",
+            Architecture::Gemma4 => "gemma4",
         }
     }
 
@@ -274,7 +309,9 @@ impl Architecture {
                 qk_norm: true,
                 own_output: false,
                 default_rope_base: 1_000_000.0,
-                default_local_rope_base: Some(10_000.0),
+                local_rope_base: LocalRopeBase::Key {
+                    default: Some(10_000.0),
+                },
                 windows: WindowRule::Pattern {
                     pattern: 6,
                     default_window: None,
@@ -306,6 +343,19 @@ impl Architecture {
                 recurrent_layers: true,
                 gated_attention: true,
                 ..LLAMA
+            },
+            Architecture::Gemma4 => ArchSpec {
+                windows: WindowRule::Pattern {
+                    pattern: 6,
+                    default_window: None,
+                },
+                attention_scale: AttentionScale::One,
+                local_rope_base: LocalRopeBase::Key { default: None },
+                rope_factors: RopeFactors::Freqs,
+                own_output: true,
+                value_norm: true,
+                layer_shapes: true,
+                ..Architecture::Gemma3.spec()
             },
         }
     }

@@ -8,11 +8,15 @@
 //! implemented (mixture of experts, an unknown RoPE scaling) is refused by name.
 
 use ferrox_core::ops::rope::RopeScaling;
-use ferrox_gguf::{Metadata, Value};
+use ferrox_gguf::Metadata;
 
 pub use crate::arch::{ArchSpec, Architecture};
-use crate::arch::{AttentionScale, Experts, Softcap, WindowRule};
+use crate::arch::{AttentionScale, Experts, LocalRopeBase, Softcap};
 use crate::error::ModelError;
+
+mod layers;
+
+use layers::{HeadShape, ShapeKeys};
 
 /// How one layer attends.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -38,12 +42,17 @@ pub struct HyperParams {
     /// ferrox loads past and does not run.
     pub n_draft_layers: usize,
     pub n_embd: usize,
+    /// The widest feed-forward of any layer.
     pub n_ff: usize,
+    /// Each layer's feed-forward width: `[n_layers]` (Gemma 4's shared-KV
+    /// layers may be twice as wide).
+    pub layer_ff: Vec<usize>,
     pub n_heads: usize,
+    /// KV heads of full-attention layers (every layer's are in `attention`).
     pub n_kv_heads: usize,
-    /// Per-head dimension of queries and keys.
+    /// Per-head dimension of queries and keys of full-attention layers.
     pub head_dim_k: usize,
-    /// Per-head dimension of values.
+    /// Per-head dimension of values of full-attention layers.
     pub head_dim_v: usize,
     pub context_length: usize,
     pub vocab_size: usize,
@@ -51,7 +60,7 @@ pub struct HyperParams {
     pub rope_freq_base: f32,
     /// RoPE base of sliding-window layers (Gemma 3), else equal to `rope_freq_base`.
     pub rope_freq_base_local: f32,
-    /// Dimensions rotated by RoPE per head.
+    /// Dimensions rotated by RoPE per head of full-attention layers.
     pub rope_dim: usize,
     /// How RoPE stretches positions (the file's `rope.scaling.*`).
     #[serde(serialize_with = "as_text")]
@@ -68,10 +77,29 @@ pub struct HyperParams {
     pub final_softcap: Option<f32>,
     /// Attention kind of each layer: `[n_layers]`.
     pub layers: Vec<AttentionKind>,
+    /// Attention shape of each layer: `[n_layers]`.
+    pub attention: Vec<LayerAttention>,
+    /// Width of each layer's per-layer token input (Gemma 4's
+    /// `embedding_length_per_layer_input`; 0 without).
+    pub n_embd_per_layer: usize,
     /// The routed experts of a mixture-of-experts model.
     pub moe: Option<MoeParams>,
     /// The gated delta-net layers' sizes, when the model has such layers.
     pub delta_net: Option<DeltaNetParams>,
+}
+
+/// How one layer's attention is shaped, and whose KV it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LayerAttention {
+    pub n_kv_heads: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    /// Dimensions rotated by RoPE per head.
+    pub rope_dim: usize,
+    /// The layer whose keys and values it attends to: itself, or for a
+    /// shared-KV layer (Gemma 4) the last earlier layer of its kind, which it
+    /// then neither computes nor stores.
+    pub kv_layer: usize,
 }
 
 /// The sizes of a gated delta-net layer (llama.cpp's `ssm.*` keys).
@@ -170,42 +198,50 @@ impl HyperParams {
         }
         let n_layers = blocks - n_draft_layers;
         let n_embd = positive(m, &key("embedding_length"))?;
-        let n_ff = positive(m, &key("feed_forward_length"))?;
+        let layer_ff = layers::per_layer_counts(m, &key("feed_forward_length"), n_layers)?
+            .ok_or_else(|| {
+                ModelError::from(ferrox_gguf::GgufError::MissingKey {
+                    key: key("feed_forward_length"),
+                })
+            })?;
+        let n_ff = layer_ff.iter().copied().max().unwrap_or(0);
+        if n_ff == 0 {
+            return Err(invalid(&key("feed_forward_length"), "must be positive"));
+        }
         let n_heads = positive(m, &key("attention.head_count"))?;
-        let n_kv_heads = match m.count_opt(&key("attention.head_count_kv"))? {
-            None => n_heads,
-            Some(0) => return Err(invalid(&key("attention.head_count_kv"), "must be positive")),
-            Some(n) => n,
+        let spec = architecture.spec();
+        let delta_net = delta_net_params(m, &key, spec.recurrent_layers)?;
+        let layers = match delta_net {
+            Some(_) => layers::recurrent_kinds(m, &key, n_layers)?,
+            None => layers::layer_kinds(m, &key, spec.windows, n_layers)?,
         };
-        if n_heads % n_kv_heads != 0 {
-            return Err(invalid(
-                &key("attention.head_count_kv"),
-                format!("{n_kv_heads} does not divide {n_heads} heads"),
-            ));
-        }
-        let head_dim_k = match m.count_opt(&key("attention.key_length"))? {
-            Some(d) => d,
-            None if n_embd % n_heads == 0 => n_embd / n_heads,
-            None => {
-                return Err(invalid(
-                    &key("attention.head_count"),
-                    format!("{n_heads} does not divide {n_embd}"),
-                ));
-            }
-        };
-        let head_dim_v = m
-            .count_opt(&key("attention.value_length"))?
-            .unwrap_or(head_dim_k);
-        let rope_dim = m
-            .count_opt(&key("rope.dimension_count"))?
-            .unwrap_or(head_dim_k);
-        if head_dim_k == 0 || head_dim_v == 0 || rope_dim > head_dim_k || rope_dim % 2 != 0 {
-            return Err(invalid(
-                &key("rope.dimension_count"),
-                format!("{rope_dim} rotated of a {head_dim_k}-wide head"),
-            ));
-        }
-        if architecture.spec().gated_attention && head_dim_v != head_dim_k {
+        let full = full_head_shape(m, &key, n_embd, n_heads)?;
+        let kv_heads = layers::per_layer_counts(m, &key("attention.head_count_kv"), n_layers)?
+            .unwrap_or_else(|| vec![n_heads; n_layers]);
+        let attention = layers::layer_attention(
+            m,
+            &layers,
+            &ShapeKeys {
+                key: &key,
+                n_heads,
+                kv_heads: &kv_heads,
+                full,
+                layer_shapes: spec.layer_shapes,
+            },
+        )?;
+        // The full layers' KV heads stand for the model's (the first layer's
+        // when none is full).
+        let n_kv_heads = attention[layers
+            .iter()
+            .position(|k| *k == AttentionKind::Full)
+            .unwrap_or(0)]
+        .n_kv_heads;
+        let HeadShape {
+            head_dim_k,
+            head_dim_v,
+            rope_dim,
+        } = full;
+        if spec.gated_attention && head_dim_v != head_dim_k {
             return Err(invalid(
                 &key("attention.value_length"),
                 format!(
@@ -213,13 +249,16 @@ impl HyperParams {
                 ),
             ));
         }
+        let n_embd_per_layer = match spec.layer_shapes {
+            true => m.count(&key("embedding_length_per_layer_input"))?,
+            false => 0,
+        };
         let context_length = positive(m, &key("context_length"))?;
         let vocab_size = match m.count_opt(&key("vocab_size"))? {
             Some(n) => n,
             None => m.string_array("tokenizer.ggml.tokens")?.len(),
         };
-        let spec = architecture.spec();
-        let moe = moe_params(m, &key, spec.experts, n_ff)?;
+        let moe = moe_params(m, &key, architecture, n_ff)?;
         let rms_eps = m
             .float_opt(&key("attention.layer_norm_rms_epsilon"))?
             .unwrap_or(1e-5) as f32;
@@ -233,21 +272,19 @@ impl HyperParams {
         let rope_attn_factor = m
             .float_opt(&key("rope.scaling.attn_factor"))?
             .unwrap_or(1.0) as f32;
-        let delta_net = delta_net_params(m, &key, spec.recurrent_layers)?;
-        let layers = match delta_net {
-            Some(_) => recurrent_kinds(m, &key, n_layers)?,
-            None => layer_kinds(m, &key, spec.windows, n_layers)?,
-        };
-        let rope_freq_base_local = match spec.default_local_rope_base {
-            Some(local) => m
+        let rope_freq_base_local = match spec.local_rope_base {
+            LocalRopeBase::Key { default } => m
                 .float_opt(&key("rope.freq_base_swa"))?
-                .unwrap_or(local as f64) as f32,
-            None => rope_freq_base,
+                .map(|b| b as f32)
+                .or(default)
+                .unwrap_or(rope_freq_base),
+            LocalRopeBase::Global => rope_freq_base,
         };
         let attn_scale = match spec.attention_scale {
             AttentionScale::GemmaBig { layers } if layers == n_layers => {
                 1.0 / ((n_embd / n_heads) as f32).sqrt()
             }
+            AttentionScale::One => 1.0,
             _ => 1.0 / (head_dim_k as f32).sqrt(),
         };
         Ok(HyperParams {
@@ -257,6 +294,7 @@ impl HyperParams {
             n_draft_layers,
             n_embd,
             n_ff,
+            layer_ff,
             n_heads,
             n_kv_heads,
             head_dim_k,
@@ -274,6 +312,8 @@ impl HyperParams {
             attn_softcap: softcap(m, &key("attn_logit_softcapping"), spec.attn_softcap)?,
             final_softcap: softcap(m, &key("final_logit_softcapping"), spec.final_softcap)?,
             layers,
+            attention,
+            n_embd_per_layer,
             moe,
             delta_net,
         })
@@ -293,27 +333,61 @@ impl HyperParams {
     }
 }
 
+/// The head shape of full-attention layers: `key_length` (else `n_embd /
+/// n_heads`), `value_length` (else the key width), `rope.dimension_count` (else
+/// the whole head).
+fn full_head_shape(
+    m: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    n_embd: usize,
+    n_heads: usize,
+) -> Result<HeadShape, ModelError> {
+    let head_dim_k = match m.count_opt(&key("attention.key_length"))? {
+        Some(d) => d,
+        None if n_embd.is_multiple_of(n_heads) => n_embd / n_heads,
+        None => {
+            return Err(invalid(
+                &key("attention.head_count"),
+                format!("{n_heads} does not divide {n_embd}"),
+            ));
+        }
+    };
+    HeadShape {
+        head_dim_k,
+        head_dim_v: m
+            .count_opt(&key("attention.value_length"))?
+            .unwrap_or(head_dim_k),
+        rope_dim: m
+            .count_opt(&key("rope.dimension_count"))?
+            .unwrap_or(head_dim_k),
+    }
+    .checked(&key("rope.dimension_count"))
+}
+
 /// The experts of an architecture that routes them; an `expert_count` on one
 /// that does not is refused by name (ferrox would run it as dense).
 fn moe_params(
     m: &Metadata,
     key: &dyn Fn(&str) -> String,
-    experts: Experts,
+    architecture: Architecture,
     n_ff: usize,
 ) -> Result<Option<MoeParams>, ModelError> {
     let count = m.count_opt(&key("expert_count"))?.unwrap_or(0);
-    let (normalize, gating) = match experts {
+    let (normalize, gating) = match architecture.spec().experts {
         Experts::SoftmaxTopK { normalize } => (normalize, Gating::SoftmaxThenTopK),
         Experts::TopKSoftmax => (false, Gating::TopKThenSoftmax),
         Experts::Dense => {
+            let why = match architecture == Architecture::Gemma4 {
+                true => {
+                    "Gemma 4's mixture-of-experts form (26B-A4B: a shared feed-forward beside the experts) is not runnable in ferrox yet"
+                }
+                false => {
+                    "this architecture is not a mixture-of-experts one in ferrox (qwen3moe and gpt-oss are)"
+                }
+            };
             return match count {
                 0 => Ok(None),
-                n => Err(invalid(
-                    &key("expert_count"),
-                    format!(
-                        "{n} experts: this architecture is not a mixture-of-experts one in ferrox (qwen3moe and gpt-oss are)"
-                    ),
-                )),
+                n => Err(invalid(&key("expert_count"), format!("{n} experts: {why}"))),
             };
         }
     };
@@ -439,94 +513,6 @@ fn delta_net_params(
         n_v_heads,
         head_dim,
     }))
-}
-
-/// Which layers of a hybrid model are recurrent: `attention.recurrent_layers`
-/// if the file lists them, else all but every `full_attention_interval`-th
-/// (default 4), as llama.cpp reads them.
-fn recurrent_kinds(
-    m: &Metadata,
-    key: &dyn Fn(&str) -> String,
-    n_layers: usize,
-) -> Result<Vec<AttentionKind>, ModelError> {
-    let kind = |r: bool| {
-        if r {
-            AttentionKind::Recurrent
-        } else {
-            AttentionKind::Full
-        }
-    };
-    let list_key = key("attention.recurrent_layers");
-    if let Some(Value::Array(ferrox_gguf::Array::Bool(flags))) = m.get(&list_key) {
-        if flags.len() < n_layers {
-            return Err(invalid(
-                &list_key,
-                format!("{} flags for {n_layers} layers", flags.len()),
-            ));
-        }
-        return Ok(flags[..n_layers].iter().map(|&r| kind(r)).collect());
-    }
-    let interval = match m.count_opt(&key("full_attention_interval"))? {
-        Some(0) => return Err(invalid(&key("full_attention_interval"), "must be positive")),
-        Some(n) => n,
-        None => 4,
-    };
-    Ok((0..n_layers)
-        .map(|i| kind((i + 1) % interval != 0))
-        .collect())
-}
-
-/// Attention kind of every layer, from the window size and pattern keys.
-fn layer_kinds(
-    m: &Metadata,
-    key: &dyn Fn(&str) -> String,
-    rule: WindowRule,
-    n_layers: usize,
-) -> Result<Vec<AttentionKind>, ModelError> {
-    let WindowRule::Pattern {
-        pattern,
-        default_window,
-    } = rule
-    else {
-        return Ok(vec![AttentionKind::Full; n_layers]);
-    };
-    let window = match (
-        m.count_opt(&key("attention.sliding_window"))?,
-        default_window,
-    ) {
-        (Some(0), _) | (None, None) => return Ok(vec![AttentionKind::Full; n_layers]),
-        (Some(w), _) | (None, Some(w)) => w,
-    };
-    let pattern_key = key("attention.sliding_window_pattern");
-    let windowed: Vec<bool> = match m.get(&pattern_key) {
-        Some(Value::Array(ferrox_gguf::Array::Bool(flags))) => {
-            if flags.len() != n_layers {
-                return Err(invalid(
-                    &pattern_key,
-                    format!("{} flags for {n_layers} layers", flags.len()),
-                ));
-            }
-            flags.clone()
-        }
-        _ => {
-            // One full-attention layer in every `pattern`, the last of each group.
-            // (A pattern of 0 makes every layer a window layer, as in llama.cpp.)
-            let pattern = m.count_opt(&pattern_key)?.unwrap_or(pattern);
-            (0..n_layers)
-                .map(|i| pattern == 0 || (i + 1) % pattern != 0)
-                .collect()
-        }
-    };
-    Ok(windowed
-        .into_iter()
-        .map(|w| {
-            if w {
-                AttentionKind::SlidingWindow { window }
-            } else {
-                AttentionKind::Full
-            }
-        })
-        .collect())
 }
 
 /// A soft-cap as the architecture reads it; 0 means none.

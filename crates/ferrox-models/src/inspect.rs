@@ -75,6 +75,52 @@ pub struct ModelReport {
     pub kv: KvReport,
 }
 
+/// Gemma 4's per-layer shapes, in words.
+fn layer_shape_features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let mut f = Vec::new();
+    let window = hp
+        .layers
+        .iter()
+        .zip(&hp.attention)
+        .find(|(k, _)| matches!(k, AttentionKind::SlidingWindow { .. }));
+    if let Some((_, w)) = window.filter(|(_, w)| {
+        (w.n_kv_heads, w.head_dim_k, w.rope_dim) != (hp.n_kv_heads, hp.head_dim_k, hp.rope_dim)
+    }) {
+        f.push(format!(
+            "window layers shaped apart: {} kv heads of {}, {} rotated",
+            w.n_kv_heads, w.head_dim_k, w.rope_dim
+        ));
+    }
+    let shared = hp
+        .attention
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| a.kv_layer != *i)
+        .count();
+    if shared > 0 {
+        f.push(format!(
+            "KV shared: the last {shared} layers read earlier layers' KV"
+        ));
+    }
+    let keys_as_values = (0..hp.n_layers)
+        .filter(|i| hp.spec().layer_shapes && has(&format!("blk.{i}.attn_k.weight")))
+        .filter(|i| !has(&format!("blk.{i}.attn_v.weight")))
+        .count();
+    if keys_as_values > 0 {
+        f.push(format!("keys as values on {keys_as_values} layers"));
+    }
+    if hp.spec().value_norm {
+        f.push("values RMS-normed, attention unscaled".into());
+    }
+    if hp.n_embd_per_layer > 0 {
+        f.push(format!("per-layer token inputs of {}", hp.n_embd_per_layer));
+    }
+    if has("blk.0.layer_output_scale.weight") {
+        f.push("per-layer output scale".into());
+    }
+    f
+}
+
 /// The architecture features of a model, from its table, hyper-parameters and
 /// tensor names, in words.
 fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
@@ -154,6 +200,7 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
     if spec.gated_attention {
         f.push("gated attention output".into());
     }
+    f.extend(layer_shape_features(hp, has));
     if spec.attention_sinks {
         f.push("attention sinks".into());
     }

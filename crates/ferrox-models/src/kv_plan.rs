@@ -79,23 +79,27 @@ impl LayerKv {
 /// The KV shape of a model: what each layer stores per token position.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct KvShape {
-    /// `[n_layers]`
+    /// The layers that keep KV, in order.
     pub layers: Vec<LayerKv>,
     /// Bytes per stored element.
     pub element_bytes: usize,
 }
 
 impl KvShape {
-    /// The KV shape of a model with `element_bytes`-wide cache elements.
+    /// The KV shape of a model with `element_bytes`-wide cache elements: the
+    /// layers that keep KV (a shared-KV layer reads another's and keeps none).
     pub fn new(hp: &HyperParams, element_bytes: usize) -> KvShape {
         let layers = hp
             .layers
             .iter()
-            .map(|&attention| LayerKv {
+            .zip(&hp.attention)
+            .enumerate()
+            .filter(|(i, (_, a))| a.kv_layer == *i)
+            .map(|(_, (&attention, a))| LayerKv {
                 attention,
-                n_kv_heads: hp.n_kv_heads,
-                head_dim_k: hp.head_dim_k,
-                head_dim_v: hp.head_dim_v,
+                n_kv_heads: a.n_kv_heads,
+                head_dim_k: a.head_dim_k,
+                head_dim_v: a.head_dim_v,
             })
             .collect();
         KvShape {

@@ -11,9 +11,11 @@
 //!   past and given back; the model never reads there (a window layer attends only
 //!   to its last `window` positions).
 //!
-//! Layouts (f32 elements): full page `[n_full_layers][n_kv_heads][page_size][head_dim_k]`
-//! keys, then the same with `head_dim_v` for values; window page the same with
-//! `n_window_layers`.
+//! Layouts (f32 elements): a page holds, layer after layer of its pool, the
+//! layer's keys `[n_kv_heads][page_size][head_dim_k]` then its values
+//! `[n_kv_heads][page_size][head_dim_v]`, each in the layer's own shape (Gemma 4's
+//! window and full layers differ). A shared-KV layer keeps none and reads the
+//! place of the layer whose KV it shares.
 //!
 //! * Recurrent (gated delta-net) layers keep no KV: a sequence's table names a
 //!   state slot (`table.state`), which holds every recurrent layer's state
@@ -31,13 +33,31 @@ use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 /// A hole in a window page table: the page was slid past and given back.
 pub const NO_PAGE: u32 = u32::MAX;
 
-/// Where each layer's KV lives.
+/// Where one layer's KV lies in a page of its pool, and its shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvPlace {
+    /// Floats per position of the pool's layers stored before this one.
+    pub offset: usize,
+    pub n_kv_heads: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+}
+
+impl KvPlace {
+    /// Floats one position of this layer takes (keys and values).
+    fn floats_per_position(&self) -> usize {
+        self.n_kv_heads * (self.head_dim_k + self.head_dim_v)
+    }
+}
+
+/// Where each layer's KV lives. A shared-KV layer has the slot of the layer
+/// whose KV it reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerSlot {
-    /// Index among full-attention layers (full pages).
-    Full(usize),
-    /// Index among sliding-window layers (window pages), with the window.
-    Window(usize, usize),
+    /// In full-attention pages.
+    Full(KvPlace),
+    /// In window pages, with the window.
+    Window(KvPlace, usize),
     /// Index among recurrent layers (the sequence's state slot).
     Recurrent(usize),
 }
@@ -45,13 +65,12 @@ pub enum LayerSlot {
 /// The KV storage geometry of a model.
 #[derive(Clone, Debug)]
 pub struct KvLayout {
-    pub n_kv_heads: usize,
-    pub head_dim_k: usize,
-    pub head_dim_v: usize,
     /// `[n_layers]`
     pub layers: Vec<LayerSlot>,
-    pub n_full: usize,
-    pub n_window: usize,
+    /// Floats one position takes in a full page, over every full layer.
+    pub full_floats: usize,
+    /// Floats one position takes in a window page, over every window layer.
+    pub window_floats: usize,
     /// The largest window of any window layer (0 without window layers).
     pub window: usize,
     pub n_recurrent: usize,
@@ -62,33 +81,39 @@ pub struct KvLayout {
 impl KvLayout {
     /// The layout of a model.
     pub fn new(hp: &HyperParams) -> KvLayout {
-        let (mut n_full, mut n_window, mut window, mut n_recurrent) = (0, 0, 0, 0);
-        let layers = hp
-            .layers
-            .iter()
-            .map(|k| match *k {
-                AttentionKind::Full => {
-                    n_full += 1;
-                    LayerSlot::Full(n_full - 1)
-                }
+        let (mut full_floats, mut window_floats, mut window, mut n_recurrent) = (0, 0, 0, 0);
+        let mut layers: Vec<LayerSlot> = Vec::with_capacity(hp.n_layers);
+        for (i, (kind, a)) in hp.layers.iter().zip(&hp.attention).enumerate() {
+            if a.kv_layer != i {
+                layers.push(layers[a.kv_layer]);
+                continue;
+            }
+            let place = |offset: &mut usize| {
+                let p = KvPlace {
+                    offset: *offset,
+                    n_kv_heads: a.n_kv_heads,
+                    head_dim_k: a.head_dim_k,
+                    head_dim_v: a.head_dim_v,
+                };
+                *offset += p.floats_per_position();
+                p
+            };
+            layers.push(match *kind {
+                AttentionKind::Full => LayerSlot::Full(place(&mut full_floats)),
                 AttentionKind::SlidingWindow { window: w } => {
-                    n_window += 1;
                     window = window.max(w);
-                    LayerSlot::Window(n_window - 1, w)
+                    LayerSlot::Window(place(&mut window_floats), w)
                 }
                 AttentionKind::Recurrent => {
                     n_recurrent += 1;
                     LayerSlot::Recurrent(n_recurrent - 1)
                 }
-            })
-            .collect();
+            });
+        }
         KvLayout {
-            n_kv_heads: hp.n_kv_heads,
-            head_dim_k: hp.head_dim_k,
-            head_dim_v: hp.head_dim_v,
             layers,
-            n_full,
-            n_window,
+            full_floats,
+            window_floats,
             window,
             n_recurrent,
             state_floats: hp
@@ -105,11 +130,20 @@ impl KvLayout {
 
     /// The window of window layers, if the model has any.
     pub fn window(&self) -> Option<usize> {
-        (self.n_window > 0).then_some(self.window)
+        (self.window_floats > 0).then_some(self.window)
     }
 
-    fn per_position_layer(&self) -> usize {
-        self.n_kv_heads * (self.head_dim_k + self.head_dim_v)
+    /// Whether the model has full-attention layers.
+    pub fn has_full(&self) -> bool {
+        self.full_floats > 0
+    }
+
+    /// Layer `layer`'s place, if it keeps or reads KV.
+    pub fn place(&self, layer: usize) -> Option<KvPlace> {
+        match self.layers[layer] {
+            LayerSlot::Full(p) | LayerSlot::Window(p, _) => Some(p),
+            LayerSlot::Recurrent(_) => None,
+        }
     }
 }
 
@@ -180,20 +214,20 @@ struct Place {
     value: usize,
     key_stride: usize,
     value_stride: usize,
+    shape: KvPlace,
 }
 
 impl KvStore {
     /// Storage for pages of `page_size` positions (at least 1).
     pub fn new(layout: KvLayout, page_size: usize) -> KvStore {
         assert!(page_size > 0, "a KV page holds at least one position");
-        let per = layout.per_position_layer() * page_size;
         KvStore {
             full: PageBuffers {
-                floats: layout.n_full * per,
+                floats: layout.full_floats * page_size,
                 pages: Vec::new(),
             },
             window: PageBuffers {
-                floats: layout.n_window * per,
+                floats: layout.window_floats * page_size,
                 pages: Vec::new(),
             },
             states: PageBuffers {
@@ -225,7 +259,7 @@ impl KvStore {
         let ids: Vec<u32> = (self.next_fresh..self.next_fresh + n).collect();
         self.next_fresh += n;
         PageTable {
-            window: if self.layout.n_window > 0 {
+            window: if self.layout.window().is_some() {
                 ids.clone()
             } else {
                 Vec::new()
@@ -307,7 +341,7 @@ impl KvStore {
     /// `Err` names the first position without a page.
     pub fn check_covers(&self, table: &PageTable, from: usize, to: usize) -> Result<(), usize> {
         let ps = self.page_size;
-        if self.layout.n_full > 0 && to > table.full.len() * ps {
+        if self.layout.has_full() && to > table.full.len() * ps {
             return Err(table.full.len() * ps);
         }
         if let Some(w) = self.layout.window() {
@@ -322,17 +356,17 @@ impl KvStore {
     }
 
     fn locate(&self, table: &PageTable, layer: usize, pos: usize) -> Place {
-        let l = &self.layout;
-        let (dk, dv, h, ps) = (l.head_dim_k, l.head_dim_v, l.n_kv_heads, self.page_size);
-        let (window, index, n_kind, page) = match l.layers[layer] {
-            LayerSlot::Full(i) => (false, i, l.n_full, table.full[pos / ps]),
-            LayerSlot::Window(i, _) => (true, i, l.n_window, table.window[pos / ps]),
+        let ps = self.page_size;
+        let (window, p, page) = match self.layout.layers[layer] {
+            LayerSlot::Full(p) => (false, p, table.full[pos / ps]),
+            LayerSlot::Window(p, _) => (true, p, table.window[pos / ps]),
             LayerSlot::Recurrent(_) => unreachable!("a recurrent layer {layer} keeps no KV"),
         };
         assert_ne!(page, NO_PAGE, "position {pos} was slid past");
+        let (dk, dv) = (p.head_dim_k, p.head_dim_v);
         let slot = pos % ps;
-        let keys = index * h * ps * dk;
-        let values = n_kind * h * ps * dk + index * h * ps * dv;
+        let keys = p.offset * ps;
+        let values = keys + p.n_kv_heads * ps * dk;
         Place {
             window,
             page,
@@ -340,19 +374,29 @@ impl KvStore {
             value: values + slot * dv,
             key_stride: ps * dk,
             value_stride: ps * dv,
+            shape: p,
         }
     }
 
-    /// Stores the keys `k` (`[n_kv_heads][head_dim_k]`) and values `v` of position `pos`.
+    /// Stores the keys `k` (`[n_kv_heads][head_dim_k]`) and values `v` of
+    /// position `pos`, in the layer's own shape.
     pub fn write(&mut self, table: &PageTable, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
         let at = self.locate(table, layer, pos);
+        let (dk, dv, heads) = (
+            at.shape.head_dim_k,
+            at.shape.head_dim_v,
+            at.shape.n_kv_heads,
+        );
+        assert!(
+            k.len() == heads * dk && v.len() == heads * dv,
+            "layer {layer} stores {heads} heads of {dk} + {dv}"
+        );
         let store = if at.window {
             self.window.page_mut(at.page)
         } else {
             self.full.page_mut(at.page)
         };
-        for h in 0..self.layout.n_kv_heads {
+        for h in 0..heads {
             let (ko, vo) = (at.key + h * at.key_stride, at.value + h * at.value_stride);
             store[ko..ko + dk].copy_from_slice(&k[h * dk..(h + 1) * dk]);
             store[vo..vo + dv].copy_from_slice(&v[h * dv..(h + 1) * dv]);
@@ -380,14 +424,11 @@ impl KvStore {
         to: usize,
         mut f: impl FnMut(usize, &[f32], &[f32]),
     ) {
-        let (dk, dv, ps) = (
-            self.layout.head_dim_k,
-            self.layout.head_dim_v,
-            self.page_size,
-        );
+        let ps = self.page_size;
         let mut p = from;
         while p < to {
             let at = self.locate(table, layer, p);
+            let (dk, dv) = (at.shape.head_dim_k, at.shape.head_dim_v);
             let n = (ps - p % ps).min(to - p);
             let store = self.stored(&at);
             let (k0, v0) = (
@@ -407,8 +448,8 @@ impl KvStore {
         pos: usize,
         head: usize,
     ) -> (&[f32], &[f32]) {
-        let (dk, dv) = (self.layout.head_dim_k, self.layout.head_dim_v);
         let at = self.locate(table, layer, pos);
+        let (dk, dv) = (at.shape.head_dim_k, at.shape.head_dim_v);
         let store = self.stored(&at);
         let (k0, v0) = (
             at.key + head * at.key_stride,
@@ -464,8 +505,9 @@ mod tests {
         let mut s = KvStore::new(layout(), 4);
         let t = s.fresh_table(20);
         let l = s.layout().clone();
-        let kd = l.n_kv_heads * l.head_dim_k;
         for layer in 0..l.layers.len() {
+            let p = l.place(layer).unwrap();
+            let kd = p.n_kv_heads * p.head_dim_k;
             for pos in 0..20 {
                 let k: Vec<f32> = (0..kd)
                     .map(|i| (layer * 1000 + pos * 10 + i) as f32)
@@ -474,24 +516,24 @@ mod tests {
                 s.write(&t, layer, pos, &k, &v);
             }
             for pos in [0, 5, 19] {
-                for h in 0..l.n_kv_heads {
+                for h in 0..p.n_kv_heads {
                     let (k, v) = s.read(&t, layer, pos, h);
-                    assert_eq!(k[0], (layer * 1000 + pos * 10 + h * l.head_dim_k) as f32);
-                    assert_eq!(v[0], -((layer * 1000 + pos * 10 + h * l.head_dim_v) as f32));
+                    assert_eq!(k[0], (layer * 1000 + pos * 10 + h * p.head_dim_k) as f32);
+                    assert_eq!(v[0], -((layer * 1000 + pos * 10 + h * p.head_dim_v) as f32));
                 }
             }
             // Runs visit the same values as position-by-position reads, and end at
             // page boundaries.
-            for h in 0..l.n_kv_heads {
+            for h in 0..p.n_kv_heads {
                 let mut seen = Vec::new();
                 s.for_each_run(&t, layer, h, 3, 20, |p0, k, v| {
-                    let n = k.len() / l.head_dim_k;
+                    let n = k.len() / p.head_dim_k;
                     assert!(p0 % 4 == 0 || p0 == 3);
                     assert!(n <= 4 - p0 % 4);
                     for j in 0..n {
                         let (rk, rv) = s.read(&t, layer, p0 + j, h);
-                        assert_eq!(&k[j * l.head_dim_k..(j + 1) * l.head_dim_k], rk);
-                        assert_eq!(&v[j * l.head_dim_v..(j + 1) * l.head_dim_v], rv);
+                        assert_eq!(&k[j * p.head_dim_k..(j + 1) * p.head_dim_k], rk);
+                        assert_eq!(&v[j * p.head_dim_v..(j + 1) * p.head_dim_v], rv);
                         seen.push(p0 + j);
                     }
                 });

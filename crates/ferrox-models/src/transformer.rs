@@ -25,25 +25,24 @@
 //! reads KV in runs that end at page boundaries only, so a position's numbers do
 //! not depend on which pages (shared or private) hold its history.
 
-use ferrox_core::ops::exp::{exp, exp_shifted};
 use ferrox_core::ops::matmul::matmul;
-use ferrox_core::ops::norm::{rms_norm, rms_norm_each};
-use ferrox_core::ops::rope::{self, RopeFreqs};
-use ferrox_core::ops::vector::{self, scaled_dots_heads, weighted_sum_heads};
+use ferrox_core::ops::norm::rms_norm;
+use ferrox_core::ops::rope::RopeFreqs;
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_matmul_many};
 use ferrox_gguf::GgufFile;
-use rayon::prelude::*;
 
+mod attention;
 mod ffn;
+mod per_layer;
 mod recurrent;
 
 use crate::activation_path::ActivationPath;
 use crate::arch::ArchSpec;
 use crate::decoder::{Decoder, Logits, Span, Want};
 use crate::error::ModelError;
-use crate::hparams::HyperParams;
-use crate::kv_store::{KvStore, LayerSlot};
-use crate::weights::{AttentionWeights, LayerWeights, Linear, Mixer, Weights};
+use crate::hparams::{AttentionKind, HyperParams};
+use crate::kv_store::KvStore;
+use crate::weights::{LayerWeights, Linear, Mixer, Weights};
 
 /// A loaded model, ready to run.
 pub struct Transformer {
@@ -180,22 +179,28 @@ struct Scratch {
 
 impl Scratch {
     fn new(hp: &HyperParams, n: usize) -> Scratch {
-        let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
+        // Sized for the widest layer; each layer uses the front of each buffer.
+        let widest = |f: fn(&crate::hparams::LayerAttention) -> usize| {
+            hp.attention.iter().map(f).max().unwrap_or(0)
+        };
+        let nh = hp.n_heads;
+        let (q, k, v) = (
+            nh * widest(|a| a.head_dim_k),
+            widest(|a| a.n_kv_heads * a.head_dim_k),
+            widest(|a| a.n_kv_heads * a.head_dim_v),
+        );
+        let att = nh * widest(|a| a.head_dim_v);
         // The dense feed-forward's inside; an expert layer makes its own, per expert.
         let ff = if hp.moe.is_some() { 0 } else { hp.n_ff };
-        let gated = if hp.spec().gated_attention {
-            n * nh * dk
-        } else {
-            0
-        };
+        let gated = if hp.spec().gated_attention { n * q } else { 0 };
         Scratch {
             h: vec![0.0; n * hp.n_embd],
             qg: vec![0.0; 2 * gated],
             gate: vec![0.0; gated],
-            q: vec![0.0; n * nh * dk],
-            k: vec![0.0; n * nkv * dk],
-            v: vec![0.0; n * nkv * dv],
-            att: vec![0.0; n * nh * dv],
+            q: vec![0.0; n * q],
+            k: vec![0.0; n * k],
+            v: vec![0.0; n * v],
+            att: vec![0.0; n * att],
             o: vec![0.0; n * hp.n_embd],
             g: vec![0.0; n * ff],
             u: vec![0.0; n * ff],
@@ -204,24 +209,26 @@ impl Scratch {
     }
 }
 
-/// The RoPE of full-attention layers, and of window layers when their base differs,
-/// for sequences of at most `context` positions.
+/// The RoPE of full-attention layers, and of window layers when their base or
+/// rotated dims differ, for sequences of at most `context` positions. Window
+/// layers never turn by the file's factor tensors (Gemma 4's `rope_freqs`
+/// belong to its full layers).
 fn ropes(hp: &HyperParams, weights: &Weights, context: usize) -> (RopeFreqs, Option<RopeFreqs>) {
     let factors = weights
         .rope_factors
         .for_context(context, hp.rope_orig_context);
-    let rope = |base: f32| {
-        RopeFreqs::new(
-            hp.rope_dim,
-            base,
-            hp.rope_scaling,
-            factors,
-            hp.rope_attn_factor,
-        )
+    let rope = |dim: usize, base: f32, factors: Option<&[f32]>| {
+        RopeFreqs::new(dim, base, hp.rope_scaling, factors, hp.rope_attn_factor)
     };
-    let local =
-        (hp.rope_freq_base_local != hp.rope_freq_base).then(|| rope(hp.rope_freq_base_local));
-    (rope(hp.rope_freq_base), local)
+    let local_dim = hp
+        .layers
+        .iter()
+        .zip(&hp.attention)
+        .find(|(k, _)| matches!(k, AttentionKind::SlidingWindow { .. }))
+        .map_or(hp.rope_dim, |(_, a)| a.rope_dim);
+    let local = (hp.rope_freq_base_local != hp.rope_freq_base || local_dim != hp.rope_dim)
+        .then(|| rope(local_dim, hp.rope_freq_base_local, None));
+    (rope(hp.rope_dim, hp.rope_freq_base, factors), local)
 }
 
 /// Splits a gated query projection (per head: `dim` query values, then `dim`
@@ -433,171 +440,11 @@ impl Transformer {
         x
     }
 
-    /// One layer's attention block: `x += attention(x)`, writing the batch's KV.
-    #[allow(clippy::too_many_arguments)]
-    fn attention(
-        &self,
-        li: usize,
-        lw: &LayerWeights,
-        a: &AttentionWeights,
-        x: &mut [f32],
-        batch: &Batch<'_>,
-        angles: (&Angles, Option<&Angles>),
-        cache: &mut KvStore,
-        s: &mut Scratch,
-    ) {
-        let hp = &self.hp;
-        let (d, n) = (hp.n_embd, batch.len());
-        s.h.copy_from_slice(x);
-        s.h.chunks_exact_mut(d)
-            .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
-        let input = self.input(&s.h, n, d, &[&a.q, &a.k, &a.v], &mut s.quantized);
-        let gated = self.spec.gated_attention;
-        let q_out = if gated { &mut s.qg } else { &mut s.q };
-        self.project(
-            &input,
-            &mut [(&a.q, q_out), (&a.k, &mut s.k), (&a.v, &mut s.v)],
-        );
-        if gated {
-            split_gates(&s.qg, hp.head_dim_k, &mut s.q, &mut s.gate);
-        }
-        if let (Some(qn), Some(kn)) = (&a.q_norm, &a.k_norm) {
-            rms_norm_each(&mut s.q, hp.head_dim_k, qn, hp.rms_eps);
-            rms_norm_each(&mut s.k, hp.head_dim_k, kn, hp.rms_eps);
-        }
-        let window = match cache.layout().layers[li] {
-            LayerSlot::Window(_, w) => Some(w),
-            LayerSlot::Full(_) | LayerSlot::Recurrent(_) => None,
-        };
-        // Window layers may turn with their own RoPE base (Gemma 3's local layers).
-        let angles = match (window, angles.1) {
-            (Some(_), Some(local)) => local,
-            _ => angles.0,
-        };
-        self.rope_and_store(li, batch, angles, cache, s);
-        self.attend(li, window, a.sinks.as_deref(), batch, cache, s);
-        if gated {
-            s.att
-                .iter_mut()
-                .zip(&s.gate)
-                .for_each(|(o, &g)| *o /= 1.0 + exp(-g));
-        }
-        let input = self.input(
-            &s.att,
-            n,
-            hp.n_heads * hp.head_dim_v,
-            &[&a.o],
-            &mut s.quantized,
-        );
-        self.project(&input, &mut [(&a.o, &mut s.o)]);
-        add_residual(x, &mut s.o, lw.attn_post_norm.as_deref(), d, hp.rms_eps);
-    }
-
-    /// Turns every token's queries and keys, and writes its keys and values.
-    fn rope_and_store(
-        &self,
-        li: usize,
-        batch: &Batch<'_>,
-        angles: &Angles,
-        cache: &mut KvStore,
-        s: &mut Scratch,
-    ) {
-        let hp = &self.hp;
-        let (qd, kd, vd) = (
-            hp.n_heads * hp.head_dim_k,
-            hp.n_kv_heads * hp.head_dim_k,
-            hp.n_kv_heads * hp.head_dim_v,
-        );
-        for (t, slot) in batch.slots.iter().enumerate() {
-            let (c, sn) = angles.of(t);
-            let style = self.spec.rope_style;
-            rope::apply(
-                &mut s.q[t * qd..(t + 1) * qd],
-                hp.head_dim_k,
-                hp.rope_dim,
-                style,
-                c,
-                sn,
-            );
-            rope::apply(
-                &mut s.k[t * kd..(t + 1) * kd],
-                hp.head_dim_k,
-                hp.rope_dim,
-                style,
-                c,
-                sn,
-            );
-            cache.write(
-                batch.spans[slot.span].pages,
-                li,
-                slot.pos,
-                &s.k[t * kd..(t + 1) * kd],
-                &s.v[t * vd..(t + 1) * vd],
-            );
-        }
-    }
-
-    /// Causal attention of every token over its sequence's KV: `s.att`. A head's
-    /// `sinks` logit, when the model has them, joins its softmax without a value.
-    fn attend(
-        &self,
-        li: usize,
-        window: Option<usize>,
-        sinks: Option<&[f32]>,
-        batch: &Batch<'_>,
-        cache: &KvStore,
-        s: &mut Scratch,
-    ) {
-        let hp = &self.hp;
-        let (nh, nkv, dk, dv) = (hp.n_heads, hp.n_kv_heads, hp.head_dim_k, hp.head_dim_v);
-        let (qd, group) = (nh * dk, nh / nkv);
-        let (scale, cap) = (hp.attn_scale, hp.attn_softcap);
-        let q = &s.q;
-        // One task per token and KV head: its query heads read each key and value
-        // once; every head keeps its own order (SPEC S3).
-        s.att.par_chunks_mut(group * dv).enumerate().for_each_init(
-            || (Vec::new(), vec![0.0f32; group]),
-            |(scores, sink_terms), (i, out)| {
-                let (t, kvh) = (i / nkv, i % nkv);
-                let slot = batch.slots[t];
-                let seq = batch.spans[slot.span].pages;
-                let lo = window.map_or(0, |w| (slot.pos + 1).saturating_sub(w));
-                let n_keys = slot.pos + 1 - lo;
-                let qs = &q[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
-                scores.clear();
-                scores.resize(group * n_keys, 0.0);
-                let mut j = 0;
-                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, keys, _| {
-                    scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
-                    j += keys.len() / dk;
-                });
-                softcap(scores, cap);
-                for (g, sc) in scores.chunks_exact_mut(n_keys).enumerate() {
-                    let sink = sinks.map(|s| s[kvh * group + g]);
-                    let max = sink.map_or(vector::max(sc), |s| vector::max(sc).max(s));
-                    exp_shifted(sc, max);
-                    sink_terms[g] = sink.map_or(0.0, |s| exp(s - max));
-                }
-                out.fill(0.0);
-                let mut j = 0;
-                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, _, values| {
-                    let m = values.len() / dv;
-                    weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
-                    j += m;
-                });
-                for (g, o) in out.chunks_exact_mut(dv).enumerate() {
-                    let total = vector::sum(&scores[g * n_keys..(g + 1) * n_keys]) + sink_terms[g];
-                    let inv = 1.0 / total;
-                    o.iter_mut().for_each(|x| *x *= inv);
-                }
-            },
-        );
-    }
-
     /// The hidden states after the last layer: `[tokens][n_embd]`, token by token
     /// in span order, before the output norm.
     fn hidden(&self, cache: &mut KvStore, batch: &Batch<'_>, scratch: &mut Scratch) -> Vec<f32> {
         let mut x = self.embed(batch);
+        let per_layer = self.per_layer_inputs(&x, batch, &mut scratch.quantized);
         let global = Angles::new(&self.rope_global, batch);
         let local = self.rope_local.as_ref().map(|f| Angles::new(f, batch));
         for (li, lw) in self.weights.layers.iter().enumerate() {
@@ -610,7 +457,8 @@ impl Transformer {
                     self.delta_net(li, lw, dn, &mut x, (batch, &mut *cache), scratch);
                 }
             }
-            self.mlp(lw, &mut x, batch.len(), scratch);
+            self.mlp(li, lw, &mut x, batch.len(), scratch);
+            self.per_layer(li, lw, per_layer.as_deref(), &mut x, &mut scratch.quantized);
         }
         x
     }

@@ -101,6 +101,35 @@ pub struct LayerWeights {
     pub ffn_norm: Vec<f32>,               // [n_embd]
     pub ffn: Ffn,
     pub ffn_post_norm: Option<Vec<f32>>, // [n_embd]
+    /// The layer's per-layer token input block (Gemma 4 E2B/E4B).
+    pub per_layer: Option<PerLayerBlock>,
+    /// `layer_output_scale`: the layer's output is multiplied by it (Gemma 4).
+    pub output_scale: Option<f32>,
+}
+
+/// A layer's use of its per-layer token input: `x += rmsnorm((gelu(x Wgate) *
+/// input) Wproj) * post_norm`.
+#[derive(Debug)]
+pub struct PerLayerBlock {
+    /// `inp_gate`: `[n_embd] -> [n_embd_per_layer]`.
+    pub gate: Linear,
+    /// `proj`: `[n_embd_per_layer] -> [n_embd]`.
+    pub proj: Linear,
+    /// `post_norm`: `[n_embd]`.
+    pub post_norm: Vec<f32>,
+}
+
+/// The model-wide weights of per-layer token inputs (Gemma 4 E2B/E4B): each
+/// token's input to layer `l` is `(rmsnorm(x0 Wmodel / sqrt(n_embd))[l] *
+/// norm + embd[token][l] * sqrt(n_epl)) / sqrt(2)`, `x0` the scaled embedding.
+#[derive(Debug)]
+pub struct PerLayerInputs {
+    /// `per_layer_token_embd`: `[n_epl * n_layers]` per vocabulary row.
+    pub token_embd: TensorRef,
+    /// `per_layer_model_proj`: `[n_embd] -> [n_epl * n_layers]`.
+    pub model_proj: Linear,
+    /// `per_layer_proj_norm`: `[n_epl]`.
+    pub proj_norm: Vec<f32>,
 }
 
 /// What mixes positions in a layer: attention over the KV, or a gated
@@ -111,19 +140,29 @@ pub enum Mixer {
     DeltaNet(Box<DeltaNetWeights>),
 }
 
-/// An attention block's weights.
+/// An attention block's weights, in the layer's own head shape.
 #[derive(Debug)]
 pub struct AttentionWeights {
     /// `[n_embd] -> [n_heads * head_dim_k]`, or twice that with a gate per head
     /// (each head's query, then its gate) when the architecture gates attention.
     pub q: Linear,
-    pub k: Linear,                // [n_embd] -> [n_kv_heads * head_dim_k]
-    pub v: Linear,                // [n_embd] -> [n_kv_heads * head_dim_v]
+    /// The layer's own keys and values; `None` for a shared-KV layer, which
+    /// attends to an earlier layer's.
+    pub kv: Option<KvProjection>,
     pub q_norm: Option<Vec<f32>>, // [head_dim_k]
-    pub k_norm: Option<Vec<f32>>, // [head_dim_k]
     pub o: Linear,                // [n_heads * head_dim_v] -> [n_embd]
     /// Each head's sink logit (gpt-oss): `[n_heads]`.
     pub sinks: Option<Vec<f32>>,
+}
+
+/// The projections of a layer's keys and values.
+#[derive(Debug)]
+pub struct KvProjection {
+    pub k: Linear, // [n_embd] -> [n_kv_heads * head_dim_k]
+    /// `[n_embd] -> [n_kv_heads * head_dim_v]`; `None` when the values are the
+    /// keys as projected, before their norm and RoPE (Gemma 4 without `attn_v`).
+    pub v: Option<Linear>,
+    pub k_norm: Option<Vec<f32>>, // [head_dim_k]
 }
 
 /// A gated delta-net layer's weights (llama.cpp's names; `C` = conv channels,
@@ -176,7 +215,15 @@ impl LayerWeights {
     /// in the order the forward pass meets them (a router is not among them).
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
         let mut v = match &mut self.mixer {
-            Mixer::Attention(a) => vec![&mut a.q, &mut a.k, &mut a.v, &mut a.o],
+            Mixer::Attention(a) => {
+                let mut v = vec![&mut a.q];
+                if let Some(kv) = &mut a.kv {
+                    v.push(&mut kv.k);
+                    v.extend(kv.v.as_mut());
+                }
+                v.push(&mut a.o);
+                v
+            }
             Mixer::DeltaNet(d) => vec![
                 &mut d.qkv,
                 &mut d.gate,
@@ -193,13 +240,24 @@ impl LayerWeights {
                 }
             }
         }
+        if let Some(p) = &mut self.per_layer {
+            v.extend([&mut p.gate, &mut p.proj]);
+        }
         v
     }
 
     /// [`Self::linears_mut`], shared.
     pub fn linears(&self) -> Vec<&Linear> {
         let mut v = match &self.mixer {
-            Mixer::Attention(a) => vec![&a.q, &a.k, &a.v, &a.o],
+            Mixer::Attention(a) => {
+                let mut v = vec![&a.q];
+                if let Some(kv) = &a.kv {
+                    v.push(&kv.k);
+                    v.extend(kv.v.as_ref());
+                }
+                v.push(&a.o);
+                v
+            }
             Mixer::DeltaNet(d) => vec![&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out],
         };
         match &self.ffn {
@@ -209,6 +267,9 @@ impl LayerWeights {
                     v.extend([&f.gate, &f.up, &f.down]);
                 }
             }
+        }
+        if let Some(p) = &self.per_layer {
+            v.extend([&p.gate, &p.proj]);
         }
         v
     }
@@ -224,6 +285,8 @@ pub struct Weights {
     pub output: Linear, // [n_embd] -> [vocab]
     /// Per-pair RoPE frequency factors, `[rope_dim / 2]` each.
     pub rope_factors: RopeFactorSets,
+    /// Per-layer token inputs (Gemma 4 E2B/E4B).
+    pub per_layer_inputs: Option<PerLayerInputs>,
 }
 
 /// The per-pair RoPE factor tensors of a model.
@@ -437,12 +500,25 @@ impl Weights {
             Linear::new(token_embd, None)
         };
         let rope_factors = rope_factors(&mut l, hp, &spec)?;
+        let per_layer_inputs = match hp.n_embd_per_layer {
+            0 => None,
+            epl => Some(PerLayerInputs {
+                token_embd: l.matrix(
+                    "per_layer_token_embd.weight",
+                    epl * hp.n_layers,
+                    hp.vocab_size,
+                )?,
+                model_proj: l.linear("per_layer_model_proj", d, epl * hp.n_layers)?,
+                proj_norm: l.vector("per_layer_proj_norm.weight", epl)?,
+            }),
+        };
         let weights = Weights {
             token_embd,
             layers,
             output_norm: l.vector("output_norm.weight", d)?,
             output,
             rope_factors,
+            per_layer_inputs,
         };
         l.all_used(hp)?;
         Ok(weights)
@@ -456,7 +532,7 @@ fn layer(
     spec: &ArchSpec,
     i: usize,
 ) -> Result<LayerWeights, ModelError> {
-    let (d, ff) = (hp.n_embd, hp.n_ff);
+    let (d, ff) = (hp.n_embd, hp.layer_ff[i]);
     let n = |s: &str| format!("blk.{i}.{s}");
     let w = |s: &str| n(&format!("{s}.weight"));
     let mixer = match (hp.layers[i], hp.delta_net) {
@@ -505,10 +581,35 @@ fn layer(
         ffn_norm: l.vector(&w(spec.ffn_norm), d)?,
         ffn,
         ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
+        per_layer: per_layer_block(l, hp, i)?,
+        output_scale: match spec.layer_shapes {
+            true => l
+                .optional_vector(&w("layer_output_scale"), 1)?
+                .map(|s| s[0]),
+            false => None,
+        },
     })
 }
 
-/// Layer `i`'s attention.
+/// Layer `i`'s use of its per-layer token input, when the model has them.
+fn per_layer_block(
+    l: &mut Loader<'_>,
+    hp: &HyperParams,
+    i: usize,
+) -> Result<Option<PerLayerBlock>, ModelError> {
+    let (d, epl) = (hp.n_embd, hp.n_embd_per_layer);
+    if epl == 0 {
+        return Ok(None);
+    }
+    let n = |s: &str| format!("blk.{i}.{s}");
+    Ok(Some(PerLayerBlock {
+        gate: l.linear(&n("inp_gate"), d, epl)?,
+        proj: l.linear(&n("proj"), epl, d)?,
+        post_norm: l.vector(&n("post_norm.weight"), d)?,
+    }))
+}
+
+/// Layer `i`'s attention, in its own head shape.
 fn attention_weights(
     l: &mut Loader<'_>,
     hp: &HyperParams,
@@ -516,32 +617,74 @@ fn attention_weights(
     i: usize,
 ) -> Result<AttentionWeights, ModelError> {
     let d = hp.n_embd;
+    let g = hp.attention[i];
     let gates = if spec.gated_attention { 2 } else { 1 };
     let (q_dim, k_dim, v_dim) = (
-        gates * hp.n_heads * hp.head_dim_k,
-        hp.n_kv_heads * hp.head_dim_k,
-        hp.n_kv_heads * hp.head_dim_v,
+        gates * hp.n_heads * g.head_dim_k,
+        g.n_kv_heads * g.head_dim_k,
+        g.n_kv_heads * g.head_dim_v,
     );
     let n = |s: &str| format!("blk.{i}.{s}");
     let w = |s: &str| n(&format!("{s}.weight"));
-    let [q, k, v] = if l.has(&n("attn_qkv.weight")) {
-        l.split(&n("attn_qkv"), d, [q_dim, k_dim, v_dim])?
+    let (q, kv) = if l.has(&n("attn_qkv.weight")) {
+        let [q, k, v] = l.split(&n("attn_qkv"), d, [q_dim, k_dim, v_dim])?;
+        let k_norm = l.vector_if(spec.qk_norm, &w("attn_k_norm"), g.head_dim_k)?;
+        (
+            q,
+            Some(KvProjection {
+                k,
+                v: Some(v),
+                k_norm,
+            }),
+        )
     } else {
-        [
-            l.linear(&n("attn_q"), d, q_dim)?,
-            l.linear(&n("attn_k"), d, k_dim)?,
-            l.linear(&n("attn_v"), d, v_dim)?,
-        ]
+        let q = l.linear(&n("attn_q"), d, q_dim)?;
+        (q, kv_projection(l, hp, spec, i)?)
     };
     Ok(AttentionWeights {
         q,
-        k,
-        v,
-        q_norm: l.vector_if(spec.qk_norm, &w("attn_q_norm"), hp.head_dim_k)?,
-        k_norm: l.vector_if(spec.qk_norm, &w("attn_k_norm"), hp.head_dim_k)?,
-        o: l.linear(&n("attn_output"), hp.n_heads * hp.head_dim_v, d)?,
+        kv,
+        q_norm: l.vector_if(spec.qk_norm, &w("attn_q_norm"), g.head_dim_k)?,
+        o: l.linear(&n("attn_output"), hp.n_heads * g.head_dim_v, d)?,
         sinks: l.vector_if(spec.attention_sinks, &w("attn_sinks"), hp.n_heads)?,
     })
+}
+
+/// Layer `i`'s key and value projections. A shared-KV layer has none it uses:
+/// the converter may still write them (llama.cpp loads and ignores them), so
+/// they are checked and passed over.
+fn kv_projection(
+    l: &mut Loader<'_>,
+    hp: &HyperParams,
+    spec: &ArchSpec,
+    i: usize,
+) -> Result<Option<KvProjection>, ModelError> {
+    let d = hp.n_embd;
+    let g = hp.attention[i];
+    let (k_dim, v_dim) = (g.n_kv_heads * g.head_dim_k, g.n_kv_heads * g.head_dim_v);
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let w = |s: &str| n(&format!("{s}.weight"));
+    let values_are_keys = spec.layer_shapes && !l.has(&w("attn_v"));
+    if values_are_keys && k_dim != v_dim {
+        return Err(wrong(
+            &w("attn_v"),
+            format!("missing, and keys of {k_dim} cannot stand for values of {v_dim}"),
+        ));
+    }
+    let shared = g.kv_layer != i;
+    if shared && !l.has(&w("attn_k")) {
+        return Ok(None);
+    }
+    let k = l.linear(&n("attn_k"), d, k_dim)?;
+    let v = match values_are_keys {
+        true => None,
+        false => Some(l.linear(&n("attn_v"), d, v_dim)?),
+    };
+    let k_norm = match shared {
+        true => l.optional_vector(&w("attn_k_norm"), g.head_dim_k)?,
+        false => l.vector_if(spec.qk_norm, &w("attn_k_norm"), g.head_dim_k)?,
+    };
+    Ok((!shared).then_some(KvProjection { k, v, k_norm }))
 }
 
 /// Layer `i`'s gated delta-net.

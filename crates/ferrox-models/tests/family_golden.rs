@@ -152,3 +152,20 @@ fn family_gptoss_matches_the_references() {
 fn family_qwen35_matches_the_references() {
     check_family("qwen35");
 }
+
+/// Gemma 4 31B's shape: window layers listed and shaped apart (their own head
+/// width, KV heads, rotated dims and RoPE base), full layers with keys as
+/// values and proportional RoPE, unscaled attention over normed values, layer
+/// output scales, against the reference's float64 Gemma 4 and llama.cpp's
+/// `llama_model_gemma4` graph.
+#[test]
+fn family_gemma4_matches_the_references() {
+    check_family("gemma4");
+}
+
+/// Gemma 4 E2B's shape: the last two layers read the first two's KV (and keep
+/// none), per-layer token inputs, twice-wide feed-forwards on shared layers.
+#[test]
+fn family_gemma4e2b_matches_the_references() {
+    check_family("gemma4e2b");
+}

@@ -7,11 +7,24 @@ use super::vector::dot;
 
 /// Normalizes `x` in place and scales by `w` (same length).
 pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    assert_eq!(x.len(), w.len(), "one weight per value");
     let ms = dot(x, x) / x.len() as f32;
     let scale = 1.0 / (ms + eps).sqrt();
     for (v, &g) in x.iter_mut().zip(w) {
         *v = *v * scale * g;
     }
+}
+
+/// Normalizes `x` in place, unscaled (as [`rms_norm`] with a weight of ones).
+pub fn rms_normalize(x: &mut [f32], eps: f32) {
+    let ms = dot(x, x) / x.len() as f32;
+    let scale = 1.0 / (ms + eps).sqrt();
+    x.iter_mut().for_each(|v| *v *= scale);
+}
+
+/// Normalizes every `dim`-wide piece of `x`, unscaled (Gemma 4's values).
+pub fn rms_normalize_each(x: &mut [f32], dim: usize, eps: f32) {
+    x.chunks_exact_mut(dim).for_each(|p| rms_normalize(p, eps));
 }
 
 /// Normalizes every `dim`-wide piece of `x` (per-head QK-norm), scaling by `w`.

@@ -18,6 +18,8 @@ use ferrox_gguf::{GgufFile, GgufWriter, Value};
 
 use crate::Architecture;
 
+mod gemma4;
+
 /// Where a family's tokenizer comes from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum VocabSource {
@@ -118,7 +120,11 @@ pub struct Family {
     pub rms_eps: f32,
     /// The routed experts of a mixture-of-experts family.
     pub experts: Option<FamilyExperts>,
+    /// Which Gemma 4 model a Gemma 4 family copies.
+    pub gemma4: Option<Gemma4Like>,
 }
+
+pub use gemma4::Gemma4Like;
 
 /// Expert counts of a mixture-of-experts family.
 #[derive(Copy, Clone, Debug)]
@@ -140,7 +146,7 @@ const N_LAYERS: usize = 2;
 const EMBD_SCALE: f32 = 0.87;
 
 /// Every family, one per supported architecture shape.
-pub const FAMILIES: [Family; 8] = [
+pub const FAMILIES: [Family; 10] = [
     Family {
         name: "llama3",
         like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
@@ -153,6 +159,7 @@ pub const FAMILIES: [Family; 8] = [
         rope_base: 500_000.0,
         rms_eps: 1e-5,
         experts: None,
+        gemma4: None,
     },
     Family {
         name: "qwen2",
@@ -166,6 +173,7 @@ pub const FAMILIES: [Family; 8] = [
         rope_base: 1_000_000.0,
         rms_eps: 1e-6,
         experts: None,
+        gemma4: None,
     },
     Family {
         name: "qwen3",
@@ -179,6 +187,7 @@ pub const FAMILIES: [Family; 8] = [
         rope_base: 1_000_000.0,
         rms_eps: 1e-6,
         experts: None,
+        gemma4: None,
     },
     Family {
         name: "qwen3moe",
@@ -196,6 +205,7 @@ pub const FAMILIES: [Family; 8] = [
             n_used: 4,
             n_ff: 32,
         }),
+        gemma4: None,
     },
     Family {
         name: "gptoss",
@@ -214,6 +224,7 @@ pub const FAMILIES: [Family; 8] = [
             n_used: 4,
             n_ff: 32,
         }),
+        gemma4: None,
     },
     Family {
         name: "qwen35",
@@ -228,6 +239,7 @@ pub const FAMILIES: [Family; 8] = [
         rope_base: 10_000_000.0,
         rms_eps: 1e-6,
         experts: None,
+        gemma4: None,
     },
     Family {
         name: "phi3",
@@ -241,6 +253,7 @@ pub const FAMILIES: [Family; 8] = [
         rope_base: 10_000.0,
         rms_eps: 1e-5,
         experts: None,
+        gemma4: None,
     },
     Family {
         name: "gemma2",
@@ -254,6 +267,39 @@ pub const FAMILIES: [Family; 8] = [
         rope_base: 10_000.0,
         rms_eps: 1e-6,
         experts: None,
+        gemma4: None,
+    },
+    Family {
+        name: "gemma4",
+        like: "Gemma 4 31B it (window layers listed, shaped apart from full layers: \
+               their own head width, KV heads, rotated dims and RoPE base; full layers \
+               with keys as values and proportional RoPE; unscaled attention over \
+               normed values, layer output scales, logit soft-cap, tied head)",
+        arch: Architecture::Gemma4,
+        vocab: VocabSource::VocabFile("gemma-4"),
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: 32,
+        context_length: 262_144,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        experts: None,
+        gemma4: Some(Gemma4Like::Dense),
+    },
+    Family {
+        name: "gemma4e2b",
+        like: "Gemma 4 E2B it (the last layers read earlier layers' KV, per-layer token \
+               inputs, twice-wide feed-forwards on the shared layers, one KV head)",
+        arch: Architecture::Gemma4,
+        vocab: VocabSource::VocabFile("gemma-4"),
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: 32,
+        context_length: 131_072,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        experts: None,
+        gemma4: Some(Gemma4Like::E2b),
     },
 ];
 
@@ -317,6 +363,12 @@ struct Builder {
 
 impl Builder {
     fn tensor(&mut self, name: String, dtype: DType, shape: &[usize], values: &[f32]) {
+        // A row that is not whole blocks of the type falls back to Q8_0, as
+        // llama-quantize falls back for K-quants.
+        let dtype = match shape[0] % dtype.block_len() {
+            0 => dtype,
+            _ => DType::Q8_0,
+        };
         let shape: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
         let bytes = quantize(dtype, values).expect("family shapes are whole blocks");
         self.w
@@ -381,6 +433,15 @@ impl Family {
         }
     }
 
+    /// Layers of its files: two, or four for Gemma 4 (a window and a full
+    /// layer, then two more that may share their KV).
+    pub fn n_layers(&self) -> usize {
+        match self.arch {
+            Architecture::Gemma4 => 4,
+            _ => N_LAYERS,
+        }
+    }
+
     /// File name of a variant: `family-llama3-q8_0.gguf`.
     pub fn file_name(&self, variant: Variant) -> String {
         format!("family-{}-{}.gguf", self.name, variant.name())
@@ -405,7 +466,7 @@ impl Family {
         let (embd_type, d) = (b.types[0], b.shape.n_embd);
         let embd = b.rnd.values(d * n_vocab, EMBD_SCALE, 0.0);
         b.tensor("token_embd.weight".into(), embd_type, &[d, n_vocab], &embd);
-        for i in 0..N_LAYERS {
+        for i in 0..self.n_layers() {
             self.layer(&mut b, i);
         }
         b.vector("output_norm.weight".into(), d, 0.2, 1.0);
@@ -449,7 +510,7 @@ impl Family {
             )
             .set("general.file_type", Value::U32(7))
             .set("general.quantization_version", Value::U32(2))
-            .set(k("block_count"), u(N_LAYERS))
+            .set(k("block_count"), u(self.n_layers()))
             .set(k("context_length"), u(self.context_length))
             .set(k("embedding_length"), u(shape.n_embd))
             .set(k("feed_forward_length"), u(shape.n_ff))
@@ -520,6 +581,7 @@ impl Family {
                     )
                     .set(k("full_attention_interval"), u(4));
             }
+            Architecture::Gemma4 => self.gemma4_metadata(w, shape),
             Architecture::Gemma3 => unreachable!("Gemma 3 is checked on the real model"),
         }
         if self.arch == Architecture::GptOss {
@@ -575,6 +637,9 @@ impl Family {
     fn layer(&self, b: &mut Builder, i: usize) {
         if self.arch == Architecture::Qwen35 && i == 0 {
             return self.delta_net_layer(b, i);
+        }
+        if self.arch == Architecture::Gemma4 {
+            return self.gemma4_layer(b, i);
         }
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         let Shape {
@@ -673,6 +738,7 @@ impl Family {
                 let d = b.shape.n_embd;
                 b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
             }
+            Architecture::Gemma4 => self.gemma4_globals(b, n_vocab),
             Architecture::Phi3 => {
                 // As wide as the embeddings, so the logits are as peaked as a
                 // tied head's (greedy steps are then far from ties).

@@ -147,11 +147,16 @@ pub struct TinyModel {
 }
 
 impl TinyModel {
-    /// A two-layer tiny model of `architecture`.
+    /// A two-layer tiny model of `architecture` (four for Gemma 4, whose last
+    /// two layers share the first two's KV).
     pub fn new(architecture: crate::Architecture) -> TinyModel {
         TinyModel {
             architecture,
-            n_layers: 2,
+            n_layers: if architecture == crate::Architecture::Gemma4 {
+                4
+            } else {
+                2
+            },
             window: 4,
             pattern: 2,
             seed: 7,
@@ -234,6 +239,51 @@ impl TinyModel {
                     Value::Array(Array::Bool(flags)),
                 );
         }
+        // Gemma 4: window layers (even) 2 KV heads of 8, full layers 1 of 16
+        // with a quarter turned and keys as values; the second half shares the
+        // first half's KV and is twice as wide inside; 32-wide per-layer inputs.
+        let gemma4 = self.architecture == crate::Architecture::Gemma4;
+        let (full_hd, epl) = (16usize, 32usize);
+        let swa = |i: usize| i.is_multiple_of(2);
+        let first_shared = self.n_layers.div_ceil(2).max(2);
+        let g4 = |i: usize| {
+            let (nkv, hd) = if swa(i) { (nkv, hd) } else { (1, full_hd) };
+            let ff = if i >= first_shared { 2 * ff } else { ff };
+            (nkv, hd, ff)
+        };
+        if gemma4 {
+            let ints = |f: &dyn Fn(usize) -> usize| {
+                Value::Array(Array::I32(
+                    (0..self.n_layers).map(|i| f(i) as i32).collect(),
+                ))
+            };
+            w.set(
+                k("attention.sliding_window"),
+                Value::U32(self.window as u32),
+            )
+            .set(
+                k("attention.sliding_window_pattern"),
+                Value::Array(Array::Bool((0..self.n_layers).map(swa).collect())),
+            )
+            .set(k("attention.head_count_kv"), ints(&|i| g4(i).0))
+            .set(k("feed_forward_length"), ints(&|i| g4(i).2))
+            .set(k("attention.key_length"), Value::U32(full_hd as u32))
+            .set(k("attention.value_length"), Value::U32(full_hd as u32))
+            .set(k("attention.key_length_swa"), Value::U32(hd as u32))
+            .set(k("attention.value_length_swa"), Value::U32(hd as u32))
+            .set(k("rope.dimension_count"), Value::U32(full_hd as u32))
+            .set(k("rope.dimension_count_swa"), Value::U32(hd as u32))
+            .set(k("rope.freq_base_swa"), Value::F32(100.0))
+            .set(
+                k("attention.shared_kv_layers"),
+                Value::U32((self.n_layers - first_shared) as u32),
+            )
+            .set(
+                k("embedding_length_per_layer_input"),
+                Value::U32(epl as u32),
+            )
+            .set(k("final_logit_softcapping"), Value::F32(30.0));
+        }
         let mut tokens = vec!["<|bos|>".to_string(), "<|eos|>".to_string()];
         tokens.extend((0x21u8..=0x7E).map(|b| (b as char).to_string()));
         let mut types = vec![3i32, 3];
@@ -310,6 +360,28 @@ impl TinyModel {
                 mats(&mut w, &mut rnd, n("ffn_gate"), &[d, ff]);
                 mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
                 mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
+                continue;
+            }
+            if gemma4 {
+                let (nkv, hd, ff) = g4(i);
+                mats(&mut w, &mut rnd, n("attn_q"), &[d, nh * hd]);
+                mats(&mut w, &mut rnd, n("attn_k"), &[d, nkv * hd]);
+                if swa(i) {
+                    mats(&mut w, &mut rnd, n("attn_v"), &[d, nkv * hd]);
+                }
+                vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
+                vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
+                mats(&mut w, &mut rnd, n("attn_output"), &[nh * hd, d]);
+                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
+                vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
+                mats(&mut w, &mut rnd, n("ffn_gate"), &[d, ff]);
+                mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
+                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
+                vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
+                mats(&mut w, &mut rnd, n("inp_gate"), &[d, epl]);
+                mats(&mut w, &mut rnd, n("proj"), &[epl, d]);
+                vec_t(&mut w, &mut rnd, n("post_norm"), d);
+                f32_t(&mut w, &mut rnd, n("layer_output_scale"), &[1], (0.8, 0.2));
                 continue;
             }
             let gates = if arch == A::Qwen35 { 2 } else { 1 };
@@ -395,6 +467,34 @@ impl TinyModel {
             }
         }
         vec_t(&mut w, &mut rnd, "output_norm.weight".into(), d);
+        if gemma4 {
+            let width = epl * self.n_layers;
+            mats(
+                &mut w,
+                &mut rnd,
+                "per_layer_token_embd.weight".into(),
+                &[width, vocab],
+            );
+            mats(
+                &mut w,
+                &mut rnd,
+                "per_layer_model_proj.weight".into(),
+                &[d, width],
+            );
+            vec_t(&mut w, &mut rnd, "per_layer_proj_norm.weight".into(), epl);
+            // Proportional RoPE: a quarter of each full head turns.
+            let pairs = full_hd / 2;
+            let factors: Vec<f32> = (0..pairs)
+                .map(|p| if p < pairs / 4 { 1.0 } else { 1e30 })
+                .collect();
+            w.add_tensor(
+                "rope_freqs.weight",
+                DType::F32,
+                &[pairs as u64],
+                quantize(DType::F32, &factors).expect("f32"),
+            )
+            .expect("valid tensor");
+        }
         if matches!(arch, A::Llama | A::Phi3 | A::GptOss) {
             mats(&mut w, &mut rnd, "output.weight".into(), &[d, vocab]);
         }

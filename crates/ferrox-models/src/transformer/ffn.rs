@@ -11,7 +11,14 @@ use crate::weights::{Ffn, GatedFfn, LayerWeights, Linear};
 
 impl Transformer {
     /// One layer's feed-forward block: `x += mlp(x)`.
-    pub(super) fn mlp(&self, lw: &LayerWeights, x: &mut [f32], n: usize, s: &mut Scratch) {
+    pub(super) fn mlp(
+        &self,
+        li: usize,
+        lw: &LayerWeights,
+        x: &mut [f32],
+        n: usize,
+        s: &mut Scratch,
+    ) {
         let hp = &self.hp;
         let d = hp.n_embd;
         s.h.copy_from_slice(x);
@@ -27,7 +34,9 @@ impl Transformer {
                     quantized,
                     ..
                 } = s;
-                self.gated_ffn(f, h, n, hp.n_ff, (g, u, o), quantized);
+                let ff = hp.layer_ff[li];
+                let (g, u) = (&mut g[..n * ff], &mut u[..n * ff]);
+                self.gated_ffn(f, h, n, ff, (g, u, o), quantized);
             }
             Ffn::Experts { router, experts } => self.experts(router, experts, n, s),
         }

@@ -1,0 +1,212 @@
+//! The attention block of [`Transformer`], in each layer's own head shape: the
+//! projections and norms, RoPE and the KV write (skipped by a shared-KV layer,
+//! which reads the KV of the layer it shares), and causal attention over the
+//! sequence's pages.
+
+use ferrox_core::ops::exp::{exp, exp_shifted};
+use ferrox_core::ops::norm::{rms_norm, rms_norm_each, rms_normalize_each};
+use ferrox_core::ops::rope;
+use ferrox_core::ops::vector::{self, scaled_dots_heads, weighted_sum_heads};
+use rayon::prelude::*;
+
+use super::{Angles, Batch, Scratch, Transformer, add_residual, softcap, split_gates};
+use crate::hparams::LayerAttention;
+use crate::kv_store::{KvStore, LayerSlot};
+use crate::weights::{AttentionWeights, KvProjection, LayerWeights};
+
+impl Transformer {
+    /// One layer's attention block: `x += attention(x)`, writing the batch's KV
+    /// unless the layer reads another's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention(
+        &self,
+        li: usize,
+        lw: &LayerWeights,
+        a: &AttentionWeights,
+        x: &mut [f32],
+        batch: &Batch<'_>,
+        angles: (&Angles, Option<&Angles>),
+        cache: &mut KvStore,
+        s: &mut Scratch,
+    ) {
+        let hp = &self.hp;
+        let g = hp.attention[li];
+        let (d, n) = (hp.n_embd, batch.len());
+        s.h.copy_from_slice(x);
+        s.h.chunks_exact_mut(d)
+            .for_each(|r| rms_norm(r, &lw.attn_norm, hp.rms_eps));
+        self.project_qkv(a, &g, n, s);
+        let window = match cache.layout().layers[li] {
+            LayerSlot::Window(_, w) => Some(w),
+            LayerSlot::Full(_) | LayerSlot::Recurrent(_) => None,
+        };
+        // Window layers may turn by their own RoPE (Gemma 3's and 4's local layers).
+        let angles = match (window, angles.1) {
+            (Some(_), Some(local)) => local,
+            _ => angles.0,
+        };
+        self.rope_and_store(li, &g, a.kv.is_some(), batch, angles, cache, s);
+        self.attend(&g, window, a.sinks.as_deref(), batch, cache, s);
+        let att = &mut s.att[..n * hp.n_heads * g.head_dim_v];
+        if self.spec.gated_attention {
+            att.iter_mut()
+                .zip(&s.gate)
+                .for_each(|(o, &g)| *o /= 1.0 + exp(-g));
+        }
+        let input = self.input(att, n, hp.n_heads * g.head_dim_v, &[&a.o], &mut s.quantized);
+        self.project(&input, &mut [(&a.o, &mut s.o)]);
+        add_residual(x, &mut s.o, lw.attn_post_norm.as_deref(), d, hp.rms_eps);
+    }
+
+    /// The queries (and gates), keys and values of the normed rows `s.h`, with
+    /// their norms: `s.q`, `s.k`, `s.v` (keys and values only for a layer that
+    /// has its own).
+    fn project_qkv(&self, a: &AttentionWeights, g: &LayerAttention, n: usize, s: &mut Scratch) {
+        let hp = &self.hp;
+        let d = hp.n_embd;
+        let (qd, kd, vd) = (
+            n * hp.n_heads * g.head_dim_k,
+            n * g.n_kv_heads * g.head_dim_k,
+            n * g.n_kv_heads * g.head_dim_v,
+        );
+        let gated = self.spec.gated_attention;
+        let q_out = if gated {
+            &mut s.qg[..2 * qd]
+        } else {
+            &mut s.q[..qd]
+        };
+        let (k, v) = (&mut s.k[..kd], &mut s.v[..vd]);
+        match &a.kv {
+            Some(KvProjection { k: wk, v: wv, .. }) => {
+                let mut consumers = vec![&a.q, wk];
+                consumers.extend(wv.as_ref());
+                let input = self.input(&s.h, n, d, &consumers, &mut s.quantized);
+                let mut jobs = vec![(&a.q, q_out), (wk, &mut *k)];
+                if let Some(wv) = wv {
+                    jobs.push((wv, &mut *v));
+                }
+                self.project(&input, &mut jobs);
+                if wv.is_none() {
+                    // The values are the keys as projected (Gemma 4).
+                    v.copy_from_slice(k);
+                }
+            }
+            None => {
+                let input = self.input(&s.h, n, d, &[&a.q], &mut s.quantized);
+                self.project(&input, &mut [(&a.q, q_out)]);
+            }
+        }
+        if gated {
+            split_gates(
+                &s.qg[..2 * qd],
+                g.head_dim_k,
+                &mut s.q[..qd],
+                &mut s.gate[..qd],
+            );
+        }
+        if let Some(qn) = &a.q_norm {
+            rms_norm_each(&mut s.q[..qd], g.head_dim_k, qn, hp.rms_eps);
+        }
+        if let Some(kv) = &a.kv {
+            if let Some(kn) = &kv.k_norm {
+                rms_norm_each(&mut s.k[..kd], g.head_dim_k, kn, hp.rms_eps);
+            }
+            if self.spec.value_norm {
+                rms_normalize_each(&mut s.v[..vd], g.head_dim_v, hp.rms_eps);
+            }
+        }
+    }
+
+    /// Turns every token's queries, and when the layer keeps its own KV its
+    /// keys, and writes its keys and values.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_and_store(
+        &self,
+        li: usize,
+        g: &LayerAttention,
+        own_kv: bool,
+        batch: &Batch<'_>,
+        angles: &Angles,
+        cache: &mut KvStore,
+        s: &mut Scratch,
+    ) {
+        let hp = &self.hp;
+        let (qd, kd, vd) = (
+            hp.n_heads * g.head_dim_k,
+            g.n_kv_heads * g.head_dim_k,
+            g.n_kv_heads * g.head_dim_v,
+        );
+        let style = self.spec.rope_style;
+        for (t, slot) in batch.slots.iter().enumerate() {
+            let (c, sn) = angles.of(t);
+            let q = &mut s.q[t * qd..(t + 1) * qd];
+            rope::apply(q, g.head_dim_k, g.rope_dim, style, c, sn);
+            if !own_kv {
+                continue;
+            }
+            let k = &mut s.k[t * kd..(t + 1) * kd];
+            rope::apply(k, g.head_dim_k, g.rope_dim, style, c, sn);
+            let v = &s.v[t * vd..(t + 1) * vd];
+            cache.write(batch.spans[slot.span].pages, li, slot.pos, k, v);
+        }
+    }
+
+    /// Causal attention of every token over its sequence's KV (its layer's, or
+    /// the layer's it shares): `s.att`. A head's `sinks` logit, when the model
+    /// has them, joins its softmax without a value.
+    fn attend(
+        &self,
+        g: &LayerAttention,
+        window: Option<usize>,
+        sinks: Option<&[f32]>,
+        batch: &Batch<'_>,
+        cache: &KvStore,
+        s: &mut Scratch,
+    ) {
+        let hp = &self.hp;
+        let (nh, nkv, dk, dv) = (hp.n_heads, g.n_kv_heads, g.head_dim_k, g.head_dim_v);
+        let (qd, group, li) = (nh * dk, nh / nkv, g.kv_layer);
+        let (scale, cap) = (hp.attn_scale, hp.attn_softcap);
+        let q = &s.q;
+        let att = &mut s.att[..batch.len() * nh * dv];
+        // One task per token and KV head: its query heads read each key and value
+        // once; every head keeps its own order (SPEC S3).
+        att.par_chunks_mut(group * dv).enumerate().for_each_init(
+            || (Vec::new(), vec![0.0f32; group]),
+            |(scores, sink_terms), (i, out)| {
+                let (t, kvh) = (i / nkv, i % nkv);
+                let slot = batch.slots[t];
+                let seq = batch.spans[slot.span].pages;
+                let lo = window.map_or(0, |w| (slot.pos + 1).saturating_sub(w));
+                let n_keys = slot.pos + 1 - lo;
+                let qs = &q[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
+                scores.clear();
+                scores.resize(group * n_keys, 0.0);
+                let mut j = 0;
+                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, keys, _| {
+                    scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
+                    j += keys.len() / dk;
+                });
+                softcap(scores, cap);
+                for (g, sc) in scores.chunks_exact_mut(n_keys).enumerate() {
+                    let sink = sinks.map(|s| s[kvh * group + g]);
+                    let max = sink.map_or(vector::max(sc), |s| vector::max(sc).max(s));
+                    exp_shifted(sc, max);
+                    sink_terms[g] = sink.map_or(0.0, |s| exp(s - max));
+                }
+                out.fill(0.0);
+                let mut j = 0;
+                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, _, values| {
+                    let m = values.len() / dv;
+                    weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
+                    j += m;
+                });
+                for (g, o) in out.chunks_exact_mut(dv).enumerate() {
+                    let total = vector::sum(&scores[g * n_keys..(g + 1) * n_keys]) + sink_terms[g];
+                    let inv = 1.0 / total;
+                    o.iter_mut().for_each(|x| *x *= inv);
+                }
+            },
+        );
+    }
+}
