@@ -5,10 +5,11 @@
 //! and tensor name of that model (RoPE scaling keys and factor tensors, soft-caps,
 //! windows, fused matrices, biases, QK-norms, tied or own head), the real
 //! tokenizer copied from a vocab-only GGUF, and shapes shrunk to a 64-wide
-//! embedding and two layers. The bytes are a pure function of the family, the
-//! [`Variant`] and the vocabulary file, so the golden outputs made once from
-//! them (by llama.cpp and by the float64 reference, `scripts/families/`) stay
-//! valid: a test regenerates the file and checks its sha256 first.
+//! embedding and two layers (four for Gemma 4). The bytes are a pure function
+//! of the family, the [`Variant`] and the vocabulary file, so the golden
+//! outputs made once from them (by llama.cpp and by the float64 reference,
+//! `scripts/families/`) stay valid: a test regenerates the file and checks its
+//! sha256 first.
 
 use std::f64::consts::PI;
 
