@@ -3,7 +3,9 @@
 //!
 //! * [`ToolFormat`]: how a model writes a call. Hermes / Qwen wrap a JSON object
 //!   in `<tool_call>` tags; Llama 3.1+ answers with one JSON object with
-//!   `parameters`; Mistral writes `[TOOL_CALLS]` and a JSON array. The format
+//!   `parameters`; Mistral writes `[TOOL_CALLS]` and a JSON array; gpt-oss
+//!   (harmony) addresses a commentary message `to=functions.NAME` whose body is
+//!   the arguments, ended by `<|call|>`. The format
 //!   comes from the chat template; a template that knows none of them (or no
 //!   tools at all) gets the built-in format: Hermes, described in the system
 //!   prompt by [`builtin_messages`].
@@ -70,17 +72,30 @@ pub enum ToolFormat {
     Llama3,
     /// `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Mistral).
     Mistral,
+    /// `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`
+    /// or `<|start|>assistant to=functions.NAME<|channel|>commentary
+    /// json<|message|>{...}`, ended by `<|call|>` (gpt-oss's harmony format;
+    /// one call per message).
+    Harmony,
 }
 
 const HERMES_OPEN: &str = "<tool_call>";
 const HERMES_CLOSE: &str = "</tool_call>";
 const MISTRAL_OPEN: &str = "[TOOL_CALLS]";
+/// A harmony message to a function names its recipient so.
+const HARMONY_RECIPIENT: &str = "to=functions.";
+/// Where a harmony header may begin (the channel or a new message).
+const HARMONY_HEADERS: [&str; 3] = ["<|start|>", "<|channel|>", HARMONY_RECIPIENT];
+const HARMONY_BODY: &str = "<|message|>";
+const HARMONY_ENDS: [&str; 3] = ["<|call|>", "<|end|>", "<|start|>"];
 
 impl ToolFormat {
     /// The format a chat template writes calls in, if it handles tools in a
     /// format ferrox parses.
     pub fn of_template(source: &str) -> Option<ToolFormat> {
-        if source.contains(MISTRAL_OPEN) {
+        if source.contains("<|channel|>commentary") && source.contains("<|call|>") {
+            Some(ToolFormat::Harmony)
+        } else if source.contains(MISTRAL_OPEN) {
             Some(ToolFormat::Mistral)
         } else if source.contains(HERMES_OPEN) {
             Some(ToolFormat::Hermes)
@@ -117,6 +132,7 @@ impl ToolFormat {
             ToolFormat::Hermes => parse_hermes(text),
             ToolFormat::Llama3 => parse_llama3(text),
             ToolFormat::Mistral => parse_mistral(text),
+            ToolFormat::Harmony => parse_harmony(text),
         };
         match calls {
             Some((content, calls)) if !calls.is_empty() => (
@@ -135,7 +151,8 @@ impl ToolFormat {
     }
 
     /// The grammar of an answer that is calls to `tools` (one, or one or more
-    /// when `parallel`), with arguments valid for each function's schema.
+    /// when `parallel`; always one in harmony, whose message holds one call),
+    /// with arguments valid for each function's schema.
     pub fn call_grammar(self, tools: &[Tool], parallel: bool) -> GrammarSpec {
         let args_key = if self == ToolFormat::Llama3 {
             "parameters"
@@ -166,6 +183,7 @@ impl ToolFormat {
                 )
             }
             ToolFormat::Llama3 => format!("start: %json {call_schema}\n"),
+            ToolFormat::Harmony => harmony_grammar(tools),
             ToolFormat::Mistral => {
                 let mut list = json!({"type": "array", "items": call, "minItems": 1});
                 if !parallel {
@@ -186,6 +204,7 @@ impl ToolFormat {
         match self {
             ToolFormat::Hermes => text.find(HERMES_OPEN),
             ToolFormat::Mistral => text.find(MISTRAL_OPEN),
+            ToolFormat::Harmony => HARMONY_HEADERS.iter().filter_map(|h| text.find(h)).min(),
             // A Llama 3 call is the whole answer: a first `{` may begin one.
             ToolFormat::Llama3 => text
                 .find(|c: char| !c.is_whitespace())
@@ -198,6 +217,13 @@ impl ToolFormat {
         let marker = match self {
             ToolFormat::Hermes => HERMES_OPEN,
             ToolFormat::Mistral => MISTRAL_OPEN,
+            ToolFormat::Harmony => {
+                return HARMONY_HEADERS
+                    .iter()
+                    .map(|h| crate::reasoning::partial_suffix(text, h))
+                    .max()
+                    .unwrap_or(0);
+            }
             ToolFormat::Llama3 => {
                 return if text.trim().is_empty() {
                     text.len()
@@ -258,6 +284,86 @@ fn parse_mistral(text: &str) -> Option<(String, Vec<(String, Value)>)> {
         .map(|c| call_of(c, "arguments"))
         .collect::<Option<Vec<_>>>()?;
     Some((text[..start].trim().to_string(), calls))
+}
+
+/// gpt-oss's calls: each message addressed `to=functions.NAME`, its body (after
+/// `<|message|>`, up to `<|call|>`, `<|end|>`, the next message or the end) the
+/// arguments. The text is what comes before the first call's header.
+fn parse_harmony(text: &str) -> Option<(String, Vec<(String, Value)>)> {
+    let mut calls = Vec::new();
+    let mut content_end = None;
+    let mut rest = text;
+    let mut offset = 0;
+    while let Some(at) = rest.find(HARMONY_RECIPIENT) {
+        if content_end.is_none() {
+            content_end = Some(harmony_header_start(&text[..offset + at]));
+        }
+        let after = &rest[at + HARMONY_RECIPIENT.len()..];
+        let name_len = after
+            .find(|c: char| c.is_whitespace() || c == '<')
+            .unwrap_or(after.len());
+        let name = after[..name_len].to_string();
+        let body_at = after.find(HARMONY_BODY)? + HARMONY_BODY.len();
+        let body = &after[body_at..];
+        let end = HARMONY_ENDS
+            .iter()
+            .filter_map(|e| body.find(e))
+            .min()
+            .unwrap_or(body.len());
+        let arguments: Value = match body[..end].trim() {
+            "" => json!({}),
+            args => serde_json::from_str(args).ok()?,
+        };
+        if name.is_empty() || !arguments.is_object() {
+            return None;
+        }
+        calls.push((name, arguments));
+        let consumed = at + HARMONY_RECIPIENT.len() + body_at + end;
+        offset += consumed;
+        rest = &rest[consumed..];
+    }
+    let content = content_end.map_or(text, |e| &text[..e]);
+    Some((content.trim().to_string(), calls))
+}
+
+/// Where the header of a message whose recipient follows `before` begins: its
+/// nearest `<|channel|>` or `<|start|>`, and the `<|start|>assistant` just
+/// before a channel.
+fn harmony_header_start(before: &str) -> usize {
+    let Some(h) = ["<|start|>", "<|channel|>"]
+        .iter()
+        .filter_map(|m| before.rfind(m))
+        .max()
+    else {
+        return before.len();
+    };
+    before[..h]
+        .strip_suffix("<|start|>assistant")
+        .map_or(h, str::len)
+}
+
+/// The grammar of one harmony call to an offered function: the commentary
+/// channel's header with its control tokens (`<|channel|>`, `<|constrain|>`,
+/// `<|message|>` as tokens, not text), then arguments valid for its schema.
+fn harmony_grammar(tools: &[Tool]) -> String {
+    let options =
+        json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "});
+    let mut lark = String::from("start: ");
+    let rules: Vec<String> = (0..tools.len()).map(|i| format!("call_{i}")).collect();
+    lark.push_str(&rules.join(" | "));
+    lark.push('\n');
+    for (i, t) in tools.iter().enumerate() {
+        let mut schema = t.parameters.clone();
+        if let Some(o) = schema.as_object_mut() {
+            o.insert("x-guidance".into(), options.clone());
+        }
+        let header = serde_json::to_string(&format!("commentary {HARMONY_RECIPIENT}{} ", t.name))
+            .expect("strings serialize");
+        lark.push_str(&format!(
+            "call_{i}: <|channel|> {header} <|constrain|> \"json\" <|message|> %json {schema}\n"
+        ));
+    }
+    lark
 }
 
 /// Streamed text of an answer that may call tools: text is shown until a call may
@@ -436,6 +542,24 @@ mod tests {
                     ("get_time", json!({})),
                 ],
             ),
+            // gpt-oss as it writes a call after its thinking (the reasoning
+            // split has taken the analysis channel and `<|start|>assistant`)...
+            (
+                ToolFormat::Harmony,
+                "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}",
+                "",
+                vec![("get_weather", json!({"city": "Paris"}))],
+            ),
+            // ...and as its template writes one, after a preamble, with a second.
+            (
+                ToolFormat::Harmony,
+                "Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|><|start|>assistant<|channel|>commentary to=functions.get_time<|message|><|call|>",
+                "Checking.<|end|>",
+                vec![
+                    ("get_weather", json!({"city": "Paris"})),
+                    ("get_time", json!({})),
+                ],
+            ),
         ];
         for (format, text, content, want) in cases {
             let (c, calls) = format.parse(text, &mut ids());
@@ -452,6 +576,10 @@ mod tests {
             (ToolFormat::Hermes, "<tool_call>\n{\"name\": \n</tool_call>"),
             (ToolFormat::Llama3, "The answer is {42}."),
             (ToolFormat::Mistral, "[TOOL_CALLS] oops"),
+            (
+                ToolFormat::Harmony,
+                "<|channel|>commentary to=functions.f<|message|>{\"a\": ",
+            ),
         ] {
             assert_eq!(format.parse(text, &mut ids()), (text.to_string(), vec![]));
         }
@@ -472,6 +600,76 @@ mod tests {
             panic!()
         };
         assert!(many.starts_with("start: call (\"\\n\" call)*\n"), "{many}");
+    }
+
+    /// A byte-level vocabulary with harmony's control tokens.
+    fn harmony_tokenizer() -> crate::Tokenizer {
+        use ferrox_gguf::{Array, Metadata, Value as G};
+        let mut tokens: Vec<String> = [
+            "<|channel|>",
+            "<|constrain|>",
+            "<|message|>",
+            "<|call|>",
+            "<|return|>",
+            "<|end|>",
+        ]
+        .map(String::from)
+        .to_vec();
+        let controls = tokens.len();
+        tokens.push("\u{120}".into()); // the byte-level space
+        tokens.extend((0x21u8..=0x7E).map(|b| (b as char).to_string()));
+        let mut types = vec![3i32; controls];
+        types.resize(tokens.len(), 1);
+        let mut m = Metadata::default();
+        for (k, v) in [
+            ("tokenizer.ggml.model", G::String("gpt2".into())),
+            ("tokenizer.ggml.pre", G::String("gpt2".into())),
+            ("tokenizer.ggml.tokens", G::Array(Array::String(tokens))),
+            ("tokenizer.ggml.token_type", G::Array(Array::I32(types))),
+            ("tokenizer.ggml.merges", G::Array(Array::String(vec![]))),
+            ("tokenizer.ggml.eos_token_id", G::U32(4)),
+        ] {
+            m.insert(k.into(), v).unwrap();
+        }
+        crate::Tokenizer::from_metadata(&m).unwrap()
+    }
+
+    /// The forced call begins with the channel *token* (text `<|channel|>`
+    /// spelled in bytes is not allowed), names an offered function and is
+    /// constrained to JSON by the `<|constrain|>` and `<|message|>` tokens.
+    #[test]
+    fn a_harmony_call_grammar_forces_the_control_tokens() {
+        let tok = harmony_tokenizer();
+        let grammars = crate::grammar::Grammars::new(&tok).unwrap();
+        let tools = [Tool {
+            name: "f".into(),
+            description: None,
+            parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}),
+        }];
+        let spec = ToolFormat::Harmony.call_grammar(&tools, true);
+        let mut c = grammars.compile(&spec).unwrap().start();
+        let only = |c: &mut crate::grammar::Constraint, id: u32| {
+            let m = c.allowed().unwrap();
+            assert!(m.allows(id) && m.count() == 1, "{} allowed", m.count());
+            c.commit(id).unwrap();
+        };
+        only(&mut c, 0);
+        for t in tok.encode("commentary to=functions.f ", false, false) {
+            c.commit(t).unwrap();
+        }
+        only(&mut c, 1);
+        for t in tok.encode("json", false, false) {
+            c.commit(t).unwrap();
+        }
+        only(&mut c, 2);
+        for t in tok.encode("{\"x\": 42}", false, false) {
+            c.commit(t).unwrap();
+        }
+        let end = c.allowed().unwrap();
+        assert!(end.allows(4) && !end.allows(7), "the call ends there");
+        let text = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 42}";
+        let (_, calls) = ToolFormat::Harmony.parse(text, &mut ids());
+        assert_eq!(calls[0].arguments, json!({"x": 42}));
     }
 
     #[test]

@@ -68,6 +68,7 @@ fn templates_with_tools_round_trip_their_calls() {
             ToolFormat::Mistral,
             "abcDEF123",
         ),
+        ("openai-gpt-oss-120b.jinja", ToolFormat::Harmony, "call_1"),
     ];
     for (name, format, id) in cases {
         let Some(t) = template(name) else { return };
@@ -101,7 +102,7 @@ fn templates_with_tools_round_trip_their_calls() {
         let turn = full.strip_prefix(&prompt).unwrap_or_else(|| {
             panic!("{name}: the call's turn does not extend the prompt:\n{prompt}\n---\n{full}")
         });
-        let turn = ["<|im_end|>", "<|eot_id|>", "</s>"]
+        let turn = ["<|im_end|>", "<|eot_id|>", "</s>", "<|call|>"]
             .iter()
             .fold(turn.trim_end().to_string(), |t, end| {
                 t.trim_end_matches(end).to_string()
