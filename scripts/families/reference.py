@@ -170,6 +170,27 @@ class Model:
             out[hd] = (e / e.sum()) @ vs[:, hd // group, :]
         return self.lin(p + "attn_output", out.reshape(-1))
 
+    def moe_gemma4(self, p, x, gelu):
+        """Gemma 4 26B-A4B's experts beside the dense path: routed by x normed
+        without a weight, / sqrt(d), times ffn_gate_inp.scale; softmax, top-k,
+        renormalized; each expert's output times ffn_down_exps.scale."""
+        r = x / np.sqrt(np.mean(x * x) + self.eps) / math.sqrt(self.d) * self.t[p + "ffn_gate_inp.scale"]
+        logits = self.t[p + "ffn_gate_inp.weight"] @ r
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        chosen = np.argsort(-probs, kind="stable")[: self.n_expert_used]
+        wts = probs[chosen] / max(probs[chosen].sum(), 6.103515625e-5)
+        h = self.norm(x, self.t[p + "pre_ffw_norm_2.weight"])
+        gate_up = self.t[p + "ffn_gate_up_exps.weight"]  # [e, 2 ff, d]
+        ff = gate_up.shape[1] // 2
+        scales = self.t.get(p + "ffn_down_exps.scale")
+        out = np.zeros(self.d)
+        for e, we in zip(chosen, wts):
+            gu = gate_up[e] @ h
+            y = self.t[p + "ffn_down_exps.weight"][e] @ (gelu(gu[:ff]) * gu[ff:])
+            out += we * (y if scales is None else scales[e] * y)
+        return self.norm(out, self.t[p + "post_ffw_norm_2.weight"])
+
     def step_gemma4(self, token, pos, cache):
         """One token of Gemma 4 (src/models/gemma4.cpp, dense layers)."""
         gelu = lambda g: 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
@@ -182,6 +203,8 @@ class Model:
             x = x + self.norm(o, w("post_attention_norm"))
             h = self.norm(x, w("ffn_norm"))
             f = w("ffn_down") @ (gelu(w("ffn_gate") @ h) * (w("ffn_up") @ h))
+            if p + "ffn_gate_inp.weight" in self.t:
+                f = self.norm(f, w("post_ffw_norm_1")) + self.moe_gemma4(p, x, gelu)
             x = x + self.norm(f, w("post_ffw_norm"))
             if inputs is not None:
                 y = w("proj") @ (gelu(w("inp_gate") @ x) * inputs[il])

@@ -159,6 +159,12 @@ pub enum Experts {
     /// (llama.cpp's `SOFTMAX_WEIGHT` gating, gpt-oss); each expert matrix may
     /// carry a bias.
     TopKSoftmax,
+    /// A dense feed-forward, and, when the file has `expert_count`, routed
+    /// experts beside it (Gemma 4 26B-A4B): each path between its own norms,
+    /// the router on the unweighted-normed input scaled by `ffn_gate_inp.scale`,
+    /// softmax then top-k, renormalized, each expert's output scaled by
+    /// `ffn_down_exps.scale`.
+    BesideDense,
 }
 
 /// Whether values are soft-capped, `cap * tanh(x / cap)`.
@@ -355,6 +361,7 @@ impl Architecture {
                 own_output: true,
                 value_norm: true,
                 layer_shapes: true,
+                experts: Experts::BesideDense,
                 ..Architecture::Gemma3.spec()
             },
         }

@@ -376,18 +376,17 @@ fn moe_params(
     let (normalize, gating) = match architecture.spec().experts {
         Experts::SoftmaxTopK { normalize } => (normalize, Gating::SoftmaxThenTopK),
         Experts::TopKSoftmax => (false, Gating::TopKThenSoftmax),
+        Experts::BesideDense if count == 0 => return Ok(None),
+        Experts::BesideDense => (true, Gating::SoftmaxThenTopK),
         Experts::Dense => {
-            let why = match architecture == Architecture::Gemma4 {
-                true => {
-                    "Gemma 4's mixture-of-experts form (26B-A4B: a shared feed-forward beside the experts) is not runnable in ferrox yet"
-                }
-                false => {
-                    "this architecture is not a mixture-of-experts one in ferrox (qwen3moe and gpt-oss are)"
-                }
-            };
             return match count {
                 0 => Ok(None),
-                n => Err(invalid(&key("expert_count"), format!("{n} experts: {why}"))),
+                n => Err(invalid(
+                    &key("expert_count"),
+                    format!(
+                        "{n} experts: this architecture is not a mixture-of-experts one in ferrox (qwen3moe, gpt-oss and gemma4 are)"
+                    ),
+                )),
             };
         }
     };

@@ -164,7 +164,12 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
     }
     if let Some(m) = hp.moe {
         f.push(format!(
-            "mixture of experts: {} of {} experts per token, {} wide, {}{}{}",
+            "mixture of experts{}: {} of {} experts per token, {} wide, {}{}{}",
+            if spec.experts == crate::arch::Experts::BesideDense {
+                " beside a dense feed-forward"
+            } else {
+                ""
+            },
             m.n_used,
             m.n_experts,
             m.n_ff_expert,

@@ -190,8 +190,11 @@ impl Scratch {
             widest(|a| a.n_kv_heads * a.head_dim_v),
         );
         let att = nh * widest(|a| a.head_dim_v);
-        // The dense feed-forward's inside; an expert layer makes its own, per expert.
-        let ff = if hp.moe.is_some() { 0 } else { hp.n_ff };
+        // The dense feed-forward's inside; an expert layer makes its own, per
+        // expert (Gemma 4's has a dense path beside its experts).
+        let experts_only =
+            hp.moe.is_some() && hp.spec().experts != crate::arch::Experts::BesideDense;
+        let ff = if experts_only { 0 } else { hp.n_ff };
         let gated = if hp.spec().gated_attention { n * q } else { 0 };
         Scratch {
             h: vec![0.0; n * hp.n_embd],

@@ -19,7 +19,9 @@ use ferrox_core::ops::matmul::Matrix;
 use ferrox_core::packed::PackedMatrix;
 use ferrox_gguf::GgufFile;
 
-use crate::arch::{ArchSpec, Experts, RopeFactors};
+use crate::arch::{ArchSpec, RopeFactors};
+
+mod ffn;
 use crate::error::ModelError;
 use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 
@@ -197,7 +199,7 @@ pub struct GatedFfn {
     pub down: Linear, // [n_ff] -> [n_embd]
 }
 
-/// A layer's feed-forward: dense, or routed experts.
+/// A layer's feed-forward: dense, routed experts, or both side by side.
 #[derive(Debug)]
 pub enum Ffn {
     Dense(Box<GatedFfn>),
@@ -208,6 +210,29 @@ pub enum Ffn {
         /// `[n_experts]`, each `[n_embd] -> [n_ff_expert] -> [n_embd]`.
         experts: Vec<GatedFfn>,
     },
+    /// Gemma 4 26B-A4B: a dense feed-forward and routed experts on the same
+    /// input, each between its own norms, summed.
+    BesideDense(Box<BesideDense>),
+}
+
+/// The two feed-forward paths of a Gemma 4 mixture-of-experts layer.
+#[derive(Debug)]
+pub struct BesideDense {
+    /// The dense path on the `ffn_norm`-normed input, then `post_ffw_norm_1`.
+    pub dense: GatedFfn,
+    pub dense_post_norm: Vec<f32>,
+    /// `pre_ffw_norm_2`: the experts' input norm.
+    pub experts_pre_norm: Vec<f32>,
+    /// `ffn_gate_inp`: `[n_embd] -> [n_experts]`, f32 path, on the unweighted
+    /// normed input times `router_scale / sqrt(n_embd)`.
+    pub router: Linear,
+    /// `ffn_gate_inp.scale`: `[n_embd]`.
+    pub router_scale: Vec<f32>,
+    pub experts: Vec<GatedFfn>,
+    /// `ffn_down_exps.scale`: each expert's output multiplier, `[n_experts]`.
+    pub expert_scales: Option<Vec<f32>>,
+    /// `post_ffw_norm_2`: after the experts' weighted sum.
+    pub experts_post_norm: Vec<f32>,
 }
 
 impl LayerWeights {
@@ -232,13 +257,13 @@ impl LayerWeights {
                 &mut d.out,
             ],
         };
-        match &mut self.ffn {
-            Ffn::Dense(f) => v.extend([&mut f.gate, &mut f.up, &mut f.down]),
-            Ffn::Experts { experts, .. } => {
-                for f in experts {
-                    v.extend([&mut f.gate, &mut f.up, &mut f.down]);
-                }
-            }
+        let (dense, experts) = match &mut self.ffn {
+            Ffn::Dense(f) => (Some(&mut **f), &mut [][..]),
+            Ffn::Experts { experts, .. } => (None, &mut experts[..]),
+            Ffn::BesideDense(b) => (Some(&mut b.dense), &mut b.experts[..]),
+        };
+        for f in dense.into_iter().chain(experts) {
+            v.extend([&mut f.gate, &mut f.up, &mut f.down]);
         }
         if let Some(p) = &mut self.per_layer {
             v.extend([&mut p.gate, &mut p.proj]);
@@ -260,13 +285,13 @@ impl LayerWeights {
             }
             Mixer::DeltaNet(d) => vec![&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out],
         };
-        match &self.ffn {
-            Ffn::Dense(f) => v.extend([&f.gate, &f.up, &f.down]),
-            Ffn::Experts { experts, .. } => {
-                for f in experts {
-                    v.extend([&f.gate, &f.up, &f.down]);
-                }
-            }
+        let (dense, experts) = match &self.ffn {
+            Ffn::Dense(f) => (Some(&**f), &[][..]),
+            Ffn::Experts { experts, .. } => (None, &experts[..]),
+            Ffn::BesideDense(b) => (Some(&b.dense), &b.experts[..]),
+        };
+        for f in dense.into_iter().chain(experts) {
+            v.extend([&f.gate, &f.up, &f.down]);
         }
         if let Some(p) = &self.per_layer {
             v.extend([&p.gate, &p.proj]);
@@ -532,7 +557,7 @@ fn layer(
     spec: &ArchSpec,
     i: usize,
 ) -> Result<LayerWeights, ModelError> {
-    let (d, ff) = (hp.n_embd, hp.layer_ff[i]);
+    let d = hp.n_embd;
     let n = |s: &str| format!("blk.{i}.{s}");
     let w = |s: &str| n(&format!("{s}.weight"));
     let mixer = match (hp.layers[i], hp.delta_net) {
@@ -541,39 +566,7 @@ fn layer(
         }
         _ => Mixer::Attention(Box::new(attention_weights(l, hp, spec, i)?)),
     };
-    let ffn = match hp.moe {
-        Some(moe) => {
-            let (e, eff) = (moe.n_experts, moe.n_ff_expert);
-            let biased = spec.experts == Experts::TopKSoftmax;
-            let gates = l.experts(&n("ffn_gate_exps"), d, eff, e, biased)?;
-            let ups = l.experts(&n("ffn_up_exps"), d, eff, e, biased)?;
-            let downs = l.experts(&n("ffn_down_exps"), eff, d, e, biased)?;
-            Ffn::Experts {
-                router: l.linear(&n("ffn_gate_inp"), d, e)?,
-                experts: gates
-                    .into_iter()
-                    .zip(ups)
-                    .zip(downs)
-                    .map(|((gate, up), down)| GatedFfn { gate, up, down })
-                    .collect(),
-            }
-        }
-        None => {
-            let [gate, up] = if spec.fused_gate_up {
-                l.split(&n("ffn_up"), d, [ff, ff])?
-            } else {
-                [
-                    l.linear(&n("ffn_gate"), d, ff)?,
-                    l.linear(&n("ffn_up"), d, ff)?,
-                ]
-            };
-            Ffn::Dense(Box::new(GatedFfn {
-                gate,
-                up,
-                down: l.linear(&n("ffn_down"), ff, d)?,
-            }))
-        }
-    };
+    let ffn = ffn::ffn_weights(l, hp, spec, i)?;
     Ok(LayerWeights {
         attn_norm: l.vector(&w("attn_norm"), d)?,
         mixer,

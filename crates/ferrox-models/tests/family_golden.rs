@@ -169,3 +169,11 @@ fn family_gemma4_matches_the_references() {
 fn family_gemma4e2b_matches_the_references() {
     check_family("gemma4e2b");
 }
+
+/// Gemma 4 26B-A4B's shape: routed experts beside the dense feed-forward, a
+/// router on the unweighted-normed input times its scale, fused gate-up
+/// experts with per-expert output scales, each path between its own norms.
+#[test]
+fn family_gemma4moe_matches_the_references() {
+    check_family("gemma4moe");
+}

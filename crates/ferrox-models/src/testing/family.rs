@@ -147,7 +147,7 @@ const N_LAYERS: usize = 2;
 const EMBD_SCALE: f32 = 0.87;
 
 /// Every family, one per supported architecture shape.
-pub const FAMILIES: [Family; 10] = [
+pub const FAMILIES: [Family; 11] = [
     Family {
         name: "llama3",
         like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
@@ -301,6 +301,26 @@ pub const FAMILIES: [Family; 10] = [
         rms_eps: 1e-6,
         experts: None,
         gemma4: Some(Gemma4Like::E2b),
+    },
+    Family {
+        name: "gemma4moe",
+        like: "Gemma 4 26B-A4B it (a dense feed-forward beside 16 routed experts with \
+               fused gate-up, a scaled router and per-expert output scales, each path \
+               between its own norms)",
+        arch: Architecture::Gemma4,
+        vocab: VocabSource::VocabFile("gemma-4"),
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: 32,
+        context_length: 262_144,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        experts: Some(FamilyExperts {
+            n_experts: 16,
+            n_used: 4,
+            n_ff: 32,
+        }),
+        gemma4: Some(Gemma4Like::Moe),
     },
 ];
 

@@ -2,12 +2,12 @@
 //! experts grouped by expert.
 
 use ferrox_core::ops::activation::gated;
-use ferrox_core::ops::norm::rms_norm;
+use ferrox_core::ops::norm::{rms_norm, rms_normalize};
 use ferrox_core::packed::QuantizedRows;
 use rayon::prelude::*;
 
 use super::{Scratch, Transformer, add_residual};
-use crate::weights::{Ffn, GatedFfn, LayerWeights, Linear};
+use crate::weights::{BesideDense, Ffn, GatedFfn, LayerWeights, Linear};
 
 impl Transformer {
     /// One layer's feed-forward block: `x += mlp(x)`.
@@ -38,7 +38,14 @@ impl Transformer {
                 let (g, u) = (&mut g[..n * ff], &mut u[..n * ff]);
                 self.gated_ffn(f, h, n, ff, (g, u, o), quantized);
             }
-            Ffn::Experts { router, experts } => self.experts(router, experts, n, s),
+            Ffn::Experts { router, experts } => {
+                let Scratch {
+                    h, o, quantized, ..
+                } = s;
+                let routes = self.route(router, h, n, quantized);
+                self.run_experts(&routes, experts, None, h, o, quantized);
+            }
+            Ffn::BesideDense(b) => self.beside_dense(li, b, x, n, s),
         }
         add_residual(x, &mut s.o, lw.ffn_post_norm.as_deref(), d, hp.rms_eps);
     }
@@ -66,17 +73,79 @@ impl Transformer {
         self.project(&input, &mut [(&f.down, o)]);
     }
 
-    /// A mixture of experts over the normed rows `s.h`, into `s.o`: route every
-    /// row, run each chosen expert once on all the rows that chose it, then sum
-    /// each row's experts, weighted, in its rank order.
-    pub(super) fn experts(&self, router: &Linear, experts: &[GatedFfn], n: usize, s: &mut Scratch) {
-        let d = self.hp.n_embd;
+    /// Gemma 4's two paths into `s.o`: the dense feed-forward on `s.h`, normed,
+    /// plus the experts on `x` normed their own way, routed by `x` normed
+    /// without a weight, scaled by `1/sqrt(n_embd)` and the router's scale.
+    fn beside_dense(&self, li: usize, b: &BesideDense, x: &[f32], n: usize, s: &mut Scratch) {
+        let hp = &self.hp;
+        let (d, eps) = (hp.n_embd, hp.rms_eps);
+        let Scratch {
+            h,
+            g,
+            u,
+            o,
+            quantized,
+            ..
+        } = s;
+        let ff = hp.layer_ff[li];
+        let (g, u) = (&mut g[..n * ff], &mut u[..n * ff]);
+        self.gated_ffn(&b.dense, h, n, ff, (g, u, o), quantized);
+        o.chunks_exact_mut(d)
+            .for_each(|r| rms_norm(r, &b.dense_post_norm, eps));
+        let mut router_input = x.to_vec();
+        let scale = 1.0 / (d as f32).sqrt();
+        for r in router_input.chunks_exact_mut(d) {
+            rms_normalize(r, eps);
+            r.iter_mut()
+                .zip(&b.router_scale)
+                .for_each(|(v, &w)| *v = *v * scale * w);
+        }
+        let routes = self.route(&b.router, &router_input, n, quantized);
+        let mut input = router_input;
+        input.copy_from_slice(x);
+        input
+            .chunks_exact_mut(d)
+            .for_each(|r| rms_norm(r, &b.experts_pre_norm, eps));
+        let mut experts = vec![0.0f32; n * d];
+        let scales = b.expert_scales.as_deref();
+        self.run_experts(&routes, &b.experts, scales, &input, &mut experts, quantized);
+        for (o, e) in o.chunks_exact_mut(d).zip(experts.chunks_exact_mut(d)) {
+            rms_norm(e, &b.experts_post_norm, eps);
+            o.iter_mut().zip(e.iter()).for_each(|(a, b)| *a += b);
+        }
+    }
+
+    /// Each of the `n` rows of `input`'s experts and weights, by its router's
+    /// logits (f32 path).
+    fn route(
+        &self,
+        router: &Linear,
+        input: &[f32],
+        n: usize,
+        quantized: &mut QuantizedRows,
+    ) -> crate::moe::Routes {
         let moe = self.hp.moe.expect("an expert layer has MoE parameters");
         let mut logits = vec![0.0f32; n * moe.n_experts];
-        let input = self.input(&s.h, n, d, &[router], &mut s.quantized);
+        let input = self.input(input, n, self.hp.n_embd, &[router], quantized);
         self.project(&input, &mut [(router, &mut logits)]);
-        let routes = crate::moe::route(&logits, &moe);
-        let k = routes.n_used;
+        crate::moe::route(&logits, &moe)
+    }
+
+    /// The routed experts over the rows `h`, into `out`: each chosen expert
+    /// runs once on all the rows that chose it (its output times its scale, if
+    /// any), then each row sums its experts, weighted, in its rank order.
+    fn run_experts(
+        &self,
+        routes: &crate::moe::Routes,
+        experts: &[GatedFfn],
+        scales: Option<&[f32]>,
+        h: &[f32],
+        out: &mut [f32],
+        quantized: &mut QuantizedRows,
+    ) {
+        let d = self.hp.n_embd;
+        let moe = self.hp.moe.expect("an expert layer has MoE parameters");
+        let (n, k) = (routes.tokens(), routes.n_used);
         // [n][k][d]: each row's expert outputs by rank.
         let mut by_rank = vec![0.0f32; n * k * d];
         for (e, rows) in routes.by_expert(moe.n_experts).iter().enumerate() {
@@ -84,31 +153,27 @@ impl Transformer {
                 continue;
             }
             let m = rows.len();
-            let mut h = Vec::with_capacity(m * d);
+            let mut x = Vec::with_capacity(m * d);
             for &(t, _) in rows {
-                h.extend_from_slice(&s.h[t * d..(t + 1) * d]);
+                x.extend_from_slice(&h[t * d..(t + 1) * d]);
             }
             let ff = moe.n_ff_expert;
             let (mut g, mut u, mut o) = (vec![0.0; m * ff], vec![0.0; m * ff], vec![0.0; m * d]);
-            self.gated_ffn(
-                &experts[e],
-                &h,
-                m,
-                ff,
-                (&mut g, &mut u, &mut o),
-                &mut s.quantized,
-            );
+            self.gated_ffn(&experts[e], &x, m, ff, (&mut g, &mut u, &mut o), quantized);
+            if let Some(s) = scales {
+                o.iter_mut().for_each(|v| *v *= s[e]);
+            }
             for (j, &(t, r)) in rows.iter().enumerate() {
                 by_rank[(t * k + r) * d..(t * k + r + 1) * d]
                     .copy_from_slice(&o[j * d..(j + 1) * d]);
             }
         }
-        for (t, out) in s.o.chunks_exact_mut(d).enumerate() {
-            out.fill(0.0);
+        for (t, row) in out.chunks_exact_mut(d).enumerate() {
+            row.fill(0.0);
             for r in 0..k {
                 let w = routes.weight(t, r);
                 let y = &by_rank[(t * k + r) * d..(t * k + r + 1) * d];
-                out.iter_mut().zip(y).for_each(|(o, &v)| *o += w * v);
+                row.iter_mut().zip(y).for_each(|(o, &v)| *o += w * v);
             }
         }
     }

@@ -15,6 +15,9 @@ pub enum Gemma4Like {
     /// E2B: one KV head, the last two layers read the first two's KV and are
     /// twice as wide inside, per-layer token inputs.
     E2b,
+    /// 26B-A4B: the 31B's attention, and routed experts beside the dense
+    /// feed-forward.
+    Moe,
 }
 
 /// Window of the window layers (the real models' 512-1024; 8 here, so the
@@ -41,7 +44,7 @@ impl Family {
     /// Shared-KV layers at the end (E2B: the second half).
     fn shared_kv_layers(&self) -> usize {
         match self.like() {
-            Gemma4Like::Dense => 0,
+            Gemma4Like::Dense | Gemma4Like::Moe => 0,
             Gemma4Like::E2b => self.n_layers() / 2,
         }
     }
@@ -50,8 +53,8 @@ impl Family {
         let window = i.is_multiple_of(2);
         let shared = i >= self.n_layers() - self.shared_kv_layers();
         let (n_kv_heads, values_are_keys) = match self.like() {
-            Gemma4Like::Dense if window => (2, false),
-            Gemma4Like::Dense => (1, true),
+            Gemma4Like::Dense | Gemma4Like::Moe if window => (2, false),
+            Gemma4Like::Dense | Gemma4Like::Moe => (1, true),
             Gemma4Like::E2b => (1, false),
         };
         LayerShape {
@@ -71,6 +74,11 @@ impl Family {
     pub(super) fn gemma4_metadata(&self, w: &mut GgufWriter, shape: Shape) {
         let k = |s: &str| format!("gemma4.{s}");
         let u = |n: usize| Value::U32(n as u32);
+        if let Some(e) = self.experts {
+            w.set(k("expert_count"), u(e.n_experts))
+                .set(k("expert_used_count"), u(e.n_used))
+                .set(k("expert_feed_forward_length"), u(shape.expert_ff));
+        }
         let layers: Vec<LayerShape> = (0..self.n_layers())
             .map(|i| self.gemma4_shape(shape, i))
             .collect();
@@ -93,7 +101,7 @@ impl Family {
             Value::Array(Array::I32(layers.iter().map(|l| f(l) as i32).collect()))
         };
         match self.like() {
-            Gemma4Like::Dense => {
+            Gemma4Like::Dense | Gemma4Like::Moe => {
                 w.set(k("attention.head_count_kv"), per_layer(&|l| l.n_kv_heads))
                     .set(k("embedding_length_per_layer_input"), u(0));
             }
@@ -123,6 +131,9 @@ impl Family {
         b.vector(n("post_attention_norm"), d, 0.2, 1.0);
         b.vector(n("ffn_norm"), d, 0.2, 1.0);
         dense_ffn(b, i, d, l.ff);
+        if self.like() == Gemma4Like::Moe {
+            self.gemma4_experts(b, i);
+        }
         b.vector(n("post_ffw_norm"), d, 0.2, 1.0);
         if self.like() == Gemma4Like::E2b {
             b.matrix(n("inp_gate"), d, PER_LAYER);
@@ -130,6 +141,27 @@ impl Family {
             b.vector(n("post_norm"), d, 0.2, 1.0);
         }
         b.vector(n("layer_output_scale"), 1, 0.3, 0.7);
+    }
+
+    /// 26B-A4B's experts beside the dense path: their norms, an F32 router with
+    /// its input scale, fused gate-up experts and per-expert output scales.
+    fn gemma4_experts(&self, b: &mut Builder, i: usize) {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let e = self.experts.expect("a mixture-of-experts family");
+        let (d, eff) = (b.shape.n_embd, b.shape.expert_ff);
+        b.vector(n("post_ffw_norm_1.weight"), d, 0.2, 1.0);
+        b.vector(n("pre_ffw_norm_2.weight"), d, 0.2, 1.0);
+        b.vector(n("post_ffw_norm_2.weight"), d, 0.2, 1.0);
+        // Logits spread by about 3 (the router's input is normed to 1/sqrt(d)
+        // per value), so routing is decided away from ties.
+        let v = b.rnd.values(d * e.n_experts, 3.0 * (3.0f32).sqrt(), 0.0);
+        b.tensor(n("ffn_gate_inp.weight"), DType::F32, &[d, e.n_experts], &v);
+        b.vector(n("ffn_gate_inp.scale"), d, 0.2, 1.0);
+        let s = (3.0 / d as f32).sqrt();
+        b.matrices(n("ffn_gate_up_exps.weight"), d, 2 * eff, e.n_experts, s);
+        let s = (3.0 / eff as f32).sqrt();
+        b.matrices(n("ffn_down_exps.weight"), eff, d, e.n_experts, s);
+        b.vector(n("ffn_down_exps.scale"), e.n_experts, 0.3, 1.0);
     }
 
     /// Proportional RoPE's factors for the full layers (a quarter of each head
