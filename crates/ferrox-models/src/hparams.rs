@@ -215,20 +215,7 @@ impl HyperParams {
             Some(_) => layers::recurrent_kinds(m, &key, n_layers)?,
             None => layers::layer_kinds(m, &key, spec.windows, n_layers)?,
         };
-        let full = full_head_shape(m, &key, n_embd, n_heads)?;
-        let kv_heads = layers::per_layer_counts(m, &key("attention.head_count_kv"), n_layers)?
-            .unwrap_or_else(|| vec![n_heads; n_layers]);
-        let attention = layers::layer_attention(
-            m,
-            &layers,
-            &ShapeKeys {
-                key: &key,
-                n_heads,
-                kv_heads: &kv_heads,
-                full,
-                layer_shapes: spec.layer_shapes,
-            },
-        )?;
+        let (full, attention) = head_shapes(m, &key, &spec, (n_embd, n_heads), &layers)?;
         // The full layers' KV heads stand for the model's (the first layer's
         // when none is full).
         let n_kv_heads = attention[layers
@@ -241,14 +228,6 @@ impl HyperParams {
             head_dim_v,
             rope_dim,
         } = full;
-        if spec.gated_attention && head_dim_v != head_dim_k {
-            return Err(invalid(
-                &key("attention.value_length"),
-                format!(
-                    "{head_dim_v}: a gated attention head's values are as wide as its keys ({head_dim_k})"
-                ),
-            ));
-        }
         let n_embd_per_layer = match spec.layer_shapes {
             true => m.count(&key("embedding_length_per_layer_input"))?,
             false => 0,
@@ -331,6 +310,41 @@ impl HyperParams {
             AttentionKind::Full | AttentionKind::Recurrent => None,
         })
     }
+}
+
+/// The head shape of full-attention layers, and every layer's attention shape
+/// (`dims` = embedding width, query heads).
+fn head_shapes(
+    m: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    spec: &ArchSpec,
+    (n_embd, n_heads): (usize, usize),
+    kinds: &[AttentionKind],
+) -> Result<(HeadShape, Vec<LayerAttention>), ModelError> {
+    let full = full_head_shape(m, key, n_embd, n_heads)?;
+    if spec.gated_attention && full.head_dim_v != full.head_dim_k {
+        return Err(invalid(
+            &key("attention.value_length"),
+            format!(
+                "{}: a gated attention head's values are as wide as its keys ({})",
+                full.head_dim_v, full.head_dim_k
+            ),
+        ));
+    }
+    let kv_heads = layers::per_layer_counts(m, &key("attention.head_count_kv"), kinds.len())?
+        .unwrap_or_else(|| vec![n_heads; kinds.len()]);
+    let attention = layers::layer_attention(
+        m,
+        kinds,
+        &ShapeKeys {
+            key,
+            n_heads,
+            kv_heads: &kv_heads,
+            full,
+            layer_shapes: spec.layer_shapes,
+        },
+    )?;
+    Ok((full, attention))
 }
 
 /// The head shape of full-attention layers: `key_length` (else `n_embd /

@@ -5,18 +5,25 @@
 //! the file has (llama.cpp's graphs for them):
 //!
 //! * embed: rows of `token_embd`, scaled by `sqrt(n_embd)` for Gemma;
-//! * attention: `h = rmsnorm(x) * attn_norm`; `q, k, v = h Wq (+bq), h Wk (+bk),
-//!   h Wv (+bv)`; per-head QK-norm (Qwen3, Gemma 3); RoPE (adjacent pairs for
-//!   llama, NeoX halves for the others; window layers may have their own base);
-//!   causal attention scaled by `attn_scale`, soft-capped (Gemma 2), over the last
-//!   `window` positions on window layers, with a per-head sink logit in the
-//!   softmax (gpt-oss); `o = attn Wo (+bo)`, post-norm (Gemma); `x += o`;
-//! * mlp: `h = rmsnorm(x) * ffn_norm`; `f = (act(h Wgate) * h Wup) Wdown`, act =
-//!   SiLU, tanh-GELU or gpt-oss's clamped SwiGLU; post-norm (Gemma); `x += f`. A
-//!   mixture of experts (Qwen3-MoE, gpt-oss) routes each token by `h Wrouter
-//!   (+b)` (f32, [`crate::moe`]) and sums its chosen experts' `f` (with their
-//!   biases), weighted, in rank order; the rows of a batch are grouped by
-//!   expert, so each chosen expert's matrices are read once per step;
+//! * attention (`attention.rs`), in the layer's own head shape (Gemma 4's
+//!   window and full layers differ): `h = rmsnorm(x) * attn_norm`; `q, k, v = h
+//!   Wq (+bq), h Wk (+bk), h Wv (+bv)` (Gemma 4 without `attn_v`: `v = h Wk`);
+//!   per-head QK-norm (Qwen3, Gemma 3 and 4), values RMS-normed (Gemma 4); RoPE
+//!   (adjacent pairs for llama, NeoX halves for the others; window layers may
+//!   have their own base and dims); causal attention scaled by `attn_scale`,
+//!   soft-capped (Gemma 2), over the last `window` positions on window layers,
+//!   with a per-head sink logit in the softmax (gpt-oss); a shared-KV layer
+//!   (Gemma 4) computes only `q` and attends to an earlier layer's KV; `o = attn
+//!   Wo (+bo)`, post-norm (Gemma); `x += o`;
+//! * mlp (`ffn.rs`): `h = rmsnorm(x) * ffn_norm`; `f = (act(h Wgate) * h Wup)
+//!   Wdown`, act = SiLU, tanh-GELU or gpt-oss's clamped SwiGLU; post-norm
+//!   (Gemma); `x += f`. A mixture of experts (Qwen3-MoE, gpt-oss) routes each
+//!   token by `h Wrouter (+b)` (f32, [`crate::moe`]) and sums its chosen
+//!   experts' `f` (with their biases), weighted, in rank order; the rows of a
+//!   batch are grouped by expert, so each chosen expert's matrices are read
+//!   once per step. Gemma 4 26B-A4B runs its experts beside a dense `f`;
+//! * per-layer inputs and output scale (`per_layer.rs`, Gemma 4): `x +=
+//!   rmsnorm((gelu(x Wgate) * input) Wproj) * post_norm`, then `x *= scale`;
 //! * head: `rmsnorm(x) * output_norm` times the output matrix (tied to the
 //!   embeddings when the file has none), soft-capped (Gemma 2).
 //!
