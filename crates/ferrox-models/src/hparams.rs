@@ -198,16 +198,11 @@ impl HyperParams {
         }
         let n_layers = blocks - n_draft_layers;
         let n_embd = positive(m, &key("embedding_length"))?;
-        let layer_ff = layers::per_layer_counts(m, &key("feed_forward_length"), n_layers)?
-            .ok_or_else(|| {
-                ModelError::from(ferrox_gguf::GgufError::MissingKey {
-                    key: key("feed_forward_length"),
-                })
-            })?;
+        let layer_ff = match layers::per_layer_counts(m, &key("feed_forward_length"), n_layers)? {
+            Some(ff) => ff,
+            None => vec![positive(m, &key("feed_forward_length"))?; n_layers],
+        };
         let n_ff = layer_ff.iter().copied().max().unwrap_or(0);
-        if n_ff == 0 {
-            return Err(invalid(&key("feed_forward_length"), "must be positive"));
-        }
         let n_heads = positive(m, &key("attention.head_count"))?;
         let spec = architecture.spec();
         let delta_net = delta_net_params(m, &key, spec.recurrent_layers)?;

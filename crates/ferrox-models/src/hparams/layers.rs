@@ -9,15 +9,18 @@ use super::{AttentionKind, LayerAttention, invalid};
 use crate::arch::WindowRule;
 use crate::error::ModelError;
 
-/// A count the file gives once for every layer or as a per-layer array
-/// (llama.cpp's `get_key_or_arr`); `None` when absent.
+/// A positive count the file gives once for every layer or as a per-layer
+/// array (llama.cpp's `get_key_or_arr`); `None` when absent.
 pub(super) fn per_layer_counts(
     m: &Metadata,
     key: &str,
     n_layers: usize,
 ) -> Result<Option<Vec<usize>>, ModelError> {
     let Some(Value::Array(a)) = m.get(key) else {
-        return Ok(m.count_opt(key)?.map(|n| vec![n; n_layers]));
+        return match m.count_opt(key)? {
+            Some(0) => Err(invalid(key, "must be positive")),
+            n => Ok(n.map(|n| vec![n; n_layers])),
+        };
     };
     if a.len() < n_layers {
         return Err(invalid(
@@ -133,8 +136,8 @@ pub(super) fn layer_attention(
                 AttentionKind::SlidingWindow { .. } => window,
                 AttentionKind::Full | AttentionKind::Recurrent => keys.full,
             };
-            let kv_layer = shared_source(kinds, i, first_shared)
-                .map_err(|reason| invalid(&key("attention.shared_kv_layers"), reason))?;
+            let kv_layer =
+                shared_source(kinds, i, first_shared, &key("attention.shared_kv_layers"))?;
             Ok(LayerAttention {
                 n_kv_heads,
                 head_dim_k: shape.head_dim_k,
@@ -149,16 +152,24 @@ pub(super) fn layer_attention(
 /// The layer whose KV layer `i` reads: itself before `first_shared`, else the
 /// last layer before it of the same kind, as llama.cpp's Gemma 4 places it
 /// (`first_shared - 2` for window layers, `first_shared - 1` for full ones).
-fn shared_source(kinds: &[AttentionKind], i: usize, first_shared: usize) -> Result<usize, String> {
+fn shared_source(
+    kinds: &[AttentionKind],
+    i: usize,
+    first_shared: usize,
+    key: &str,
+) -> Result<usize, ModelError> {
     if i < first_shared {
         return Ok(i);
     }
     let windowed = |k: AttentionKind| matches!(k, AttentionKind::SlidingWindow { .. });
     let source = first_shared - if windowed(kinds[i]) { 2 } else { 1 };
     if kinds[source] != kinds[i] {
-        return Err(format!(
-            "layer {i} would read the KV of layer {source}, which attends otherwise ({:?} vs {:?})",
-            kinds[source], kinds[i]
+        return Err(invalid(
+            key,
+            format!(
+                "layer {i} would read the KV of layer {source}, which attends otherwise ({:?} vs {:?})",
+                kinds[source], kinds[i]
+            ),
         ));
     }
     Ok(source)
@@ -250,4 +261,67 @@ pub(super) fn layer_kinds(
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use ferrox_gguf::{GgufFile, Metadata, Value};
+
+    use crate::error::ModelError;
+    use crate::hparams::HyperParams;
+    use crate::testing::TinyModel;
+
+    /// The tiny Gemma 4's metadata with `key` set to `value`.
+    fn gemma4_with(key: &str, value: Value) -> Metadata {
+        let file =
+            GgufFile::from_bytes(TinyModel::new(crate::Architecture::Gemma4).gguf()).unwrap();
+        let mut m = Metadata::default();
+        for (k, v) in file.header().metadata.iter() {
+            let v = if k == key { value.clone() } else { v.clone() };
+            m.insert(k.to_string(), v).unwrap();
+        }
+        m
+    }
+
+    fn refusal(m: &Metadata) -> (String, String) {
+        match HyperParams::from_metadata(m) {
+            Err(ModelError::InvalidHyperParameter { key, reason }) => (key, reason),
+            other => panic!("not refused by key: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn shared_layers_read_the_last_earlier_layer_of_their_kind() {
+        let m = gemma4_with("gemma4.attention.shared_kv_layers", Value::U32(2));
+        let hp = HyperParams::from_metadata(&m).unwrap();
+        let sources: Vec<usize> = hp.attention.iter().map(|a| a.kv_layer).collect();
+        assert_eq!(sources, [0, 1, 0, 1]);
+        // One shared layer: the full layer 3 would read the window layer 2.
+        let m = gemma4_with("gemma4.attention.shared_kv_layers", Value::U32(1));
+        let (key, reason) = refusal(&m);
+        assert_eq!(key, "gemma4.attention.shared_kv_layers");
+        assert!(
+            reason.contains("layer 3 would read the KV of layer 2"),
+            "{reason}"
+        );
+        // Fewer than two layers of their own.
+        let m = gemma4_with("gemma4.attention.shared_kv_layers", Value::U32(3));
+        assert_eq!(refusal(&m).0, "gemma4.attention.shared_kv_layers");
+    }
+
+    #[test]
+    fn per_layer_counts_must_be_positive() {
+        let m = gemma4_with("gemma4.attention.head_count_kv", Value::U32(0));
+        assert_eq!(
+            refusal(&m),
+            (
+                "gemma4.attention.head_count_kv".into(),
+                "must be positive".into()
+            )
+        );
+        let zero = Value::Array(ferrox_gguf::Array::I32(vec![64, 0, 128, 128]));
+        let (key, reason) = refusal(&gemma4_with("gemma4.feed_forward_length", zero));
+        assert_eq!(key, "gemma4.feed_forward_length");
+        assert!(reason.contains("value 1"), "{reason}");
+    }
 }

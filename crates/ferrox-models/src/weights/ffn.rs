@@ -28,13 +28,18 @@ pub(super) fn ffn_weights(
     let downs = l.experts(&n("ffn_down_exps"), eff, d, e, biased)?;
     Ok(Ffn::Experts {
         router: l.linear(&n("ffn_gate_inp"), d, e)?,
-        experts: gates
-            .into_iter()
-            .zip(ups)
-            .zip(downs)
-            .map(|((gate, up), down)| GatedFfn { gate, up, down })
-            .collect(),
+        experts: gated(gates, ups, downs),
     })
+}
+
+/// Each expert's gate, up and down maps together.
+fn gated(gates: Vec<Linear>, ups: Vec<Linear>, downs: Vec<Linear>) -> Vec<GatedFfn> {
+    gates
+        .into_iter()
+        .zip(ups)
+        .zip(downs)
+        .map(|((gate, up), down)| GatedFfn { gate, up, down })
+        .collect()
 }
 
 /// `ffn_gate`, `ffn_up` (or Phi-3's fused gate-up `ffn_up`) and `ffn_down`.
@@ -97,12 +102,7 @@ fn beside_dense(
         experts_pre_norm: l.vector(&w("pre_ffw_norm_2"), d)?,
         router: l.linear(&n("ffn_gate_inp"), d, e)?,
         router_scale: l.vector(&n("ffn_gate_inp.scale"), d)?,
-        experts: gates
-            .into_iter()
-            .zip(ups)
-            .zip(downs)
-            .map(|((gate, up), down)| GatedFfn { gate, up, down })
-            .collect(),
+        experts: gated(gates, ups, downs),
         expert_scales: l.optional_vector(&n("ffn_down_exps.scale"), e)?,
         experts_post_norm: l.vector(&w("post_ffw_norm_2"), d)?,
     })
