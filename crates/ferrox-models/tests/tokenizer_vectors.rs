@@ -108,23 +108,13 @@ fn check_corpus(name: &str) {
 /// [`check_corpus`] on the vocabulary `vocab` with its pre-tokenizer replaced
 /// by `pre` when given, against `tokenize-vocab-{name}.jsonl`.
 fn check_corpus_as(name: &str, vocab: &str, pre: Option<&str>) {
-    let Some(path) = vocab_file(vocab) else {
-        return;
-    };
     let Some(rows) = ferrox_models::testing::golden_rows(&format!("tokenize-vocab-{name}.jsonl"))
     else {
         return;
     };
-    let file = GgufFile::open(&path).unwrap();
-    let mut metadata = ferrox_gguf::Metadata::default();
-    for (k, v) in file.header().metadata.iter() {
-        let v = match pre {
-            Some(p) if k == "tokenizer.ggml.pre" => ferrox_gguf::Value::String(p.into()),
-            _ => v.clone(),
-        };
-        metadata.insert(k.to_string(), v).unwrap();
-    }
-    let tok = Tokenizer::from_metadata(&metadata).unwrap();
+    let Some(tok) = tokenizer_as(vocab, pre) else {
+        return;
+    };
     assert!(
         rows.len() >= 20,
         "{name}: the corpus has {} texts",
@@ -144,6 +134,22 @@ fn check_corpus_as(name: &str, vocab: &str, pre: Option<&str>) {
     assert!(failed.is_empty(), "{name}:\n{}", failed.join("\n"));
 }
 
+/// The tokenizer of `ggml-vocab-{vocab}.gguf`, its pre-tokenizer replaced by
+/// `pre` when given.
+fn tokenizer_as(vocab: &str, pre: Option<&str>) -> Option<Tokenizer> {
+    let path = vocab_file(vocab)?;
+    let file = GgufFile::open(&path).unwrap();
+    let mut metadata = ferrox_gguf::Metadata::default();
+    for (k, v) in file.header().metadata.iter() {
+        let v = match pre {
+            Some(p) if k == "tokenizer.ggml.pre" => ferrox_gguf::Value::String(p.into()),
+            _ => v.clone(),
+        };
+        metadata.insert(k.to_string(), v).unwrap();
+    }
+    Some(Tokenizer::from_metadata(&metadata).unwrap())
+}
+
 #[test]
 fn qwen35_matches_llama_tokenize_on_our_corpus() {
     check_corpus("qwen35");
@@ -161,4 +167,56 @@ fn gemma4_matches_llama_tokenize_on_our_corpus() {
 #[test]
 fn gpt4o_pre_tokenizer_matches_llama_tokenize_on_our_corpus() {
     check_corpus_as("gpt-4o", "qwen2", Some("gpt-4o"));
+}
+
+/// Special tokens in text (`scripts/tokenizers/specials.jsonl`: chat markup of
+/// many families, special tokens beside whitespace, `</s>` and user-defined
+/// tokens written as text) against llama-tokenize's ids for them
+/// (`tests/golden/tokenize-specials-NAME.jsonl`), with special-token parsing on
+/// and off: which tokens are matched, which only when parsing, and the
+/// whitespace Phi-3's tokens strip after them.
+fn check_specials(name: &str, tok: Option<Tokenizer>) {
+    let Some(rows) =
+        ferrox_models::testing::golden_rows(&format!("tokenize-specials-{name}.jsonl"))
+    else {
+        return;
+    };
+    let Some(tok) = tok else {
+        return;
+    };
+    assert!(rows.len() >= 40, "{name}: {} rows", rows.len());
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            let text = row["text"].as_str().unwrap();
+            let parse = row["parse_special"].as_bool().unwrap();
+            let want: Vec<u32> = serde_json::from_value(row["ids"].clone()).unwrap();
+            let got = tok.encode(text, true, parse);
+            (got != want).then(|| format!("{text:?} (parse {parse}): got {got:?}, want {want:?}"))
+        })
+        .collect();
+    assert!(failed.is_empty(), "{name}:\n{}", failed.join("\n"));
+}
+
+#[test]
+fn special_tokens_in_text_match_llama_tokenize_on_every_vocabulary() {
+    for name in [
+        "llama-spm",
+        "llama-bpe",
+        "phi-3",
+        "qwen2",
+        "qwen35",
+        "gpt-2",
+        "gemma-4",
+    ] {
+        check_specials(name, tokenizer_as(name, None));
+    }
+    check_specials("gpt-4o", tokenizer_as("qwen2", Some("gpt-4o")));
+    for model in ["smollm2-135m", "gemma3-270m"] {
+        let tok = ferrox_models::testing::real_model(model).map(|path| {
+            let file = GgufFile::open(&path).unwrap();
+            Tokenizer::from_metadata(&file.header().metadata).unwrap()
+        });
+        check_specials(model, tok);
+    }
 }

@@ -16,6 +16,7 @@
 pub mod bpe;
 pub mod merge;
 pub mod pretokenize;
+pub mod specials;
 pub mod spm;
 pub mod stream;
 pub mod vocab;
@@ -28,6 +29,7 @@ use ferrox_gguf::Metadata;
 use crate::error::ModelError;
 use bpe::{Fallback, Merges};
 use pretokenize::PreTokenizer;
+use specials::{SpecialTokens, VocabFacts};
 pub use vocab::TokenType;
 use vocab::{Fragment, Vocab};
 
@@ -78,20 +80,6 @@ pub enum TokenizerKind {
     BytePairs,
 }
 
-/// Texts of end-of-turn tokens that end generation wherever a vocabulary has them (SPEC S14).
-const END_OF_TURN_TEXTS: [&str; 10] = [
-    "<|eot_id|>",
-    "<|return|>",
-    "<|call|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "<|eom_id|>",
-];
-
 /// A tokenizer: text to ids and back.
 #[derive(Clone, Debug)]
 pub struct Tokenizer {
@@ -104,29 +92,29 @@ pub struct Tokenizer {
     end_of_generation: Vec<u32>,
 }
 
-/// The tokens that end generation: those the metadata declares, and the
-/// control tokens of [`END_OF_TURN_TEXTS`] the vocabulary has. In harmony's
-/// vocabulary (gpt-oss: `<|return|>` and `<|call|>` both present) `<|end|>`
-/// only closes a message, the thinking before the answer, so it is not one
-/// (llama.cpp's rule).
-fn end_of_generation(vocab: &Vocab, declared: impl Iterator<Item = u32>) -> Vec<u32> {
-    let control = |text: &str| {
-        vocab.id_of(text).filter(|&id| {
-            matches!(
-                vocab.token_type(id),
-                Some(TokenType::Control | TokenType::UserDefined)
-            )
-        })
-    };
-    let harmony = control("<|return|>").is_some() && control("<|call|>").is_some();
-    let message_end = control("<|end|>").filter(|_| harmony);
-    let mut ids: Vec<u32> = declared
-        .chain(END_OF_TURN_TEXTS.into_iter().filter_map(control))
-        .filter(|&id| Some(id) != message_end)
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
+/// What the vocabulary's special tokens depend on besides their types.
+fn vocab_facts(m: &Metadata, n: usize) -> Result<VocabFacts, ModelError> {
+    let text =
+        |key: &str| -> Result<String, ModelError> { Ok(m.string_opt(key)?.unwrap_or_default()) };
+    let mut declared_ends = Vec::new();
+    for key in [
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.eot_token_id",
+        "tokenizer.ggml.eom_token_id",
+    ] {
+        declared_ends.extend(id_key(m, key, n)?);
+    }
+    let mut declared_fim = [None; 6];
+    for (slot, key) in declared_fim.iter_mut().zip(specials::fim_keys()) {
+        *slot = id_key(m, key, n)?;
+    }
+    Ok(VocabFacts {
+        model_name: text("general.name")?,
+        pre: text("tokenizer.ggml.pre")?,
+        architecture: text("general.architecture")?,
+        declared_ends,
+        declared_fim,
+    })
 }
 
 fn id_key(m: &Metadata, key: &str, n: usize) -> Result<Option<u32>, ModelError> {
@@ -146,6 +134,8 @@ impl Tokenizer {
         let model = m.str("tokenizer.ggml.model")?;
         let vocab = Vocab::from_metadata(m)?;
         let n = vocab.len();
+        let specials = SpecialTokens::derive(&vocab, &vocab_facts(m, n)?);
+        let vocab = vocab.with_specials(specials.matched);
         let algorithm = match model {
             "llama" => Algorithm::SentencePiece {
                 add_space_prefix: m
@@ -195,12 +185,6 @@ impl Tokenizer {
         let forced_bos = model == "gemma4";
         let bos = id_key(m, "tokenizer.ggml.bos_token_id", n)?;
         let eos = id_key(m, "tokenizer.ggml.eos_token_id", n)?;
-        let declared = [
-            eos,
-            id_key(m, "tokenizer.ggml.eot_token_id", n)?,
-            id_key(m, "tokenizer.ggml.eom_token_id", n)?,
-        ];
-        let end_of_generation = end_of_generation(&vocab, declared.into_iter().flatten());
         Ok(Tokenizer {
             vocab,
             algorithm,
@@ -210,7 +194,7 @@ impl Tokenizer {
                 || m.bool_opt("tokenizer.ggml.add_bos_token")?
                     .unwrap_or(bos_by_default),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
-            end_of_generation,
+            end_of_generation: specials.end_of_generation,
         })
     }
 

@@ -5,15 +5,17 @@
 //! * `piece(id)` exists for every id below `len()`; `id_of` is its inverse for the
 //!   first id holding a piece (later duplicates are unreachable by text, as in
 //!   llama.cpp).
-//! * Special-token partition follows llama.cpp (`tokenizer_st_partition`): tokens of
-//!   type control, user-defined or unknown are matched in text, longest text first;
-//!   with parse-special off, only user-defined tokens are (control tokens such as
-//!   `<|im_start|>` are then plain text).
+//! * Special-token partition follows llama.cpp (`tokenizer_st_partition`): the
+//!   tokens of [`SpecialTokens::matched`] are matched in text, longest text first;
+//!   with parse-special off, only those that are neither control nor unknown are
+//!   (control tokens such as `<|im_start|>` are then plain text); whitespace
+//!   beside a token that strips it is dropped from the neighbouring text.
 
 use std::collections::HashMap;
 
 use ferrox_gguf::Metadata;
 
+use super::specials::{Special, SpecialTokens, VocabFacts};
 use crate::error::ModelError;
 
 /// GGUF `tokenizer.ggml.token_type` values.
@@ -56,8 +58,8 @@ pub struct Vocab {
     types: Vec<TokenType>,
     scores: Vec<f32>,
     by_piece: HashMap<String, u32>,
-    /// Tokens matched in raw text, longest piece first: `(id, matched even without parse-special)`.
-    specials: Vec<(u32, bool)>,
+    /// Tokens matched in raw text, longest piece first.
+    specials: Vec<Special>,
     /// The `<0xNN>` byte-fallback token of each byte, where the vocabulary has one.
     byte_tokens: [Option<u32>; 256],
 }
@@ -92,37 +94,29 @@ impl Vocab {
         Ok(Vocab::new(pieces, types, scores))
     }
 
-    /// A vocabulary from its parts (all the same length).
+    /// A vocabulary from its parts (all the same length), its special tokens
+    /// derived from their types alone (no model-specific rules).
     pub fn new(pieces: Vec<String>, types: Vec<TokenType>, scores: Vec<f32>) -> Vocab {
         let mut by_piece = HashMap::with_capacity(pieces.len());
         for (i, p) in pieces.iter().enumerate() {
             by_piece.entry(p.clone()).or_insert(i as u32);
         }
-        let mut specials: Vec<(u32, bool)> = types
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !pieces[*i].is_empty())
-            .filter_map(|(i, t)| match t {
-                TokenType::Control | TokenType::Unknown => Some((i as u32, false)),
-                TokenType::UserDefined => Some((i as u32, true)),
-                _ => None,
-            })
-            .collect();
-        specials.sort_by(|a, b| {
-            pieces[b.0 as usize]
-                .len()
-                .cmp(&pieces[a.0 as usize].len())
-                .then(a.0.cmp(&b.0))
-        });
         let byte_tokens = std::array::from_fn(|b| by_piece.get(&format!("<0x{b:02X}>")).copied());
-        Vocab {
+        let mut vocab = Vocab {
             pieces,
             types,
             scores,
             by_piece,
-            specials,
+            specials: Vec::new(),
             byte_tokens,
-        }
+        };
+        vocab.specials = SpecialTokens::derive(&vocab, &VocabFacts::default()).matched;
+        vocab
+    }
+
+    /// The same vocabulary matching `specials` in text.
+    pub fn with_specials(self, specials: Vec<Special>) -> Vocab {
+        Vocab { specials, ..self }
     }
 
     /// Number of tokens.
@@ -170,11 +164,11 @@ impl Vocab {
         if text.is_empty() {
             return frags;
         }
-        for &(id, always) in &self.specials {
-            if !(parse_special || always) {
+        for special in &self.specials {
+            if special.parse_only && !parse_special {
                 continue;
             }
-            let piece = self.pieces[id as usize].as_str();
+            let piece = self.pieces[special.id as usize].as_str();
             if !frags
                 .iter()
                 .any(|f| matches!(f, Fragment::Text(t) if t.contains(piece)))
@@ -184,25 +178,37 @@ impl Vocab {
             let mut next = Vec::with_capacity(frags.len() + 2);
             for f in frags {
                 match f {
-                    Fragment::Text(t) => {
-                        let mut rest = t;
-                        while let Some(at) = rest.find(piece) {
-                            if at > 0 {
-                                next.push(Fragment::Text(&rest[..at]));
-                            }
-                            next.push(Fragment::Token(id));
-                            rest = &rest[at + piece.len()..];
-                        }
-                        if !rest.is_empty() {
-                            next.push(Fragment::Text(rest));
-                        }
-                    }
+                    Fragment::Text(t) => split_at_token(t, piece, special, &mut next),
                     tok => next.push(tok),
                 }
             }
             frags = next;
         }
         frags
+    }
+}
+
+/// Pushes the fragments of `text` split at every `piece` (the text of
+/// `special`), with the whitespace the token strips dropped beside it.
+fn split_at_token<'a>(text: &'a str, piece: &str, special: &Special, out: &mut Vec<Fragment<'a>>) {
+    let is_space = |c: char| c.is_ascii_whitespace() || c == '\x0b';
+    let mut rest = text;
+    while let Some(at) = rest.find(piece) {
+        let mut left = &rest[..at];
+        if special.lstrip {
+            left = left.trim_end_matches(is_space);
+        }
+        if !left.is_empty() {
+            out.push(Fragment::Text(left));
+        }
+        out.push(Fragment::Token(special.id));
+        rest = &rest[at + piece.len()..];
+        if special.rstrip {
+            rest = rest.trim_start_matches(is_space);
+        }
+    }
+    if !rest.is_empty() {
+        out.push(Fragment::Text(rest));
     }
 }
 
