@@ -213,7 +213,7 @@ impl Session {
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let t_load = Instant::now();
-        let mut model = Model::load_with(&path, threads, a.path.activations)?;
+        let model = Model::load_with(&path, threads, a.path.activations)?;
         let load_s = t_load.elapsed().as_secs_f64();
         let packed_mib = model.transformer.packed_bytes() as f64 / (1 << 20) as f64;
         let context_length = model.transformer.hyper_params().context_length;
@@ -223,7 +223,6 @@ impl Session {
                 "--ctx-size {ctx}: must be between 1 and the model's context length {context_length}"
             );
         }
-        model.transformer.limit_context(ctx);
         let seed = a.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

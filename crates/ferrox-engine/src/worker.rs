@@ -136,7 +136,7 @@ fn span<'a>(
 
 /// Starts an engine for `decoder` on its own worker thread.
 pub fn start(
-    decoder: Box<dyn Decoder>,
+    mut decoder: Box<dyn Decoder>,
     tokenizer: Arc<Tokenizer>,
     config: EngineConfig,
 ) -> Result<EngineHandle, StartError> {
@@ -165,6 +165,8 @@ pub fn start(
         .max_context
         .unwrap_or(hp.context_length)
         .min(hp.context_length) as u64;
+    // The model computes for the context it serves (LongRoPE's factor set).
+    decoder.limit_context(max_context as usize);
     let layout = decoder.kv_layout();
     if layout.window().is_some() && config.prefill_chunk < config.block_size {
         return Err(StartError::ChunkBelowPage {

@@ -778,3 +778,58 @@ fn logprobs_are_reported_when_asked() {
         }
     )));
 }
+
+/// A decoder that records the context the engine limits it to.
+struct ContextProbe {
+    inner: Transformer,
+    limited: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl Decoder for ContextProbe {
+    fn forward(
+        &self,
+        cache: &mut KvStore,
+        spans: &[Span<'_>],
+    ) -> Result<ferrox_models::decoder::Logits, ferrox_models::ModelError> {
+        self.inner.forward(cache, spans)
+    }
+    fn hyper_params(&self) -> &ferrox_models::HyperParams {
+        self.inner.hyper_params()
+    }
+    fn limit_context(&mut self, context: usize) {
+        self.limited.lock().unwrap().push(context);
+    }
+}
+
+/// The model computes for the context the engine serves per sequence (LongRoPE
+/// picks its factor set by it, as llama.cpp does by its context per sequence):
+/// the engine limits it once at start, to `max_context` or the model's context.
+#[test]
+fn the_engine_limits_the_model_to_the_context_it_serves() {
+    let context_length = Transformer::new(tiny_file(), 1)
+        .unwrap()
+        .hyper_params()
+        .context_length;
+    for (max_context, want) in [
+        (Some(96), 96),
+        (None, context_length),
+        (Some(1 << 30), context_length),
+    ] {
+        let limited = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let d = ContextProbe {
+            inner: Transformer::new(tiny_file(), 1).unwrap(),
+            limited: Arc::clone(&limited),
+        };
+        let config = EngineConfig {
+            max_context,
+            ..EngineConfig::default()
+        };
+        let h = start(Box::new(d), tiny_tokenizer(), config).unwrap();
+        drop(h);
+        assert_eq!(
+            *limited.lock().unwrap(),
+            [want],
+            "max_context {max_context:?}"
+        );
+    }
+}

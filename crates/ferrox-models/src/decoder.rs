@@ -83,4 +83,12 @@ pub trait Decoder: Send + Sync {
     fn vocab_size(&self) -> usize {
         self.hyper_params().vocab_size
     }
+
+    /// Serves sequences of at most `context` positions from now on (at most
+    /// the model's context length). A model whose function depends on it
+    /// adapts: LongRoPE's factor set, chosen as llama.cpp chooses it by its
+    /// context per sequence. Nothing by default.
+    fn limit_context(&mut self, context: usize) {
+        let _ = context;
+    }
 }

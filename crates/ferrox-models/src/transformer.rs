@@ -540,4 +540,8 @@ impl Decoder for Transformer {
     fn hyper_params(&self) -> &HyperParams {
         &self.hp
     }
+
+    fn limit_context(&mut self, context: usize) {
+        Transformer::limit_context(self, context);
+    }
 }
