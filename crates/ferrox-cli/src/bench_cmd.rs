@@ -1,7 +1,9 @@
 //! `ferrox bench`: prompt processing (`pp N`: one N-token prompt in one forward call)
 //! and text generation (`tg N`: N single-token decode steps from an empty context)
 //! in tokens per second, median and spread of `-r` repetitions, as llama-bench
-//! reports them.
+//! reports them. With a tg test it also measures the machine's read bandwidth
+//! and gives each tg figure as a share of it: the weight bytes one decode step
+//! reads times the steps per second.
 
 use std::time::Instant;
 
@@ -162,6 +164,62 @@ fn one_run(
     Ok((pp, tg))
 }
 
+/// The read bandwidth and the weight bytes a decode step reads, ferrox's
+/// (as its path stores them) and the file's (what llama.cpp reads).
+struct Bandwidth {
+    bytes_per_s: f64,
+    ferrox_bytes: f64,
+    file_bytes: f64,
+}
+
+impl Bandwidth {
+    fn measure(m: &Transformer, threads: usize) -> Bandwidth {
+        Bandwidth {
+            bytes_per_s: crate::bandwidth::measure(threads),
+            ferrox_bytes: m.decode_weight_bytes(),
+            file_bytes: m.decode_file_bytes(),
+        }
+    }
+
+    /// The share of the bandwidth a decode of `steps_per_s` reading `bytes` a step uses.
+    fn share(&self, bytes: f64, steps_per_s: f64) -> f64 {
+        crate::bandwidth::share(bytes, steps_per_s, self.bytes_per_s)
+    }
+
+    fn json(&self, steps_per_s: f64, llama_tokens_per_s: Option<f64>) -> serde_json::Value {
+        serde_json::json!({
+            "read_bandwidth_gb_s": self.bytes_per_s / 1e9,
+            "ferrox_weight_gb_per_step": self.ferrox_bytes / 1e9,
+            "ferrox_bandwidth_share": self.share(self.ferrox_bytes, steps_per_s),
+            "file_weight_gb_per_step": self.file_bytes / 1e9,
+            "llama_cpp_bandwidth_share": llama_tokens_per_s.map(|t| self.share(self.file_bytes, t)),
+        })
+    }
+
+    fn line(
+        &self,
+        test: &str,
+        steps_per_s: f64,
+        llama_tokens_per_s: Option<f64>,
+        threads: usize,
+    ) -> String {
+        let mut s = format!(
+            "read bandwidth {:.1} GB/s ({threads} threads); {test} reads {:.3} GB of weights a step: {:.0} % of it",
+            self.bytes_per_s / 1e9,
+            self.ferrox_bytes / 1e9,
+            100.0 * self.share(self.ferrox_bytes, steps_per_s)
+        );
+        if let Some(t) = llama_tokens_per_s {
+            s += &format!(
+                " (llama.cpp reads the file's {:.3} GB: {:.0} %)",
+                self.file_bytes / 1e9,
+                100.0 * self.share(self.file_bytes, t)
+            );
+        }
+        s
+    }
+}
+
 /// Runs the benchmark and prints the table.
 pub fn bench(a: BenchArgs) -> Result<()> {
     let path = crate::model_ref::resolve(a.model.as_deref())?;
@@ -187,6 +245,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         pps.extend(pp);
         tgs.extend(tg);
     }
+    let bandwidth = (!tgs.is_empty()).then(|| Bandwidth::measure(&m, threads));
     if a.compare.is_some() {
         let name = path
             .file_name()
@@ -201,14 +260,18 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                 continue;
             }
             let ((om, osd), (lm, lsd)) = (median_and_spread(ours), median_and_spread(theirs));
-            rows.push(serde_json::json!({"model": name, "threads": threads, "test": test, "ferrox": om, "ferrox_stddev": osd, "llama_cpp": lm, "llama_cpp_stddev": lsd, "ratio": om / lm}));
+            let mut row = serde_json::json!({"model": name, "threads": threads, "test": test, "ferrox": om, "ferrox_stddev": osd, "llama_cpp": lm, "llama_cpp_stddev": lsd, "ratio": om / lm});
+            if let (Some(b), true) = (&bandwidth, test.starts_with("tg")) {
+                row["bandwidth"] = b.json(om, Some(lm));
+            }
+            rows.push(row);
         }
         if a.json {
             println!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             println!("| model | threads | test | llama.cpp t/s | ferrox t/s | ratio |");
             println!("|---|---:|---:|---:|---:|---:|");
-            for r in rows {
+            for r in &rows {
                 println!(
                     "| {} | {} | {} | {:.2} ± {:.2} | {:.2} ± {:.2} | {:.2}x |",
                     r["model"].as_str().unwrap_or(""),
@@ -219,6 +282,19 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                     r["ferrox"].as_f64().unwrap_or(0.0),
                     r["ferrox_stddev"].as_f64().unwrap_or(0.0),
                     r["ratio"].as_f64().unwrap_or(0.0)
+                );
+            }
+            if let (Some(b), Some(tg)) = (
+                &bandwidth,
+                rows.iter().find(|r| r.get("bandwidth").is_some()),
+            ) {
+                let (om, lm) = (
+                    tg["ferrox"].as_f64().unwrap_or(0.0),
+                    tg["llama_cpp"].as_f64(),
+                );
+                println!(
+                    "\n{}",
+                    b.line(tg["test"].as_str().unwrap_or(""), om, lm, threads)
                 );
             }
         }
@@ -240,17 +316,30 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         };
         rows.push((tg, median_and_spread(tgs)));
     }
+    // One decode step reads the weights once for all its sequences.
+    let steps_per_s = |tokens_per_s: f64| tokens_per_s / a.parallel as f64;
     if a.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(test, (med, sd))| serde_json::json!({"model": name, "threads": threads, "test": test, "median_tokens_per_s": med, "stddev": sd, "repetitions": a.repetitions}))
+            .map(|(test, (med, sd))| {
+                let mut row = serde_json::json!({"model": name, "threads": threads, "test": test, "median_tokens_per_s": med, "stddev": sd, "repetitions": a.repetitions});
+                if let (Some(b), true) = (&bandwidth, test.starts_with("tg")) {
+                    row["bandwidth"] = b.json(steps_per_s(*med), None);
+                }
+                row
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("| model | threads | test | t/s (median) | stddev |");
         println!("|---|---:|---:|---:|---:|");
-        for (test, (med, sd)) in rows {
+        for (test, (med, sd)) in &rows {
             println!("| {name} | {threads} | {test} | {med:.2} | {sd:.2} |");
+        }
+        if let (Some(b), Some((test, (med, _)))) =
+            (&bandwidth, rows.iter().find(|r| r.0.starts_with("tg")))
+        {
+            println!("\n{}", b.line(test, steps_per_s(*med), None, threads));
         }
     }
     Ok(())

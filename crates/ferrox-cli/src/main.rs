@@ -1,5 +1,6 @@
 //! The `ferrox` binary: a llama.cpp-style command line over the ferrox crates.
 
+mod bandwidth;
 mod bench_chat;
 mod bench_cmd;
 mod bench_serve;

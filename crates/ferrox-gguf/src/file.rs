@@ -69,6 +69,35 @@ impl GgufFile {
         }
     }
 
+    /// Tells the OS that `range` of the file will not be read soon (its bytes
+    /// live on elsewhere, e.g. repacked): its pages leave this process's
+    /// resident memory and are read from the file again if touched. The bytes
+    /// seen through [`GgufFile::bytes`] do not change. Nothing happens for
+    /// bytes held in memory, or where the OS takes no such advice.
+    ///
+    /// Panics when `range` is not inside the file.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        assert!(
+            range.start <= range.end && range.end <= self.bytes().len(),
+            "a range of the file"
+        );
+        #[cfg(unix)]
+        if let Backing::Mapped(map) = &self.backing {
+            // SAFETY: the map is shared and read-only (`Mmap::map`): after
+            // MADV_DONTNEED a read refills each page from the file, which
+            // ferrox never writes (the contract under which it is mapped at
+            // all), so every live reference into it still reads the same bytes.
+            // The advice is only advice: a refusal changes nothing.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.len(),
+                )
+            };
+        }
+    }
+
     /// Where the file came from, when it came from disk.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()

@@ -298,8 +298,14 @@ impl Transformer {
             .build()
             .map_err(|e| ModelError::KvPlan(format!("cannot start compute threads: {e}")))?;
         if path == ActivationPath::Int16 {
+            // A packed matrix's bytes in the map are not read again: their
+            // pages leave the resident set as each is packed, so the mapped
+            // file is not kept beside its repacked copy.
             let mut pack = |l: &mut Linear| {
                 l.packed = PackedMatrix::pack(&l.weight.matrix(&file), &pool);
+                if l.packed.is_some() {
+                    file.release(l.weight.byte_range());
+                }
             };
             for layer in &mut weights.layers {
                 layer.linears_mut().into_iter().for_each(&mut pack);
@@ -340,6 +346,45 @@ impl Transformer {
             .filter_map(|l| l.packed.as_ref())
             .map(PackedMatrix::byte_len)
             .sum()
+    }
+
+    /// Bytes of weights one decode step of one sequence reads: every matrix as
+    /// the running path stores it (repacked, or as in the file), a routed
+    /// expert's at the share of the experts a token is routed to, the head
+    /// included; the token's embedding row, activations and KV aside.
+    pub fn decode_weight_bytes(&self) -> f64 {
+        self.weight_bytes(|l| {
+            l.packed
+                .as_ref()
+                .map_or(l.weight.byte_range().len(), PackedMatrix::byte_len)
+        })
+    }
+
+    /// [`Transformer::decode_weight_bytes`] with every matrix as the file
+    /// stores it: what a peer reading the file's own layout reads.
+    pub fn decode_file_bytes(&self) -> f64 {
+        self.weight_bytes(|l| l.weight.byte_range().len())
+    }
+
+    fn weight_bytes(&self, bytes: impl Fn(&Linear) -> usize) -> f64 {
+        let share = self
+            .hp
+            .moe
+            .as_ref()
+            .map_or(1.0, |m| m.n_used as f64 / m.n_experts as f64);
+        let mut total = bytes(&self.weights.output) as f64;
+        for layer in &self.weights.layers {
+            let all: usize = layer.linears().into_iter().map(&bytes).sum();
+            let experts: usize = layer
+                .experts()
+                .iter()
+                .flat_map(|f| [&f.gate, &f.up, &f.down])
+                .map(&bytes)
+                .sum();
+            let router = layer.router().map_or(0, &bytes);
+            total += (all - experts + router) as f64 + share * experts as f64;
+        }
+        total
     }
 
     /// The activation path this model runs.

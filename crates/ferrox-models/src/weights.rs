@@ -56,9 +56,14 @@ impl TensorRef {
             self.dtype,
             self.rows,
             self.cols,
-            &file.bytes()[self.offset..self.offset + self.len],
+            &file.bytes()[self.byte_range()],
         )
         .expect("checked at load")
+    }
+
+    /// Where its bytes lie in the file.
+    pub fn byte_range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.len
     }
 
     /// Rows `from..from + rows` of this matrix (rows are whole blocks).
@@ -236,6 +241,24 @@ pub struct BesideDense {
 }
 
 impl LayerWeights {
+    /// The routed experts of the layer (none on a dense layer).
+    pub fn experts(&self) -> &[GatedFfn] {
+        match &self.ffn {
+            Ffn::Dense(_) => &[],
+            Ffn::Experts { experts, .. } => experts,
+            Ffn::BesideDense(b) => &b.experts,
+        }
+    }
+
+    /// The router of the layer's experts, if it has experts.
+    pub fn router(&self) -> Option<&Linear> {
+        match &self.ffn {
+            Ffn::Dense(_) => None,
+            Ffn::Experts { router, .. } => Some(router),
+            Ffn::BesideDense(b) => Some(&b.router),
+        }
+    }
+
     /// Every linear map of the layer that runs on the integer path when packed,
     /// in the order the forward pass meets them (a router is not among them).
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {

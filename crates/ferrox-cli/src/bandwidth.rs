@@ -1,0 +1,70 @@
+//! The machine's memory read bandwidth, as `ferrox bench` measures it: the
+//! bound a decode step cannot pass, since it reads every weight once.
+//!
+//! `threads` threads each sum their share of a buffer far larger than the
+//! caches (1 GiB), as 64-bit words the compiler vectorizes; the best of a few
+//! passes counts, as a plain read loop would report it.
+
+use std::time::Instant;
+
+/// Bytes of the buffer read.
+const BUFFER_BYTES: usize = 1 << 30;
+/// Passes over it; the fastest counts.
+const PASSES: usize = 3;
+
+/// Read bandwidth in bytes per second over `threads` threads.
+pub fn measure(threads: usize) -> f64 {
+    let words = vec![1u64; BUFFER_BYTES / 8];
+    let chunk = words.len().div_ceil(threads.max(1));
+    let mut best = f64::INFINITY;
+    for _ in 0..PASSES {
+        let t = Instant::now();
+        let sum: u64 = std::thread::scope(|s| {
+            let parts: Vec<_> = words
+                .chunks(chunk)
+                .map(|part| s.spawn(move || sum_words(part)))
+                .collect();
+            parts.into_iter().map(|p| p.join().expect("a reader")).sum()
+        });
+        assert_eq!(sum, words.len() as u64, "every word read once");
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    BUFFER_BYTES as f64 / best
+}
+
+/// The sum of `words`, in eight independent lanes so that the loop is bound by
+/// loads, not by one chain of additions.
+fn sum_words(words: &[u64]) -> u64 {
+    let mut lanes = [0u64; 8];
+    let mut blocks = words.chunks_exact(8);
+    for b in &mut blocks {
+        for (lane, w) in lanes.iter_mut().zip(b) {
+            *lane = lane.wrapping_add(*w);
+        }
+    }
+    let tail: u64 = blocks.remainder().iter().sum();
+    lanes.iter().sum::<u64>() + tail
+}
+
+/// What share of `bandwidth` (bytes/s) a decode at `tokens_per_s` reads when
+/// each token reads `bytes_per_token`.
+pub fn share(bytes_per_token: f64, tokens_per_s: f64, bandwidth: f64) -> f64 {
+    bytes_per_token * tokens_per_s / bandwidth
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_sum_every_word_including_the_tail() {
+        let words: Vec<u64> = (1..=21).collect();
+        assert_eq!(sum_words(&words), 21 * 22 / 2);
+        assert_eq!(sum_words(&[]), 0);
+    }
+
+    #[test]
+    fn share_is_bytes_per_second_over_bandwidth() {
+        assert_eq!(share(1e9, 10.0, 20e9), 0.5);
+    }
+}
