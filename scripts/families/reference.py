@@ -82,6 +82,10 @@ class Model:
         # gpt-oss: sinks, biases, windows on even layers, top-k-then-softmax
         # routing, clamped SwiGLU; its pre-FFN norm is named post_attention_norm.
         self.oss = a == "gpt-oss"
+        # YaRN's correction range is rounded to whole dims (HF's `truncate`,
+        # ggml always) except for gpt-oss, whose config says truncate: false
+        # (HF's _compute_yarn_parameters; vLLM and SGLang follow it).
+        self.yarn_truncate = not self.oss
         self.window = None
         if self.gemma:
             self.window = g("attention.sliding_window", 4096)
@@ -230,8 +234,10 @@ class Model:
         if self.ext:
             def corr(beta):
                 return n * math.log(self.orig_ctx / (beta * 2 * math.pi)) / (2 * math.log(self.base))
-            low = max(0.0, math.floor(corr(32.0)))
-            high = min(n - 1.0, math.ceil(corr(1.0)))
+            low, high = corr(32.0), corr(1.0)
+            if self.yarn_truncate:
+                low, high = math.floor(low), math.ceil(high)
+            low, high = max(0.0, low), min(n - 1.0, high)
             y = (i - low) / max(0.001, high - low)
             ramp = (1 - np.clip(y, 0, 1)) * self.ext
             theta = theta_interp * (1 - ramp) + theta_extrap * ramp

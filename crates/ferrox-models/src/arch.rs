@@ -112,6 +112,11 @@ pub struct ArchSpec {
     pub attn_softcap: Softcap,
     /// Soft-cap of the output logits (`final_logit_softcapping`).
     pub final_softcap: Softcap,
+    /// YaRN's correction range is rounded out to whole dimensions (HF's
+    /// `truncate`, true unless a config says otherwise; ggml always rounds).
+    /// gpt-oss's config says `truncate: false`, and no GGUF key carries it, so
+    /// it is a fact of the architecture.
+    pub yarn_truncate: bool,
     /// Tensors of per-pair RoPE factors it may carry: `rope_freqs` (llama3
     /// scaling) or `rope_factors_long` / `_short` (LongRoPE).
     pub rope_factors: RopeFactors,
@@ -198,6 +203,7 @@ const LLAMA: ArchSpec = ArchSpec {
     local_rope_base: LocalRopeBase::Global,
     windows: WindowRule::None,
     attention_scale: AttentionScale::HeadDim,
+    yarn_truncate: true,
     attn_softcap: Softcap::Never,
     final_softcap: Softcap::Never,
     rope_factors: RopeFactors::Freqs,
@@ -225,6 +231,7 @@ const GEMMA2: ArchSpec = ArchSpec {
         default_window: Some(4096),
     },
     attention_scale: AttentionScale::GemmaBig { layers: 46 },
+    yarn_truncate: true,
     attn_softcap: Softcap::Key {
         default: Some(50.0),
     },
@@ -335,6 +342,7 @@ impl Architecture {
                     default_window: Some(128),
                 },
                 rope_factors: RopeFactors::None,
+                yarn_truncate: false,
                 experts: Experts::TopKSoftmax,
                 attention_sinks: true,
                 ffn_norm: "post_attention_norm",

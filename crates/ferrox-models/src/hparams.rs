@@ -242,7 +242,7 @@ impl HyperParams {
         let rope_orig_context = m
             .count_opt(&key("rope.scaling.original_context_length"))?
             .unwrap_or(context_length);
-        let rope_scaling = rope_scaling(m, &key, rope_orig_context)?;
+        let rope_scaling = rope_scaling(m, &key, rope_orig_context, spec.yarn_truncate)?;
         let rope_attn_factor = m
             .float_opt(&key("rope.scaling.attn_factor"))?
             .unwrap_or(1.0) as f32;
@@ -438,6 +438,7 @@ fn rope_scaling(
     m: &Metadata,
     key: &dyn Fn(&str) -> String,
     orig_context: usize,
+    truncate: bool,
 ) -> Result<RopeScaling, ModelError> {
     let kind = m
         .string_opt(&key("rope.scaling.type"))?
@@ -474,6 +475,7 @@ fn rope_scaling(
             orig_context,
             beta_fast: yarn_beta("rope.scaling.yarn_beta_fast", 32.0)?,
             beta_slow: yarn_beta("rope.scaling.yarn_beta_slow", 1.0)?,
+            truncate,
         },
         other => {
             return Err(invalid(

@@ -22,13 +22,16 @@ pub enum RopeScaling {
     Linear { factor: f32 },
     /// YaRN: pairs that turn slowly are interpolated by `factor`, fast ones
     /// extrapolated, with a linear ramp between the correction dimensions that
-    /// `orig_context`, `beta_fast` and `beta_slow` give; magnitudes scaled by
+    /// `orig_context`, `beta_fast` and `beta_slow` give (rounded out to whole
+    /// dimensions when `truncate`, as ggml always rounds them and HF does
+    /// unless a config says `truncate: false`); magnitudes scaled by
     /// `1 + 0.1 ln(factor)` when `factor > 1` (llama.cpp's net scale).
     Yarn {
         factor: f32,
         orig_context: usize,
         beta_fast: f32,
         beta_slow: f32,
+        truncate: bool,
     },
 }
 
@@ -40,8 +43,15 @@ impl std::fmt::Display for RopeScaling {
             RopeScaling::Yarn {
                 factor,
                 orig_context,
+                truncate,
                 ..
-            } => write!(f, "yarn x{factor} of {orig_context}"),
+            } => {
+                write!(f, "yarn x{factor} of {orig_context}")?;
+                if !truncate {
+                    write!(f, " (correction range not rounded)")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -83,6 +93,7 @@ impl RopeFreqs {
                 orig_context,
                 beta_fast,
                 beta_slow,
+                truncate,
             } => {
                 if factor > 1.0 {
                     mscale *= 1.0 + 0.1 * (factor as f64).ln();
@@ -92,8 +103,11 @@ impl RopeFreqs {
                         * (orig_context as f64 / (beta as f64 * 2.0 * std::f64::consts::PI)).ln()
                         / (2.0 * base.ln())
                 };
-                let low = corr(beta_fast).floor().max(0.0);
-                let high = corr(beta_slow).ceil().min(dim as f64 - 1.0);
+                let (low, high) = match truncate {
+                    true => (corr(beta_fast).floor(), corr(beta_slow).ceil()),
+                    false => (corr(beta_fast), corr(beta_slow)),
+                };
+                let (low, high) = (low.max(0.0), high.min(dim as f64 - 1.0));
                 Some((low, high, 1.0 / factor as f64))
             }
             _ => None,
@@ -213,6 +227,7 @@ mod tests {
             orig_context: 64,
             beta_fast: 32.0,
             beta_slow: 1.0,
+            truncate: true,
         };
         let plain = RopeFreqs::plain(64, 10000.0);
         let yarn = RopeFreqs::new(64, 10000.0, scaling, None, 1.0);
@@ -221,5 +236,36 @@ mod tests {
         let (mut c, mut s) = (vec![0.0; 32], vec![0.0; 32]);
         yarn.angles(0, &mut c, &mut s);
         assert!((c[0] as f64 - (1.0 + 0.1 * 4f64.ln())).abs() < 1e-6);
+    }
+
+    /// gpt-oss-20b's YaRN (64-wide heads, base 150000, x32 of 4096): HF's
+    /// correction range without rounding is 8.09..17.40 (vLLM and SGLang report
+    /// the same numbers); ggml rounds it out to 8..18.
+    #[test]
+    fn yarn_without_truncation_ramps_between_the_exact_correction_dims() {
+        let scaling = |truncate| RopeScaling::Yarn {
+            factor: 32.0,
+            orig_context: 4096,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            truncate,
+        };
+        let plain = RopeFreqs::plain(64, 150_000.0);
+        let exact = RopeFreqs::new(64, 150_000.0, scaling(false), None, 1.0);
+        let rounded = RopeFreqs::new(64, 150_000.0, scaling(true), None, 1.0);
+        let corr = |beta: f64| {
+            64.0 * (4096.0 / (beta * 2.0 * std::f64::consts::PI)).ln() / (2.0 * 150_000f64.ln())
+        };
+        let (low, high) = (corr(32.0), corr(1.0));
+        assert!((low - 8.0928).abs() < 1e-3 && (high - 17.398).abs() < 1e-3);
+        for i in 0..32 {
+            let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+            let want = plain.freqs[i] * (ramp / 32.0 + (1.0 - ramp));
+            assert!((exact.freqs[i] - want).abs() < 1e-15, "pair {i}");
+            let ramp = ((i as f64 - 8.0) / 10.0).clamp(0.0, 1.0);
+            let want = plain.freqs[i] * (ramp / 32.0 + (1.0 - ramp));
+            assert!((rounded.freqs[i] - want).abs() < 1e-15, "pair {i}");
+        }
+        assert_ne!(exact.freqs[9], rounded.freqs[9]);
     }
 }
