@@ -291,6 +291,18 @@ impl Transformer {
         path: ActivationPath,
     ) -> Result<Transformer, ModelError> {
         let hp = HyperParams::from_metadata(&file.header().metadata)?;
+        Self::with_hyper_params(file, hp, threads, path)
+    }
+
+    /// Loads the model in `file` with hyper-parameters `hp` in place of the
+    /// file's own (a reading of the file that differs from ferrox's, such as
+    /// llama.cpp's RoPE). The loader checks them against the file's tensors.
+    pub fn with_hyper_params(
+        file: GgufFile,
+        hp: HyperParams,
+        threads: usize,
+        path: ActivationPath,
+    ) -> Result<Transformer, ModelError> {
         let mut weights = Weights::load(&file, &hp)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))

@@ -123,9 +123,51 @@ pub struct Family {
     pub experts: Option<FamilyExperts>,
     /// Which Gemma 4 model a Gemma 4 family copies.
     pub gemma4: Option<Gemma4Like>,
+    /// How RoPE stretches past the trained context, for the families that
+    /// scale it (llama3 factors, YaRN, LongRoPE).
+    pub rope_scale: Option<RopeScale>,
+    /// The rotated share of each head, `(numerator, denominator)`: Phi-4's
+    /// partial rotary turns three quarters; `(1, 1)` turns it all.
+    pub rotary: (usize, usize),
+    /// `attention.sliding_window` as the converter writes it, where it does.
+    pub sliding_window: Option<usize>,
+    /// Whether the file has its own `output.weight` (else the head is the
+    /// embeddings).
+    pub own_head: bool,
 }
 
 pub use gemma4::Gemma4Like;
+
+/// RoPE scaling of a family's file.
+#[derive(Copy, Clone, Debug)]
+pub struct RopeScale {
+    /// The scaling factor (llama3 factors and YaRN; LongRoPE's comes from the
+    /// contexts).
+    pub factor: f32,
+    /// The trained context it stretches (`rope.scaling.original_context_length`).
+    pub orig_context: usize,
+}
+
+/// The fields most families share: no RoPE scaling, whole-head rotation, no
+/// window key, a tied head.
+const PLAIN: Family = Family {
+    name: "",
+    like: "",
+    arch: Architecture::Llama,
+    vocab: VocabSource::VocabFile(""),
+    n_heads: 4,
+    n_kv_heads: 2,
+    head_dim: 16,
+    context_length: 0,
+    rope_base: 10_000.0,
+    rms_eps: 1e-6,
+    experts: None,
+    gemma4: None,
+    rope_scale: None,
+    rotary: (1, 1),
+    sliding_window: None,
+    own_head: false,
+};
 
 /// Expert counts of a mixture-of-experts family.
 #[derive(Copy, Clone, Debug)]
@@ -147,7 +189,7 @@ const N_LAYERS: usize = 2;
 const EMBD_SCALE: f32 = 0.87;
 
 /// Every family, one per supported architecture shape.
-pub const FAMILIES: [Family; 11] = [
+pub const FAMILIES: [Family; 14] = [
     Family {
         name: "llama3",
         like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
@@ -161,6 +203,11 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-5,
         experts: None,
         gemma4: None,
+        rope_scale: Some(RopeScale {
+            factor: 32.0,
+            orig_context: 8192,
+        }),
+        ..PLAIN
     },
     Family {
         name: "qwen2",
@@ -175,6 +222,11 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-6,
         experts: None,
         gemma4: None,
+        rope_scale: Some(RopeScale {
+            factor: 4.0,
+            orig_context: 32_768,
+        }),
+        ..PLAIN
     },
     Family {
         name: "qwen3",
@@ -189,6 +241,7 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-6,
         experts: None,
         gemma4: None,
+        ..PLAIN
     },
     Family {
         name: "qwen3moe",
@@ -207,6 +260,8 @@ pub const FAMILIES: [Family; 11] = [
             n_ff: 32,
         }),
         gemma4: None,
+        own_head: true,
+        ..PLAIN
     },
     Family {
         name: "gptoss",
@@ -226,6 +281,14 @@ pub const FAMILIES: [Family; 11] = [
             n_ff: 32,
         }),
         gemma4: None,
+        rope_scale: Some(RopeScale {
+            factor: 32.0,
+            orig_context: 4096,
+        }),
+        // gpt-oss's window is 128; 8 here, so the prompts outrun it.
+        sliding_window: Some(8),
+        own_head: true,
+        ..PLAIN
     },
     Family {
         name: "qwen35",
@@ -241,6 +304,7 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-6,
         experts: None,
         gemma4: None,
+        ..PLAIN
     },
     Family {
         name: "phi3",
@@ -255,6 +319,13 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-5,
         experts: None,
         gemma4: None,
+        rope_scale: Some(RopeScale {
+            factor: 32.0,
+            orig_context: 4096,
+        }),
+        sliding_window: Some(262_144),
+        own_head: true,
+        ..PLAIN
     },
     Family {
         name: "gemma2",
@@ -269,6 +340,8 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-6,
         experts: None,
         gemma4: None,
+        sliding_window: Some(8),
+        ..PLAIN
     },
     Family {
         name: "gemma4",
@@ -286,6 +359,7 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-6,
         experts: None,
         gemma4: Some(Gemma4Like::Dense),
+        ..PLAIN
     },
     Family {
         name: "gemma4e2b",
@@ -301,6 +375,7 @@ pub const FAMILIES: [Family; 11] = [
         rms_eps: 1e-6,
         experts: None,
         gemma4: Some(Gemma4Like::E2b),
+        ..PLAIN
     },
     Family {
         name: "gemma4moe",
@@ -321,6 +396,71 @@ pub const FAMILIES: [Family; 11] = [
             n_ff: 32,
         }),
         gemma4: Some(Gemma4Like::Moe),
+        ..PLAIN
+    },
+    Family {
+        name: "phi4mini",
+        like: "Phi-4 mini instruct (partial rotary: three quarters of each head turn, \
+               LongRoPE past the original context, grouped KV heads, sliding_window 0, \
+               tied head)",
+        arch: Architecture::Phi3,
+        vocab: VocabSource::VocabFile("phi-3"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 16,
+        context_length: 131_072,
+        rope_base: 10_000.0,
+        rms_eps: 1e-5,
+        rope_scale: Some(RopeScale {
+            factor: 32.0,
+            orig_context: 4096,
+        }),
+        rotary: (3, 4),
+        sliding_window: Some(0),
+        ..PLAIN
+    },
+    Family {
+        name: "llama3ctx64",
+        like: "Llama 3.2 1B with llama3 RoPE factors (factor 8, low 1, high 4) from an \
+               original context of 64, run at 256",
+        arch: Architecture::Llama,
+        vocab: VocabSource::VocabFile("llama-bpe"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 16,
+        context_length: 256,
+        rope_base: 500_000.0,
+        rms_eps: 1e-5,
+        rope_scale: Some(RopeScale {
+            factor: 8.0,
+            orig_context: 64,
+        }),
+        ..PLAIN
+    },
+    Family {
+        name: "gptossctx64",
+        like: "gpt-oss-20b with YaRN x4 of an original context of 64, run at 256 \
+               (8 experts, 4 used)",
+        arch: Architecture::GptOss,
+        vocab: VocabSource::VocabFile("qwen2"),
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 32,
+        context_length: 256,
+        rope_base: 150_000.0,
+        rms_eps: 1e-5,
+        experts: Some(FamilyExperts {
+            n_experts: 8,
+            n_used: 4,
+            n_ff: 32,
+        }),
+        rope_scale: Some(RopeScale {
+            factor: 4.0,
+            orig_context: 64,
+        }),
+        sliding_window: Some(8),
+        own_head: true,
+        ..PLAIN
     },
 ];
 
@@ -351,10 +491,11 @@ impl Uniform {
     }
 }
 
-/// Llama 3.1's RoPE frequency factors (the converter's formula): factor 32, low
-/// and high frequency factors 1 and 4, original context 8192.
-fn llama3_factors(dim: usize, base: f32) -> Vec<f32> {
-    let (factor, low, high, old_ctx) = (32.0f64, 1.0f64, 4.0f64, 8192.0f64);
+/// Llama 3.1's RoPE frequency factors (the converter's formula): low and high
+/// frequency factors 1 and 4, `factor` and the original context of `scale`.
+fn llama3_factors(dim: usize, base: f32, scale: RopeScale) -> Vec<f32> {
+    let (low, high) = (1.0f64, 4.0f64);
+    let (factor, old_ctx) = (scale.factor as f64, scale.orig_context as f64);
     let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
     (0..dim / 2)
         .map(|i| {
@@ -550,9 +691,13 @@ impl Family {
                     .set(k("attention.value_length"), u(shape.head_dim));
             }
             Architecture::Qwen2 => {
+                let scale = self.rope_scale.expect("Qwen2's YaRN");
                 w.set(k("rope.scaling.type"), Value::String("yarn".into()))
-                    .set(k("rope.scaling.factor"), Value::F32(4.0))
-                    .set(k("rope.scaling.original_context_length"), u(32_768));
+                    .set(k("rope.scaling.factor"), Value::F32(scale.factor))
+                    .set(
+                        k("rope.scaling.original_context_length"),
+                        u(scale.orig_context),
+                    );
             }
             Architecture::Qwen3 | Architecture::Gemma2 => {
                 w.set(k("attention.key_length"), u(shape.head_dim))
@@ -567,12 +712,13 @@ impl Family {
                     .set(k("expert_feed_forward_length"), u(shape.expert_ff));
             }
             Architecture::Phi3 => {
-                let scale = self.context_length as f64 / 4096.0;
-                let attn = (1.0 + scale.ln() / 4096f64.ln()).sqrt();
-                w.set(k("rope.scaling.original_context_length"), u(4096))
-                    .set(k("rope.dimension_count"), u(shape.head_dim))
-                    .set(k("rope.scaling.attn_factor"), Value::F32(attn as f32))
-                    .set(k("attention.sliding_window"), u(262_144));
+                // LongRoPE's magnitude factor, as the converter writes it.
+                let orig = self.rope_scale.expect("Phi-3's LongRoPE").orig_context;
+                let scale = self.context_length as f64 / orig as f64;
+                let attn = (1.0 + scale.ln() / (orig as f64).ln()).sqrt();
+                w.set(k("rope.scaling.original_context_length"), u(orig))
+                    .set(k("rope.dimension_count"), u(self.rope_dim(shape)))
+                    .set(k("rope.scaling.attn_factor"), Value::F32(attn as f32));
             }
             Architecture::Qwen35 => {
                 let (n_k, n_v) = QWEN35_SSM_HEADS;
@@ -605,16 +751,20 @@ impl Family {
             Architecture::Gemma4 => self.gemma4_metadata(w, shape),
             Architecture::Gemma3 => unreachable!("Gemma 3 is checked on the real model"),
         }
+        if let Some(window) = self.sliding_window {
+            w.set(k("attention.sliding_window"), u(window));
+        }
         if self.arch == Architecture::GptOss {
-            // gpt-oss's window is 128; 8 here, so the prompts outrun it.
-            w.set(k("attention.sliding_window"), u(8))
-                .set(k("rope.scaling.type"), Value::String("yarn".into()))
-                .set(k("rope.scaling.factor"), Value::F32(32.0))
-                .set(k("rope.scaling.original_context_length"), u(4096));
+            let scale = self.rope_scale.expect("gpt-oss's YaRN");
+            w.set(k("rope.scaling.type"), Value::String("yarn".into()))
+                .set(k("rope.scaling.factor"), Value::F32(scale.factor))
+                .set(
+                    k("rope.scaling.original_context_length"),
+                    u(scale.orig_context),
+                );
         }
         if self.arch == Architecture::Gemma2 {
-            w.set(k("attention.sliding_window"), u(8))
-                .set(k("attn_logit_softcapping"), Value::F32(50.0))
+            w.set(k("attn_logit_softcapping"), Value::F32(50.0))
                 .set(k("final_logit_softcapping"), Value::F32(30.0));
         }
         for (key, value) in m.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
@@ -747,24 +897,28 @@ impl Family {
         }
     }
 
+    /// Rotated dims of each head of a file of `shape`.
+    fn rope_dim(&self, shape: Shape) -> usize {
+        shape.head_dim * self.rotary.0 / self.rotary.1
+    }
+
     /// The output head and RoPE factor tensors.
     fn globals(&self, b: &mut Builder, n_vocab: usize) {
-        let pairs = b.shape.head_dim / 2;
+        let pairs = self.rope_dim(b.shape) / 2;
+        if self.own_head {
+            // As wide as the embeddings, so the logits are as peaked as a
+            // tied head's (greedy steps are then far from ties).
+            let d = b.shape.n_embd;
+            b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
+        }
         match self.arch {
             Architecture::Llama => {
-                let f = llama3_factors(b.shape.head_dim, self.rope_base);
+                let scale = self.rope_scale.expect("Llama 3's RoPE factors");
+                let f = llama3_factors(b.shape.head_dim, self.rope_base, scale);
                 b.tensor("rope_freqs.weight".into(), DType::F32, &[pairs], &f);
-            }
-            Architecture::Qwen3Moe | Architecture::GptOss => {
-                let d = b.shape.n_embd;
-                b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
             }
             Architecture::Gemma4 => self.gemma4_globals(b, n_vocab),
             Architecture::Phi3 => {
-                // As wide as the embeddings, so the logits are as peaked as a
-                // tied head's (greedy steps are then far from ties).
-                let d = b.shape.n_embd;
-                b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
                 let long: Vec<f32> = (0..pairs).map(|i| 1.0 + 3.0 * i as f32).collect();
                 let short: Vec<f32> = (0..pairs).map(|i| 1.0 + 0.05 * i as f32).collect();
                 b.tensor(
@@ -791,7 +945,11 @@ mod tests {
 
     #[test]
     fn llama3_factors_match_the_converter_at_the_ends() {
-        let f = llama3_factors(128, 500_000.0);
+        let scale = RopeScale {
+            factor: 32.0,
+            orig_context: 8192,
+        };
+        let f = llama3_factors(128, 500_000.0, scale);
         assert_eq!(f[0], 1.0);
         assert_eq!(f[63], 32.0);
         assert!(f.iter().all(|&x| (1.0..=32.0).contains(&x)));
