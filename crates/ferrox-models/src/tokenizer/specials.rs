@@ -264,30 +264,27 @@ impl SpecialTokens {
 fn strip_rules(vocab: &Vocab, facts: &VocabFacts, attrs: &mut [Attr]) {
     let name = facts.model_name.to_lowercase();
     let contains_any = |s: &str, parts: &[&str]| parts.iter().any(|p| s.contains(p));
-    let mut set = |text: &str, f: &dyn Fn(&mut Attr)| {
-        if let Some(id) = vocab.id_of(text) {
-            f(&mut attrs[id as usize]);
-        }
-    };
     if contains_any(&facts.pre, &["jina-v2-de", "jina-v2-es", "jina-v2-code"])
         || contains_any(&facts.architecture, &["nomic-bert-moe", "jina-bert-v3"])
     {
-        set("<mask>", &|a| a.lstrip = true);
+        set(vocab, attrs, "<mask>", |a| a.lstrip = true);
     } else if contains_any(&name, &["phi-3", "phi3"]) {
         for a in attrs.iter_mut().filter(|a| a.special()) {
             a.rstrip = true;
         }
-        let mut set = |text: &str, on: bool| {
-            if let Some(id) = vocab.id_of(text) {
-                attrs[id as usize].rstrip = on;
-            }
-        };
-        set("</s>", true);
+        set(vocab, attrs, "</s>", |a| a.rstrip = true);
         for t in ["<unk>", "<s>", "<|endoftext|>"] {
-            set(t, false);
+            set(vocab, attrs, t, |a| a.rstrip = false);
         }
     } else if name.contains("modern-bert") {
-        set("[MASK]", &|a| a.lstrip = true);
+        set(vocab, attrs, "[MASK]", |a| a.lstrip = true);
+    }
+}
+
+/// Applies `f` to the attributes of the token whose text is `text`, if any.
+fn set(vocab: &Vocab, attrs: &mut [Attr], text: &str, f: impl FnOnce(&mut Attr)) {
+    if let Some(id) = vocab.id_of(text) {
+        f(&mut attrs[id as usize]);
     }
 }
 
