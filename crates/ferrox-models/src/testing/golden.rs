@@ -190,7 +190,7 @@ pub fn score(m: &Transformer, rows: &[Value], label: &str) -> Score {
         prompts: rows.len(),
         ..Score::default()
     };
-    for row in rows {
+    for (index, row) in rows.iter().enumerate() {
         let (prompt, want) = (ids(&row["prompt_ids"]), ids(&row["ids"]));
         let top5 = row["top5"].as_array().expect("top5");
         let tokens: Vec<u32> = prompt
@@ -228,7 +228,7 @@ pub fn score(m: &Transformer, rows: &[Value], label: &str) -> Score {
                 .find(|&i| got[i] != want[i])
                 .expect("a difference");
             s.divergences.push(Divergence {
-                row: s.divergences.len() + s.identical,
+                row: index,
                 prompt: row["prompt"].as_str().unwrap_or_default().to_string(),
                 step,
                 lead: lead(&top5[step]),

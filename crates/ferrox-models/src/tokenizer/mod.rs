@@ -29,7 +29,7 @@ use ferrox_gguf::Metadata;
 use crate::error::ModelError;
 use bpe::{Fallback, Merges};
 use pretokenize::PreTokenizer;
-use specials::{SpecialTokens, VocabFacts};
+use specials::VocabFacts;
 pub use vocab::TokenType;
 use vocab::{Fragment, Vocab};
 
@@ -132,10 +132,8 @@ impl Tokenizer {
     /// Builds the tokenizer the metadata describes.
     pub fn from_metadata(m: &Metadata) -> Result<Tokenizer, ModelError> {
         let model = m.str("tokenizer.ggml.model")?;
-        let vocab = Vocab::from_metadata(m)?;
-        let n = vocab.len();
-        let specials = SpecialTokens::derive(&vocab, &vocab_facts(m, n)?);
-        let vocab = vocab.with_specials(specials.matched);
+        let n = m.string_array("tokenizer.ggml.tokens")?.len();
+        let (vocab, end_of_generation) = Vocab::from_metadata(m, &vocab_facts(m, n)?)?;
         let algorithm = match model {
             "llama" => Algorithm::SentencePiece {
                 add_space_prefix: m
@@ -194,7 +192,7 @@ impl Tokenizer {
                 || m.bool_opt("tokenizer.ggml.add_bos_token")?
                     .unwrap_or(bos_by_default),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
-            end_of_generation: specials.end_of_generation,
+            end_of_generation,
         })
     }
 

@@ -66,7 +66,12 @@ pub struct Vocab {
 
 impl Vocab {
     /// Reads the vocabulary arrays of `m`.
-    pub fn from_metadata(m: &Metadata) -> Result<Vocab, ModelError> {
+    /// Its special tokens follow llama.cpp's rules given `facts`; the tokens
+    /// that end generation come with it.
+    pub fn from_metadata(
+        m: &Metadata,
+        facts: &VocabFacts,
+    ) -> Result<(Vocab, Vec<u32>), ModelError> {
         let pieces = m.string_array("tokenizer.ggml.tokens")?.to_vec();
         let n = pieces.len();
         let bad = |key: &str, len: usize| ModelError::InvalidHyperParameter {
@@ -91,12 +96,23 @@ impl Vocab {
         if scores.len() != n {
             return Err(bad("tokenizer.ggml.scores", scores.len()));
         }
-        Ok(Vocab::new(pieces, types, scores))
+        Ok(Vocab::with_facts(pieces, types, scores, facts))
     }
 
     /// A vocabulary from its parts (all the same length), its special tokens
     /// derived from their types alone (no model-specific rules).
     pub fn new(pieces: Vec<String>, types: Vec<TokenType>, scores: Vec<f32>) -> Vocab {
+        Vocab::with_facts(pieces, types, scores, &VocabFacts::default()).0
+    }
+
+    /// A vocabulary from its parts, its special tokens derived with `facts`,
+    /// and the tokens that end generation.
+    fn with_facts(
+        pieces: Vec<String>,
+        types: Vec<TokenType>,
+        scores: Vec<f32>,
+        facts: &VocabFacts,
+    ) -> (Vocab, Vec<u32>) {
         let mut by_piece = HashMap::with_capacity(pieces.len());
         for (i, p) in pieces.iter().enumerate() {
             by_piece.entry(p.clone()).or_insert(i as u32);
@@ -110,13 +126,9 @@ impl Vocab {
             specials: Vec::new(),
             byte_tokens,
         };
-        vocab.specials = SpecialTokens::derive(&vocab, &VocabFacts::default()).matched;
-        vocab
-    }
-
-    /// The same vocabulary matching `specials` in text.
-    pub fn with_specials(self, specials: Vec<Special>) -> Vocab {
-        Vocab { specials, ..self }
+        let specials = SpecialTokens::derive(&vocab, facts);
+        vocab.specials = specials.matched;
+        (vocab, specials.end_of_generation)
     }
 
     /// Number of tokens.
