@@ -3,7 +3,7 @@
 //! header of `packed`); the AVX-512 VNNI and AVX2 builds return its bits exactly,
 //! and [`group`] picks the fastest this CPU runs.
 
-use super::layout::{Format, Quants};
+use super::layout::{Format, Quants, Scales};
 use super::{BLOCK, GROUP_ROWS};
 
 /// One token's quantized activations (see `activations`).
@@ -19,13 +19,20 @@ pub struct TokenActs<'a> {
 /// Tokens computed together by one kernel call (register tile).
 pub const TOKEN_TILE: usize = 8;
 
-/// The scale or offset stored at `at`, in the format's width.
+/// The half stored at `at`.
 #[inline(always)]
-fn scale_at(format: Format, b: &[u8], at: usize) -> f32 {
-    if format.half {
-        half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
-    } else {
-        f32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+fn half_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// The scale or offset stored at `at`, in the format's width (for
+/// [`Scales::Small`], its multiplier times `base`).
+#[inline(always)]
+fn scale_at(format: Format, b: &[u8], at: usize, base: f32) -> f32 {
+    match format.scales {
+        Scales::F32 => f32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes")),
+        Scales::Half => half_at(b, at),
+        Scales::Small => base * b[at] as i8 as f32,
     }
 }
 
@@ -34,7 +41,7 @@ fn scale_at(format: Format, b: &[u8], at: usize) -> f32 {
 fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
     let mut w = [0i16; 32];
     match format.quants {
-        Quants::Nibble | Quants::Nibble5 => {
+        Quants::Nibble | Quants::Nibble5 | Quants::Nibble6 => {
             let bytes = &blk[32 * (p / 2)..32 * (p / 2) + 32];
             let shift = 4 * (p % 2);
             for (v, &b) in w.iter_mut().zip(bytes) {
@@ -47,6 +54,12 @@ fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
                     *v |= (((bits >> i) & 1) << 4) as i16;
                 }
             }
+            if format.quants == Quants::Nibble6 {
+                let line = &blk[format.bits_at() + 32 * (p / 4)..][..32];
+                for (v, &b) in w.iter_mut().zip(line) {
+                    *v = (*v | ((((b >> (2 * (p % 4))) & 3) as i16) << 4)) - 32;
+                }
+            }
         }
         Quants::Byte => {
             for (v, &b) in w.iter_mut().zip(&blk[32 * p..32 * p + 32]) {
@@ -57,10 +70,26 @@ fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
     w
 }
 
-/// 16 scales or offsets stored from `at`.
+/// 16 scales or offsets stored from `at` (multipliers of `base` for
+/// [`Scales::Small`]).
 #[inline(always)]
-fn sixteen(format: Format, blk: &[u8], at: usize) -> [f32; GROUP_ROWS] {
-    std::array::from_fn(|r| scale_at(format, blk, at + format.scale_size() * r))
+fn sixteen(format: Format, blk: &[u8], at: usize, base: &[f32; GROUP_ROWS]) -> [f32; GROUP_ROWS] {
+    std::array::from_fn(|r| scale_at(format, blk, at + format.scale_size() * r, base[r]))
+}
+
+/// The 16 scale bases and 16 offset bases of block `b`'s super-block in a group of
+/// `nb` blocks (ones for the formats without bases: unused).
+#[inline(always)]
+fn bases(format: Format, group: &[u8], nb: usize, b: usize) -> [[f32; GROUP_ROWS]; 2] {
+    if format.scales != Scales::Small {
+        return [[1.0; GROUP_ROWS]; 2];
+    }
+    let at = format.bases_at(nb, b);
+    let offsets = if format.offset { 2 * GROUP_ROWS } else { 0 };
+    [
+        std::array::from_fn(|r| half_at(group, at + 2 * r)),
+        std::array::from_fn(|r| half_at(group, at + offsets + 2 * r)),
+    ]
 }
 
 /// `out[t][r]` for the 16 rows of `group` (`nb` blocks of `format`) and each token:
@@ -81,27 +110,21 @@ pub fn group_portable(
     for b in 0..nb {
         let blk = &group[b * bb..(b + 1) * bb];
         let steps: [[i16; 32]; 16] = std::array::from_fn(|p| step(format, blk, p));
-        let scale0 = sixteen(format, blk, format.scales_at());
+        let [sbase, obase] = bases(format, group, nb, b);
+        let half = format.scale_size() * GROUP_ROWS;
+        let scale0 = sixteen(format, blk, format.scales_at(), &sbase);
         let scale1 = if format.split {
-            sixteen(
-                format,
-                blk,
-                format.scales_at() + format.scale_size() * GROUP_ROWS,
-            )
+            sixteen(format, blk, format.scales_at() + half, &sbase)
         } else {
             scale0
         };
         let offset0 = if format.offset {
-            sixteen(format, blk, format.offsets_at())
+            sixteen(format, blk, format.offsets_at(), &obase)
         } else {
             [0.0; GROUP_ROWS]
         };
         let offset1 = if format.offset && format.split {
-            sixteen(
-                format,
-                blk,
-                format.offsets_at() + format.scale_size() * GROUP_ROWS,
-            )
+            sixteen(format, blk, format.offsets_at() + half, &obase)
         } else {
             offset0
         };
@@ -188,8 +211,10 @@ fn run(
     );
     assert!(
         nb.checked_mul(format.block_bytes())
-            .is_some_and(|n| group.len() >= n),
-        "the group holds {nb} blocks"
+            .is_some_and(|_| group.len() >= format.group_bytes(nb))
+            && (format.scales != Scales::Small
+                || nb.is_multiple_of(super::layout::SUPER_BLOCK / BLOCK)),
+        "the group holds {nb} blocks (and whole super-blocks' bases)"
     );
     assert!(
         tokens
@@ -300,16 +325,19 @@ pub(crate) mod tests {
                     .collect();
                 let m = Matrix::new(t, rows, cols, &bytes).unwrap();
                 let preferred = PackedMatrix::pack(&m, &pool).unwrap();
-                let wide = PackedMatrix::pack_as(
-                    &m,
-                    Format {
-                        half: false,
-                        ..preferred.format
-                    },
-                    &pool,
-                )
-                .unwrap();
-                for p in [preferred, wide] {
+                // Half scales fall back to f32 ones where a half cannot hold one.
+                let wide = (preferred.format.scales == Scales::Half).then(|| {
+                    PackedMatrix::pack_as(
+                        &m,
+                        Format {
+                            scales: Scales::F32,
+                            ..preferred.format
+                        },
+                        &pool,
+                    )
+                    .unwrap()
+                });
+                for p in std::iter::once(preferred).chain(wide) {
                     let x: Vec<f32> = crate::kernels::test_rows::random(TOKEN_TILE * cols, 5)
                         .iter()
                         .map(|&b| (b as f32 - 128.0) / 37.0)

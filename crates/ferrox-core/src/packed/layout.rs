@@ -13,9 +13,16 @@
 //!   [`Quants::Nibble5`] adds a plane of fifth bits; [`Quants::Byte`] stores one
 //!   step per 32 bytes as signed bytes;
 //! * 16 scales (32 when the two halves of the block have their own: Q3_K, Q6_K,
-//!   Q2_K), as halves when every scale and offset of the matrix is one exactly,
-//!   else f32;
+//!   Q2_K), stored as [`Scales`] say;
 //! * 16 offsets for the types that have them (32 when split: Q2_K).
+//!
+//! The K-quants and IQ4_XS store each scale and offset as the file does: a small
+//! signed integer multiplier per block ([`Scales::Small`]) of a per-row base per
+//! 256-value super-block (`d`, `-dmin`), the bases after the group's last block.
+//! The kernels form `base * multiplier` in f32, which is exact, so the function is
+//! the one of f32 scales; the bytes read per weight are the file's, or fewer.
+//! Q6_K's values are stored as Q4's nibbles plus a plane of two high bits
+//! ([`Quants::Nibble6`]), 6 bits a value as in the file.
 //!
 //! Rows past the matrix's last (the padding of the last group) are zeros. Each
 //! group starts on a 64-byte boundary.
@@ -47,7 +54,28 @@ pub enum Quants {
     Nibble5,
     /// Signed 8-bit values, one step per 32 bytes.
     Byte,
+    /// Signed 6-bit values `v` stored as `v + 32`: the low 4 bits as
+    /// [`Quants::Nibble`], then the two high bits of four steps per 32 bytes
+    /// (byte `j` of line `c` holds those of steps `4c..4c + 4`, step `4c + k` at
+    /// bits `2k`, `2k + 1`).
+    Nibble6,
 }
+
+/// How a group-block stores its scales and offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scales {
+    /// IEEE singles.
+    F32,
+    /// IEEE halves (chosen only when every one of the matrix converts exactly).
+    Half,
+    /// One signed byte per scale (and offset), times its row's base of the block's
+    /// 256-value super-block: halves stored after the group's last block, 16
+    /// scale bases then (with offsets) 16 offset bases per super-block.
+    Small,
+}
+
+/// Values per super-block of the formats with [`Scales::Small`].
+pub const SUPER_BLOCK: usize = 256;
 
 /// The packed form of one GGUF storage type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,33 +86,33 @@ pub struct Format {
     /// The two 16-value halves of a block have their own scales (and offsets, when
     /// the format has offsets).
     pub split: bool,
-    /// Scales and offsets are stored as IEEE halves (chosen only when every one of
-    /// the matrix converts exactly), else as f32.
-    pub half: bool,
+    pub scales: Scales,
 }
 
 impl Format {
     /// The packed form of `dtype` (with half scales where the type's scales are
-    /// halves), or `None` when the type stays on the f32 path.
+    /// halves, small ones where they are multipliers of a super-block's base), or
+    /// `None` when the type stays on the f32 path.
     pub fn for_dtype(dtype: DType) -> Option<Format> {
-        let f = |quants, offset, split, half| {
+        use Scales::{Half, Small};
+        let f = |quants, offset, split, scales| {
             Some(Format {
                 quants,
                 offset,
                 split,
-                half,
+                scales,
             })
         };
         match dtype {
-            DType::Q4_0 | DType::Q4_1 => f(Quants::Nibble, true, false, true),
-            DType::Q4_K => f(Quants::Nibble, true, false, false),
-            DType::Q2_K => f(Quants::Nibble, true, true, false),
-            DType::Q5_0 | DType::Q5_1 => f(Quants::Nibble5, true, false, true),
-            DType::Q5_K => f(Quants::Nibble5, true, false, false),
-            DType::Q8_0 => f(Quants::Byte, false, false, true),
-            DType::Q6_K | DType::Q3_K => f(Quants::Byte, false, true, false),
-            DType::IQ4_NL => f(Quants::Byte, false, false, true),
-            DType::IQ4_XS => f(Quants::Byte, false, false, false),
+            DType::Q4_0 | DType::Q4_1 => f(Quants::Nibble, true, false, Half),
+            DType::Q4_K => f(Quants::Nibble, true, false, Small),
+            DType::Q2_K => f(Quants::Nibble, true, true, Small),
+            DType::Q5_0 | DType::Q5_1 => f(Quants::Nibble5, true, false, Half),
+            DType::Q5_K => f(Quants::Nibble5, true, false, Small),
+            DType::Q8_0 | DType::IQ4_NL => f(Quants::Byte, false, false, Half),
+            DType::Q6_K => f(Quants::Nibble6, false, true, Small),
+            DType::Q3_K => f(Quants::Byte, false, true, Small),
+            DType::IQ4_XS => f(Quants::Byte, false, false, Small),
             _ => None,
         }
     }
@@ -95,17 +123,27 @@ impl Format {
         self.split && self.offset
     }
 
-    /// Bytes of the integers of one group-block (without the fifth bits).
+    /// Bytes of the integers of one group-block (without the high bits).
     pub fn quant_bytes(self) -> usize {
         match self.quants {
-            Quants::Nibble | Quants::Nibble5 => GROUP_ROWS * BLOCK / 2,
+            Quants::Nibble | Quants::Nibble5 | Quants::Nibble6 => GROUP_ROWS * BLOCK / 2,
             Quants::Byte => GROUP_ROWS * BLOCK,
         }
     }
 
-    /// Where the fifth bits of a group-block start ([`Quants::Nibble5`]).
+    /// Where the high bits of a group-block start ([`Quants::Nibble5`],
+    /// [`Quants::Nibble6`]).
     pub fn bits_at(self) -> usize {
         self.quant_bytes()
+    }
+
+    /// Bytes of the high bits of one group-block.
+    fn bits_bytes(self) -> usize {
+        match self.quants {
+            Quants::Nibble5 => 4 * STEPS,
+            Quants::Nibble6 => 8 * STEPS,
+            Quants::Nibble | Quants::Byte => 0,
+        }
     }
 
     /// Scales per group-block.
@@ -119,17 +157,16 @@ impl Format {
 
     /// Bytes of one stored scale or offset.
     pub fn scale_size(self) -> usize {
-        if self.half { 2 } else { 4 }
+        match self.scales {
+            Scales::F32 => 4,
+            Scales::Half => 2,
+            Scales::Small => 1,
+        }
     }
 
     /// Where the scales of a group-block start.
     pub fn scales_at(self) -> usize {
-        self.quant_bytes()
-            + if self.quants == Quants::Nibble5 {
-                4 * STEPS
-            } else {
-                0
-            }
+        self.quant_bytes() + self.bits_bytes()
     }
 
     /// Where the offsets of a group-block start.
@@ -137,7 +174,7 @@ impl Format {
         self.scales_at() + self.scales() * self.scale_size()
     }
 
-    /// Bytes of one group-block: integers, fifth bits, scales, offsets.
+    /// Bytes of one group-block: integers, high bits, scales, offsets.
     pub fn block_bytes(self) -> usize {
         self.offsets_at()
             + if self.offset {
@@ -145,6 +182,26 @@ impl Format {
             } else {
                 0
             }
+    }
+
+    /// Bytes of one super-block's bases ([`Scales::Small`]; else none): 16 halves
+    /// for the scales, 16 for the offsets.
+    pub fn bases_bytes(self) -> usize {
+        match self.scales {
+            Scales::Small => 2 * GROUP_ROWS * if self.offset { 2 } else { 1 },
+            Scales::F32 | Scales::Half => 0,
+        }
+    }
+
+    /// Where, in a group of `nb` blocks, the bases of block `b`'s super-block start.
+    pub fn bases_at(self, nb: usize, b: usize) -> usize {
+        nb * self.block_bytes() + b / (SUPER_BLOCK / BLOCK) * self.bases_bytes()
+    }
+
+    /// Bytes of a group of `nb` blocks (before its padding to 64 bytes); `nb` is
+    /// a whole number of super-blocks for [`Scales::Small`].
+    pub fn group_bytes(self, nb: usize) -> usize {
+        self.bases_at(nb, nb)
     }
 }
 
@@ -156,6 +213,39 @@ pub struct BlockParts {
     pub scale: [f32; 2],
     /// Offset of values 0..16 and of values 16..32 (equal unless the format splits).
     pub offset: [f32; 2],
+    /// The same scales and offsets as the file stores them, for the types whose
+    /// blocks share a super-block's bases: `scale[h] = scale_base * scale_mul[h]`
+    /// and `offset[h] = offset_base * offset_mul[h]`, exactly.
+    pub small: Option<SmallScales>,
+}
+
+/// A block's scales and offsets as integer multipliers of its super-block's bases.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SmallScales {
+    pub scale_base: f32,
+    pub scale_mul: [i8; 2],
+    pub offset_base: f32,
+    pub offset_mul: [i8; 2],
+}
+
+impl SmallScales {
+    fn new(scale_base: f32, scale_mul: [i8; 2], offset_base: f32, offset_mul: [i8; 2]) -> Self {
+        SmallScales {
+            scale_base,
+            scale_mul,
+            offset_base,
+            offset_mul,
+        }
+    }
+
+    /// The f32 scales and offsets these stand for.
+    fn values(self) -> ([f32; 2], [f32; 2]) {
+        let times = |base: f32, m: [i8; 2]| m.map(|m| base * m as f32);
+        (
+            times(self.scale_base, self.scale_mul),
+            times(self.offset_base, self.offset_mul),
+        )
+    }
 }
 
 /// The parts of block `b` (of 32 values) of a row of `dtype` stored in `row`.
@@ -163,18 +253,23 @@ pub struct BlockParts {
 pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
     let mut w = [0i8; BLOCK];
     let (sub, g) = (b / 8, b % 8);
-    let (scale, offset) = match dtype {
+    let plain = |scale, offset| (scale, offset, None);
+    let small = |s: SmallScales| {
+        let (scale, offset) = s.values();
+        (scale, offset, Some(s))
+    };
+    let (scale, offset, small) = match dtype {
         DType::Q4_0 => {
             let k = &blocks_of::<BlockQ4_0>(row).expect("whole blocks")[b];
             nibbles(&k.qs, &mut w);
             let d = f16_le(k.d);
-            ([d, d], [-8.0 * d; 2])
+            plain([d, d], [-8.0 * d; 2])
         }
         DType::Q4_1 => {
             let k = &blocks_of::<BlockQ4_1>(row).expect("whole blocks")[b];
             nibbles(&k.qs, &mut w);
             let d = f16_le(k.d);
-            ([d, d], [f16_le(k.m); 2])
+            plain([d, d], [f16_le(k.m); 2])
         }
         DType::Q5_0 | DType::Q5_1 => {
             let (qs, qh, d, m) = if dtype == DType::Q5_0 {
@@ -190,13 +285,13 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 *v |= (((h >> i) & 1) << 4) as i8;
             }
             // Q5_0 is d * (q - 16): the -16 d becomes the offset.
-            ([d, d], [m.unwrap_or(-16.0 * d); 2])
+            plain([d, d], [m.unwrap_or(-16.0 * d); 2])
         }
         DType::Q8_0 => {
             let k = &blocks_of::<BlockQ8_0>(row).expect("whole blocks")[b];
             w = k.qs;
             let d = f16_le(k.d);
-            ([d, d], [0.0; 2])
+            plain([d, d], [0.0; 2])
         }
         DType::Q4_K | DType::Q5_K => {
             let (d, dmin, scales, qs, qh) = if dtype == DType::Q4_K {
@@ -226,8 +321,7 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 }
                 *v = q as i8;
             }
-            let dl = d * sc as f32;
-            ([dl, dl], [-(dmin * m as f32); 2])
+            small(SmallScales::new(d, [sc as i8; 2], -dmin, [m as i8; 2]))
         }
         DType::Q6_K => {
             let k = &blocks_of::<BlockQ6K>(row).expect("whole blocks")[sub];
@@ -237,14 +331,8 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 let high = (k.qh[32 * h + i] >> (2 * q)) & 3;
                 *v = (low | (high << 4)) as i8 - 32;
             }
-            let d = f16_le(k.d);
-            (
-                [
-                    d * k.scales[8 * h + 2 * q] as f32,
-                    d * k.scales[8 * h + 2 * q + 1] as f32,
-                ],
-                [0.0; 2],
-            )
+            let mul = [k.scales[8 * h + 2 * q], k.scales[8 * h + 2 * q + 1]];
+            small(SmallScales::new(f16_le(k.d), mul, 0.0, [0; 2]))
         }
         DType::Q2_K => {
             let k = &blocks_of::<BlockQ2K>(row).expect("whole blocks")[sub];
@@ -254,13 +342,13 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
             for (i, v) in w.iter_mut().enumerate() {
                 *v = ((k.qs[32 * h + i] >> (2 * p)) & 3) as i8;
             }
-            let (d, dmin) = (f16_le(k.d), f16_le(k.dmin));
-            let part = |j: usize| {
-                let sc = k.scales[j];
-                (d * (sc & 0x0F) as f32, -(dmin * (sc >> 4) as f32))
-            };
-            let ((s0, o0), (s1, o1)) = (part(2 * g), part(2 * g + 1));
-            ([s0, s1], [o0, o1])
+            let sc = [k.scales[2 * g], k.scales[2 * g + 1]];
+            small(SmallScales::new(
+                f16_le(k.d),
+                sc.map(|s| (s & 0x0F) as i8),
+                -f16_le(k.dmin),
+                sc.map(|s| (s >> 4) as i8),
+            ))
         }
         DType::Q3_K => {
             let k = &blocks_of::<BlockQ3K>(row).expect("whole blocks")[sub];
@@ -272,27 +360,34 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 let low = ((k.qs[32 * h + i] >> (2 * p)) & 3) as i8;
                 *v = low - if k.hmask[i] & mask != 0 { 0 } else { 4 };
             }
-            let (d, scales) = (f16_le(k.d), q3k_scales(&k.scales));
-            (
-                [d * scales[2 * g] as f32, d * scales[2 * g + 1] as f32],
-                [0.0; 2],
-            )
+            let scales = q3k_scales(&k.scales);
+            small(SmallScales::new(
+                f16_le(k.d),
+                [scales[2 * g], scales[2 * g + 1]],
+                0.0,
+                [0; 2],
+            ))
         }
         DType::IQ4_NL => {
             let k = &blocks_of::<BlockIq4Nl>(row).expect("whole blocks")[b];
             w = iq4_nl_group(k);
             let d = f16_le(k.d);
-            ([d, d], [0.0; 2])
+            plain([d, d], [0.0; 2])
         }
         DType::IQ4_XS => {
             let k = &blocks_of::<BlockIq4Xs>(row).expect("whole blocks")[sub];
             w = iq4_xs_group(k, g);
-            let dl = f16_le(k.d) * iq4_xs_scale(k, g) as f32;
-            ([dl, dl], [0.0; 2])
+            let ls = iq4_xs_scale(k, g) as i8; // -32..32
+            small(SmallScales::new(f16_le(k.d), [ls; 2], 0.0, [0; 2]))
         }
         other => panic!("{other} has no packed format"),
     };
-    BlockParts { w, scale, offset }
+    BlockParts {
+        w,
+        scale,
+        offset,
+        small,
+    }
 }
 
 fn nibbles(qs: &[u8; 16], w: &mut [i8; BLOCK]) {
@@ -341,7 +436,7 @@ impl PackedMatrix {
             Self::pack_as(
                 m,
                 Format {
-                    half: false,
+                    scales: Scales::F32,
                     ..format
                 },
                 pool,
@@ -355,7 +450,15 @@ impl PackedMatrix {
         format: Format,
         pool: &rayon::ThreadPool,
     ) -> Option<PackedMatrix> {
-        let group_lines = (m.cols / BLOCK * format.block_bytes()).div_ceil(64);
+        let nb = m.cols / BLOCK;
+        if format.scales == Scales::Small {
+            assert!(
+                nb.is_multiple_of(SUPER_BLOCK / BLOCK),
+                "{} rows are whole super-blocks",
+                m.dtype
+            );
+        }
+        let group_lines = format.group_bytes(nb).div_ceil(64);
         let groups = m.rows.div_ceil(GROUP_ROWS);
         let mut lines = vec![Line([0; 64]); groups * group_lines];
         let exact = pool.install(|| {
@@ -393,7 +496,8 @@ impl PackedMatrix {
         self.rows.div_ceil(GROUP_ROWS)
     }
 
-    /// The bytes of group `g`: its blocks, each [`Format::block_bytes`] long.
+    /// The bytes of group `g`: its blocks, each [`Format::block_bytes`] long, then
+    /// their super-blocks' bases ([`Format::group_bytes`]).
     pub fn group(&self, g: usize) -> &[u8] {
         let lines = &self.lines[g * self.group_lines..(g + 1) * self.group_lines];
         // SAFETY: `Line` is 64 plain bytes with no padding.
@@ -406,15 +510,50 @@ impl PackedMatrix {
     }
 }
 
-/// Stores `v` at `at` in the format's scale width; false when a half cannot hold it.
-fn put_scale(format: Format, blk: &mut [u8], at: usize, v: f32) -> bool {
-    if format.half {
-        let h = half::f16::from_f32(v);
-        blk[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
-        h.to_f32() == v
-    } else {
-        blk[at..at + 4].copy_from_slice(&v.to_le_bytes());
-        true
+/// Stores `v` at `at` in the format's scale width (for [`Scales::Small`], its
+/// multiplier `mul`); false when a half cannot hold it.
+fn put_scale(format: Format, blk: &mut [u8], at: usize, v: f32, mul: i8) -> bool {
+    match format.scales {
+        Scales::F32 => {
+            blk[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            true
+        }
+        Scales::Half => put_half(blk, at, v),
+        Scales::Small => {
+            blk[at] = mul as u8;
+            true
+        }
+    }
+}
+
+/// Stores `v` as an IEEE half at `at`; false when the half is not `v` exactly.
+fn put_half(out: &mut [u8], at: usize, v: f32) -> bool {
+    let h = half::f16::from_f32(v);
+    out[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
+    h.to_f32() == v
+}
+
+/// Stores the integers of block `p` for row `r` of a group-block.
+fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
+    for (i, &v) in w.iter().enumerate() {
+        let (step, lane) = (i / 2, 2 * r + i % 2);
+        let nibble =
+            |blk: &mut [u8], v: u8| blk[32 * (step / 2) + lane] |= (v & 0x0F) << (4 * (step % 2));
+        match format.quants {
+            Quants::Nibble => nibble(blk, v as u8),
+            Quants::Nibble5 => {
+                nibble(blk, v as u8);
+                if v & 0x10 != 0 {
+                    blk[format.bits_at() + 4 * step + lane / 8] |= 1 << (lane % 8);
+                }
+            }
+            Quants::Nibble6 => {
+                let u = (v + 32) as u8;
+                nibble(blk, u);
+                blk[format.bits_at() + 32 * (step / 4) + lane] |= (u >> 4) << (2 * (step % 4));
+            }
+            Quants::Byte => blk[32 * step + lane] = v as u8,
+        }
     }
 }
 
@@ -431,37 +570,37 @@ fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool 
         let bytes = m.row(row);
         for b in 0..nb {
             let p = block_parts(m.dtype, bytes, b);
-            let blk = &mut out[b * bb..(b + 1) * bb];
-            for (i, &v) in p.w.iter().enumerate() {
-                let (step, e) = (i / 2, i % 2);
-                match format.quants {
-                    Quants::Nibble | Quants::Nibble5 => {
-                        blk[32 * (step / 2) + 2 * r + e] |= (v as u8 & 0x0F) << (4 * (step % 2));
-                        if format.quants == Quants::Nibble5 && v & 0x10 != 0 {
-                            blk[format.bits_at() + 4 * step + (2 * r + e) / 8] |=
-                                1 << ((2 * r + e) % 8);
-                        }
-                    }
-                    Quants::Byte => blk[32 * step + 2 * r + e] = v as u8,
+            let small = match (format.scales, p.small) {
+                (Scales::Small, Some(s)) => s,
+                (Scales::Small, None) => panic!("{} has no small scales", m.dtype),
+                (_, s) => s.unwrap_or(SmallScales::new(0.0, [0; 2], 0.0, [0; 2])),
+            };
+            if format.scales == Scales::Small && b % (SUPER_BLOCK / BLOCK) == 0 {
+                let at = format.bases_at(nb, b) + 2 * r;
+                exact &= put_half(out, at, small.scale_base);
+                if format.offset {
+                    exact &= put_half(out, at + 2 * GROUP_ROWS, small.offset_base);
                 }
             }
-            exact &= put_scale(format, blk, format.scales_at() + size * r, p.scale[0]);
-            if format.split {
+            let blk = &mut out[b * bb..(b + 1) * bb];
+            put_quants(format, blk, r, &p.w);
+            let halves = if format.split { 2 } else { 1 };
+            for h in 0..halves {
+                let at = size * (GROUP_ROWS * h + r);
                 exact &= put_scale(
                     format,
                     blk,
-                    format.scales_at() + size * (GROUP_ROWS + r),
-                    p.scale[1],
+                    format.scales_at() + at,
+                    p.scale[h],
+                    small.scale_mul[h],
                 );
-            }
-            if format.offset {
-                exact &= put_scale(format, blk, format.offsets_at() + size * r, p.offset[0]);
-                if format.split {
+                if format.offset {
                     exact &= put_scale(
                         format,
                         blk,
-                        format.offsets_at() + size * (GROUP_ROWS + r),
-                        p.offset[1],
+                        format.offsets_at() + at,
+                        p.offset[h],
+                        small.offset_mul[h],
                     );
                 }
             }
@@ -485,13 +624,17 @@ mod tests {
         let mut row = random_row(DType::Q4_0, 2, 5);
         row[0..2].copy_from_slice(&half::f16::from_f32(60000.0).to_bits().to_le_bytes()); // -8 d overflows a half
         let m = Matrix::new(DType::Q4_0, 1, 64, &row).unwrap();
-        assert!(!PackedMatrix::pack(&m, &pool).unwrap().format.half);
+        assert_eq!(
+            PackedMatrix::pack(&m, &pool).unwrap().format.scales,
+            Scales::F32
+        );
         let fine = random_row(DType::Q4_0, 2, 5);
         assert!(
             PackedMatrix::pack(&Matrix::new(DType::Q4_0, 1, 64, &fine).unwrap(), &pool)
                 .unwrap()
                 .format
-                .half
+                .scales
+                == Scales::Half
         );
     }
 

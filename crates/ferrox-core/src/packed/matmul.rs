@@ -161,17 +161,7 @@ mod tests {
 
     #[test]
     fn every_token_gets_the_same_bits_alone_or_in_a_batch_and_stays_close_to_f32() {
-        for t in [
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q2_K,
-            DType::Q3_K,
-            DType::Q4_K,
-            DType::Q6_K,
-            DType::Q8_0,
-            DType::IQ4_NL,
-            DType::IQ4_XS,
-        ] {
+        for t in crate::packed::kernel::tests::TYPES {
             let (rows, cols, n) = (37, 512, 9);
             let bytes: Vec<u8> = (0..rows)
                 .flat_map(|r| random_row(t, cols / t.block_len(), 31 + r as u64))

@@ -15,7 +15,7 @@
 use std::arch::aarch64::*;
 
 use super::kernel::{TOKEN_TILE, TokenActs};
-use super::layout::{Format, Quants};
+use super::layout::{Format, Quants, Scales};
 use super::{BLOCK, GROUP_ROWS};
 
 /// The 16 steps of a block, as 32 integers each (values `2p`, `2p + 1` of rows 0..16).
@@ -24,7 +24,7 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
     // SAFETY: `blk` holds one block of `format` (caller).
     unsafe {
         match format.quants {
-            Quants::Nibble | Quants::Nibble5 => {
+            Quants::Nibble | Quants::Nibble5 | Quants::Nibble6 => {
                 for c in 0..8 {
                     for half in 0..2 {
                         let b = vld1q_u8(blk.add(32 * c + 16 * half));
@@ -59,6 +59,15 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                         }
                     }
                 }
+                if format.quants == Quants::Nibble6 {
+                    for (p, wp) in w.iter_mut().enumerate() {
+                        let line = blk.add(format.bits_at() + 32 * (p / 4));
+                        for (i, v) in wp.iter_mut().enumerate() {
+                            let two = (*line.add(i) >> (2 * (p % 4))) & 3;
+                            *v = (*v | ((two as i16) << 4)) - 32;
+                        }
+                    }
+                }
             }
             Quants::Byte => {
                 for (p, wp) in w.iter_mut().enumerate() {
@@ -74,19 +83,51 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
     }
 }
 
-/// 4 scales (or offsets) of rows `4 s..4 s + 4` stored from `at`.
+/// 4 halves at `p`.
 #[inline(always)]
-unsafe fn four(format: Format, blk: *const u8, at: usize, s: usize) -> float32x4_t {
+unsafe fn four_halves(p: *const u8) -> float32x4_t {
+    // SAFETY: 8 bytes at `p` (caller).
+    unsafe {
+        let v: [f32; 4] = std::array::from_fn(|i| {
+            half::f16::from_le_bytes([*p.add(2 * i), *p.add(2 * i + 1)]).to_f32()
+        });
+        vld1q_f32(v.as_ptr())
+    }
+}
+
+/// 4 scales (or offsets) of rows `4 s..4 s + 4` stored from `at` (multipliers of
+/// `base` for [`Scales::Small`]).
+#[inline(always)]
+unsafe fn four(
+    format: Format,
+    blk: *const u8,
+    at: usize,
+    s: usize,
+    base: float32x4_t,
+) -> float32x4_t {
     // SAFETY: 4 values at `at` inside the block (caller).
     unsafe {
-        if format.half {
-            let p = blk.add(at + 2 * 4 * s);
-            let v: [f32; 4] = std::array::from_fn(|i| {
-                half::f16::from_le_bytes([*p.add(2 * i), *p.add(2 * i + 1)]).to_f32()
-            });
-            vld1q_f32(v.as_ptr())
+        match format.scales {
+            Scales::Half => four_halves(blk.add(at + 2 * 4 * s)),
+            Scales::F32 => vld1q_f32(blk.add(at + 4 * 4 * s).cast()),
+            Scales::Small => {
+                let p = blk.add(at + 4 * s);
+                let m: [f32; 4] = std::array::from_fn(|i| *p.add(i) as i8 as f32);
+                vmulq_f32(base, vld1q_f32(m.as_ptr()))
+            }
+        }
+    }
+}
+
+/// The bases of rows `4 s..4 s + 4` at `p` (ones for the formats without).
+#[inline(always)]
+unsafe fn four_bases(format: Format, p: *const u8, s: usize) -> float32x4_t {
+    // SAFETY: 32 bytes at `p` when the format has bases (caller).
+    unsafe {
+        if format.scales == Scales::Small {
+            four_halves(p.add(2 * 4 * s))
         } else {
-            vld1q_f32(blk.add(at + 4 * 4 * s).cast())
+            vdupq_n_f32(1.0)
         }
     }
 }
@@ -113,15 +154,24 @@ pub unsafe fn group(
         for b in 0..nb {
             let blk = g.as_ptr().add(b * bb);
             unpack(format, blk, &mut w);
+            let bases = g.as_ptr().add(format.bases_at(nb, b));
             for s in 0..4 {
-                let s0 = four(format, blk, format.scales_at(), s);
+                let sbase = four_bases(format, bases, s);
+                let s0 = four(format, blk, format.scales_at(), s, sbase);
                 let s1 = if format.split {
-                    four(format, blk, format.scales_at() + size * GROUP_ROWS, s)
+                    four(
+                        format,
+                        blk,
+                        format.scales_at() + size * GROUP_ROWS,
+                        s,
+                        sbase,
+                    )
                 } else {
                     s0
                 };
                 let off = if format.offset {
-                    four(format, blk, format.offsets_at(), s)
+                    let obase = four_bases(format, bases.add(2 * GROUP_ROWS), s);
+                    four(format, blk, format.offsets_at(), s, obase)
                 } else {
                     s0
                 };

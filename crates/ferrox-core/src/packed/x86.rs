@@ -16,7 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::kernel::TokenActs;
-use super::layout::{Format, Quants};
+use super::layout::{Format, Quants, Scales};
 use super::{BLOCK, GROUP_ROWS};
 
 /// # Safety
@@ -34,18 +34,18 @@ pub unsafe fn group(
         "split offsets run on the AVX2 build"
     );
     macro_rules! by_tokens {
-        ($q:expr, $off:literal, $split:literal, $half:literal) => {
+        ($q:expr, $off:literal, $split:literal, $s:expr) => {
             // SAFETY: the caller's contract.
             unsafe {
                 match tokens.len() {
-                    1 => kernel::<1, { $q }, $off, $split, $half>(g, nb, tokens, out),
-                    2 => kernel::<2, { $q }, $off, $split, $half>(g, nb, tokens, out),
-                    3 => kernel::<3, { $q }, $off, $split, $half>(g, nb, tokens, out),
-                    4 => kernel::<4, { $q }, $off, $split, $half>(g, nb, tokens, out),
-                    5 => kernel::<5, { $q }, $off, $split, $half>(g, nb, tokens, out),
-                    6 => kernel::<6, { $q }, $off, $split, $half>(g, nb, tokens, out),
-                    7 => kernel::<7, { $q }, $off, $split, $half>(g, nb, tokens, out),
-                    8 => kernel::<8, { $q }, $off, $split, $half>(g, nb, tokens, out),
+                    1 => kernel::<1, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    2 => kernel::<2, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    3 => kernel::<3, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    4 => kernel::<4, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    5 => kernel::<5, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    6 => kernel::<6, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    7 => kernel::<7, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    8 => kernel::<8, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
                     n => panic!("{n} tokens in one group call"),
                 }
             }
@@ -54,19 +54,28 @@ pub unsafe fn group(
     by_format!(format, by_tokens)
 }
 
-/// Expands `$run!(Q, OFFSET, SPLIT, HALF)` for the packed format `$format` (the
-/// formats `Format::for_dtype` gives, with half or f32 scales).
+/// Expands `$run!(Q, OFFSET, SPLIT, SCALES)` for the packed format `$format`
+/// (the formats `Format::for_dtype` gives, and f32 scales for those with halves).
 macro_rules! by_format {
     ($format:expr, $run:ident) => {
-        match ($format.quants, $format.offset, $format.split, $format.half) {
-            (Quants::Nibble, true, false, true) => $run!(NIBBLE, true, false, true),
-            (Quants::Nibble, true, false, false) => $run!(NIBBLE, true, false, false),
-            (Quants::Nibble, true, true, false) => $run!(NIBBLE, true, true, false),
-            (Quants::Nibble5, true, false, true) => $run!(NIBBLE5, true, false, true),
-            (Quants::Nibble5, true, false, false) => $run!(NIBBLE5, true, false, false),
-            (Quants::Byte, false, false, true) => $run!(BYTE, false, false, true),
-            (Quants::Byte, false, false, false) => $run!(BYTE, false, false, false),
-            (Quants::Byte, false, true, false) => $run!(BYTE, false, true, false),
+        match (
+            $format.quants,
+            $format.offset,
+            $format.split,
+            $format.scales,
+        ) {
+            (Quants::Nibble, true, false, Scales::Half) => $run!(NIBBLE, true, false, HALF),
+            (Quants::Nibble, true, false, Scales::F32) => $run!(NIBBLE, true, false, F32),
+            (Quants::Nibble, true, false, Scales::Small) => $run!(NIBBLE, true, false, SMALL),
+            (Quants::Nibble, true, true, Scales::Small) => $run!(NIBBLE, true, true, SMALL),
+            (Quants::Nibble5, true, false, Scales::Half) => $run!(NIBBLE5, true, false, HALF),
+            (Quants::Nibble5, true, false, Scales::F32) => $run!(NIBBLE5, true, false, F32),
+            (Quants::Nibble5, true, false, Scales::Small) => $run!(NIBBLE5, true, false, SMALL),
+            (Quants::Nibble6, false, true, Scales::Small) => $run!(NIBBLE6, false, true, SMALL),
+            (Quants::Byte, false, false, Scales::Half) => $run!(BYTE, false, false, HALF),
+            (Quants::Byte, false, false, Scales::F32) => $run!(BYTE, false, false, F32),
+            (Quants::Byte, false, false, Scales::Small) => $run!(BYTE, false, false, SMALL),
+            (Quants::Byte, false, true, Scales::Small) => $run!(BYTE, false, true, SMALL),
             other => panic!("no packed kernel for {other:?}"),
         }
     };
@@ -76,19 +85,30 @@ use by_format;
 const NIBBLE: u8 = 0;
 const NIBBLE5: u8 = 1;
 const BYTE: u8 = 2;
+const NIBBLE6: u8 = 3;
+
+const F32: u8 = 0;
+const HALF: u8 = 1;
+const SMALL: u8 = 2;
 
 /// The format a kernel instance is compiled for.
-const fn format_of(q: u8, offset: bool, split: bool, half: bool) -> Format {
+const fn format_of(q: u8, offset: bool, split: bool, s: u8) -> Format {
     let quants = match q {
         NIBBLE => Quants::Nibble,
         NIBBLE5 => Quants::Nibble5,
+        NIBBLE6 => Quants::Nibble6,
         _ => Quants::Byte,
+    };
+    let scales = match s {
+        F32 => Scales::F32,
+        HALF => Scales::Half,
+        _ => Scales::Small,
     };
     Format {
         quants,
         offset,
         split,
-        half,
+        scales,
     }
 }
 
@@ -106,15 +126,31 @@ fn prefetch_ahead(blk: *const u8, bb: usize) {
     }
 }
 
-/// 16 scales (or offsets) at `p`, halves or f32.
+/// 16 scales (or offsets) at `p`: f32, halves, or multipliers of `base`.
 #[inline(always)]
-unsafe fn scales16<const HALF: bool>(p: *const u8) -> __m512 {
-    // SAFETY: 32 or 64 bytes at `p` (caller).
+unsafe fn scales16<const S: u8>(p: *const u8, base: __m512) -> __m512 {
+    // SAFETY: 16, 32 or 64 bytes at `p` (caller).
     unsafe {
-        if HALF {
+        match S {
+            HALF => _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
+            F32 => _mm512_loadu_ps(p.cast()),
+            _ => _mm512_mul_ps(
+                base,
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))),
+            ),
+        }
+    }
+}
+
+/// 16 halves at `p` (a super-block's bases), or ones for the formats without.
+#[inline(always)]
+unsafe fn bases16<const S: u8>(p: *const u8) -> __m512 {
+    // SAFETY: 32 bytes at `p` when the format has bases (caller).
+    unsafe {
+        if S == SMALL {
             _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
         } else {
-            _mm512_loadu_ps(p.cast())
+            _mm512_set1_ps(1.0)
         }
     }
 }
@@ -144,19 +180,13 @@ unsafe fn dp(acc: __m512i, w: __m512i, pair: *const i16) -> __m512i {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn kernel<
-    const T: usize,
-    const Q: u8,
-    const OFF: bool,
-    const SPLIT: bool,
-    const HALF: bool,
->(
+unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     g: &[u8],
     nb: usize,
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    let format = format_of(Q, OFF, SPLIT, HALF);
+    let format = format_of(Q, OFF, SPLIT, S);
     let (bb, size, scales_at, offsets_at) = (
         format.block_bytes(),
         format.scale_size(),
@@ -172,6 +202,7 @@ unsafe fn kernel<
     unsafe {
         let low = _mm512_set1_epi16(0x0F);
         let sixteen = _mm512_set1_epi16(16);
+        let (three, bias) = (_mm512_set1_epi16(3), _mm512_set1_epi16(32));
         for b in 0..nb {
             let blk = g.as_ptr().add(b * bb);
             prefetch_ahead(blk, bb);
@@ -189,19 +220,30 @@ unsafe fn kernel<
                             _mm512_mask_add_epi16(*wp, bits.add(p).read_unaligned(), *wp, sixteen);
                     }
                 }
+                if Q == NIBBLE6 {
+                    for (p, wp) in w.iter_mut().enumerate() {
+                        let line = blk.add(format.bits_at() + 32 * (p / 4));
+                        let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(line.cast()));
+                        let two = _mm512_srl_epi16(raw, _mm_cvtsi32_si128(2 * (p % 4) as i32));
+                        let high = _mm512_slli_epi16::<4>(_mm512_and_si512(two, three));
+                        *wp = _mm512_sub_epi16(_mm512_or_si512(*wp, high), bias);
+                    }
+                }
             } else {
                 for (p, wp) in w.iter_mut().enumerate() {
                     *wp = _mm512_cvtepi8_epi16(_mm256_loadu_si256(blk.add(32 * p).cast()));
                 }
             }
-            let s0 = scales16::<HALF>(blk.add(scales_at));
+            let bases = g.as_ptr().add(format.bases_at(nb, b));
+            let sbase = bases16::<S>(bases);
+            let s0 = scales16::<S>(blk.add(scales_at), sbase);
             let s1 = if SPLIT {
-                scales16::<HALF>(blk.add(scales_at + size * GROUP_ROWS))
+                scales16::<S>(blk.add(scales_at + size * GROUP_ROWS), sbase)
             } else {
                 s0
             };
             let off = if OFF {
-                scales16::<HALF>(blk.add(offsets_at))
+                scales16::<S>(blk.add(offsets_at), bases16::<S>(bases.add(2 * GROUP_ROWS)))
             } else {
                 s0
             };
@@ -261,29 +303,45 @@ pub unsafe fn group_avx2(
     out: &mut [[f32; GROUP_ROWS]],
 ) {
     macro_rules! run {
-        ($q:expr, $off:literal, $split:literal, $half:literal) => {
+        ($q:expr, $off:literal, $split:literal, $s:expr) => {
             // SAFETY: the caller's contract.
-            unsafe { kernel_avx2::<{ $q }, $off, $split, $half>(g, nb, tokens, out) }
+            unsafe { kernel_avx2::<{ $q }, $off, $split, { $s }>(g, nb, tokens, out) }
         };
     }
     by_format!(format, run)
 }
 
-/// 8 scales (or offsets) at `p`, halves or f32.
+/// 8 scales (or offsets) at `p`: f32, halves, or multipliers of `base`.
 #[inline(always)]
-unsafe fn scales8<const HALF: bool>(p: *const u8) -> __m256 {
-    // SAFETY: 16 or 32 bytes at `p` (caller).
+unsafe fn scales8<const S: u8>(p: *const u8, base: __m256) -> __m256 {
+    // SAFETY: 8, 16 or 32 bytes at `p` (caller).
     unsafe {
-        if HALF {
+        match S {
+            HALF => _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+            F32 => _mm256_loadu_ps(p.cast()),
+            _ => _mm256_mul_ps(
+                base,
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()))),
+            ),
+        }
+    }
+}
+
+/// 8 halves at `p` (bases), or ones for the formats without.
+#[inline(always)]
+unsafe fn bases8<const S: u8>(p: *const u8) -> __m256 {
+    // SAFETY: 16 bytes at `p` when the format has bases (caller).
+    unsafe {
+        if S == SMALL {
             _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
         } else {
-            _mm256_loadu_ps(p.cast())
+            _mm256_set1_ps(1.0)
         }
     }
 }
 
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HALF: bool>(
+unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     g: &[u8],
     nb: usize,
     tokens: &[TokenActs<'_>],
@@ -292,7 +350,7 @@ unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HAL
     const MAX: usize = super::kernel::TOKEN_TILE;
     let n = tokens.len();
     assert!(n <= MAX, "{n} tokens in one group call");
-    let format = format_of(Q, OFF, SPLIT, HALF);
+    let format = format_of(Q, OFF, SPLIT, S);
     let (bb, size, scales_at, offsets_at) = (
         format.block_bytes(),
         format.scale_size(),
@@ -305,6 +363,7 @@ unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HAL
     unsafe {
         let low = _mm256_set1_epi16(0x0F);
         let sixteen = _mm256_set1_epi16(16);
+        let (three, bias) = (_mm256_set1_epi16(3), _mm256_set1_epi16(32));
         let bit: __m256i = _mm256_setr_epi16(
             1,
             2,
@@ -356,6 +415,14 @@ unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HAL
                                 );
                                 v = _mm256_add_epi16(v, _mm256_and_si256(set, sixteen));
                             }
+                            if Q == NIBBLE6 {
+                                let line = blk.add(format.bits_at() + 32 * (p / 4) + 16 * h);
+                                let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(line.cast()));
+                                let two =
+                                    _mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * (p % 4) as i32));
+                                let high = _mm256_slli_epi16::<4>(_mm256_and_si256(two, three));
+                                v = _mm256_sub_epi16(_mm256_or_si256(v, high), bias);
+                            }
                             v
                         };
                     }
@@ -374,19 +441,26 @@ unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const HAL
                         isum[t][q] = _mm256_add_epi32(s[0], s[1]);
                     }
                 }
-                let s0 = scales8::<HALF>(blk.add(scales_at + size * 8 * h));
+                let bases = g.as_ptr().add(format.bases_at(nb, b) + 16 * h);
+                let sbase = bases8::<S>(bases);
+                let obase = if OFF {
+                    bases8::<S>(bases.add(2 * GROUP_ROWS))
+                } else {
+                    sbase
+                };
+                let s0 = scales8::<S>(blk.add(scales_at + size * 8 * h), sbase);
                 let s1 = if SPLIT {
-                    scales8::<HALF>(blk.add(scales_at + size * (GROUP_ROWS + 8 * h)))
+                    scales8::<S>(blk.add(scales_at + size * (GROUP_ROWS + 8 * h)), sbase)
                 } else {
                     s0
                 };
                 let off = if OFF {
-                    scales8::<HALF>(blk.add(offsets_at + size * 8 * h))
+                    scales8::<S>(blk.add(offsets_at + size * 8 * h), obase)
                 } else {
                     s0
                 };
                 let off1 = if OFF && SPLIT {
-                    scales8::<HALF>(blk.add(offsets_at + size * (GROUP_ROWS + 8 * h)))
+                    scales8::<S>(blk.add(offsets_at + size * (GROUP_ROWS + 8 * h)), obase)
                 } else {
                     off
                 };

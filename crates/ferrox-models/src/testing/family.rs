@@ -22,7 +22,7 @@ use crate::Architecture;
 mod gemma4;
 mod table;
 
-pub use table::FAMILIES;
+pub use table::{BENCH_MODELS, FAMILIES};
 
 /// Where a family's tokenizer comes from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -45,8 +45,13 @@ pub enum Variant {
     /// Matrices cycle through Q4_K, Q6_K, Q5_K, Q3_K and Q2_K, on a 256-wide
     /// model (K-quant rows are whole 256-value blocks).
     KQuants,
-    /// Expert matrices MXFP4, the rest Q8_0, as gpt-oss ships (that family only).
+    /// Expert matrices MXFP4, the rest Q8_0, as gpt-oss ships (that family only;
+    /// llama-quantize's `MXFP4_MOE`).
     Mxfp4,
+    /// llama-quantize's `Q4_K_M` mix: Q4_K, with Q6_K for the head (the embeddings
+    /// when tied) and for `attn_v` and `ffn_down` on the layers its
+    /// `use_more_bits` picks, Q8_0 for `attn_k` and `attn_v` of 8-expert models.
+    Q4KM,
 }
 
 impl Variant {
@@ -57,6 +62,16 @@ impl Variant {
         Variant::KQuants,
     ];
 
+    /// Every variant, the single-family ones included.
+    pub const EVERY: [Variant; 6] = [
+        Variant::Q8,
+        Variant::Mixed,
+        Variant::Iq4Nl,
+        Variant::KQuants,
+        Variant::Mxfp4,
+        Variant::Q4KM,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Variant::Q8 => "q8_0",
@@ -64,6 +79,7 @@ impl Variant {
             Variant::Iq4Nl => "iq4_nl",
             Variant::KQuants => "kquants",
             Variant::Mxfp4 => "mxfp4",
+            Variant::Q4KM => "q4_k_m",
         }
     }
 
@@ -75,6 +91,7 @@ impl Variant {
     fn types(self) -> &'static [DType] {
         match self {
             Variant::Q8 | Variant::Mxfp4 => &[DType::Q8_0],
+            Variant::Q4KM => &[DType::Q4_K],
             Variant::Mixed => &[
                 DType::Q4_0,
                 DType::Q5_1,
@@ -93,6 +110,58 @@ impl Variant {
             ],
         }
     }
+}
+
+/// llama-quantize's `Q4_K_M` choice for tensor `name` of a file of `n_layers`
+/// layers and `n_experts` experts (0 or 1: dense), `tied` when the embeddings
+/// are the head (`llama_tensor_get_type_impl`).
+fn q4_k_m_type(name: &str, n_layers: usize, n_experts: usize, tied: bool) -> DType {
+    let use_more_bits = |i: usize| {
+        let n = n_layers;
+        i < n / 8 || i >= 7 * n / 8 || (i as isize - (n / 8) as isize).rem_euclid(3) == 2
+    };
+    let layer = || {
+        name.strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .expect("a layer tensor")
+    };
+    if name == "output.weight" || (tied && name == "token_embd.weight") {
+        DType::Q6_K
+    } else if name.contains("attn_v.weight") || name.contains("attn_k.weight") {
+        if n_experts == 8 {
+            DType::Q8_0
+        } else if name.contains("attn_v.weight") && use_more_bits(layer()) {
+            DType::Q6_K
+        } else {
+            DType::Q4_K
+        }
+    } else if name.contains("ffn_down") && use_more_bits(layer()) {
+        DType::Q6_K
+    } else if name.contains("attn_output.weight") && n_experts == 8 {
+        DType::Q5_K
+    } else if name.contains("attn_qkv.weight") {
+        DType::Q5_K
+    } else {
+        DType::Q4_K
+    }
+}
+
+/// The widths of a real model, for files of its size (the benchmark models,
+/// [`BENCH_MODELS`]) rather than the shrunk test shapes.
+#[derive(Copy, Clone, Debug)]
+pub struct RealSize {
+    pub n_embd: usize,
+    pub n_ff: usize,
+    /// One expert's hidden width (mixture-of-experts models).
+    pub expert_ff: usize,
+    /// Layers of the file (a subset of the real model's when it is large).
+    pub n_layers: usize,
+    /// Layers of the real model.
+    pub real_layers: usize,
+    /// Rows of the embeddings and head when the vocabulary file has fewer tokens
+    /// than the real model (padded with unused control tokens).
+    pub vocab_rows: Option<usize>,
 }
 
 /// The widths of one file.
@@ -137,6 +206,9 @@ pub struct Family {
     /// Whether the file has its own `output.weight` (else the head is the
     /// embeddings).
     pub own_head: bool,
+    /// The real model's widths, for its benchmark files (`None`: the shrunk test
+    /// shapes).
+    pub size: Option<RealSize>,
 }
 
 pub use gemma4::Gemma4Like;
@@ -219,6 +291,46 @@ fn llama3_factors(dim: usize, base: f32, scale: RopeScale) -> Vec<f32> {
         .collect()
 }
 
+/// `values` quantized to `dtype`, rows of `row` values in parallel (the bytes of
+/// one call: each row's blocks depend on that row alone).
+fn quantize_rows(dtype: DType, values: &[f32], row: usize) -> Vec<u8> {
+    use rayon::prelude::*;
+    const PARALLEL: usize = 1 << 20;
+    if values.len() < PARALLEL || dtype == DType::F32 {
+        return quantize(dtype, values).expect("family shapes are whole blocks");
+    }
+    values
+        .par_chunks(row * (PARALLEL / row).max(1))
+        .map(|c| quantize(dtype, c).expect("family shapes are whole blocks"))
+        .collect::<Vec<_>>()
+        .concat()
+}
+
+/// A tokenizer key's value for `rows` tokens where the vocabulary has `tokens`:
+/// the per-token arrays padded with unused control tokens, as real files pad
+/// their vocabularies to the embedding's rows.
+fn padded(key: &str, value: &Value, tokens: usize, rows: usize) -> Value {
+    use ferrox_gguf::Array;
+    let extra = tokens..rows;
+    match (key, value) {
+        (_, _) if rows == tokens => value.clone(),
+        ("tokenizer.ggml.tokens", Value::Array(Array::String(v))) => {
+            let pad = extra.map(|i| format!("<|reserved_{i}|>"));
+            Value::Array(Array::String(v.iter().cloned().chain(pad).collect()))
+        }
+        ("tokenizer.ggml.token_type", Value::Array(Array::I32(v))) => {
+            let control = 3;
+            Value::Array(Array::I32(
+                v.iter().copied().chain(extra.map(|_| control)).collect(),
+            ))
+        }
+        ("tokenizer.ggml.scores", Value::Array(Array::F32(v))) => Value::Array(Array::F32(
+            v.iter().copied().chain(extra.map(|_| 0.0)).collect(),
+        )),
+        _ => value.clone(),
+    }
+}
+
 struct Builder {
     shape: Shape,
     w: GgufWriter,
@@ -227,6 +339,8 @@ struct Builder {
     picked: usize,
     /// The type of every expert tensor, when the variant fixes one.
     expert_type: Option<DType>,
+    /// llama-quantize's `Q4_K_M` choice by name: (layers, experts, tied head).
+    q4_k_m: Option<(usize, usize, bool)>,
 }
 
 impl Builder {
@@ -238,7 +352,7 @@ impl Builder {
             _ => DType::Q8_0,
         };
         let shape: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
-        let bytes = quantize(dtype, values).expect("family shapes are whole blocks");
+        let bytes = quantize_rows(dtype, values, shape[0] as usize);
         self.w
             .add_tensor(name, dtype, &shape, bytes)
             .expect("valid tensor");
@@ -257,8 +371,9 @@ impl Builder {
     /// `n` matrices `[cols] -> [rows]` stacked in one 3-D tensor (an expert
     /// tensor when `n > 1`), values of standard deviation `1/sqrt(cols)`.
     fn matrices(&mut self, name: String, cols: usize, rows: usize, n: usize, scale: f32) {
-        let dtype = match self.expert_type {
-            Some(t) if n > 1 => t,
+        let dtype = match (self.expert_type, self.q4_k_m) {
+            (Some(t), _) if n > 1 => t,
+            (_, Some((layers, experts, tied))) => q4_k_m_type(&name, layers, experts, tied),
             _ => {
                 self.picked += 1;
                 self.types[(self.picked - 1) % self.types.len()]
@@ -302,11 +417,24 @@ impl Family {
     }
 
     /// Layers of its files: two, or four for Gemma 4 (a window and a full
-    /// layer, then two more that may share their KV).
+    /// layer, then two more that may share their KV); a benchmark model's own.
     pub fn n_layers(&self) -> usize {
-        match self.arch {
-            Architecture::Gemma4 => 4,
-            _ => N_LAYERS,
+        match (self.size, self.arch) {
+            (Some(size), _) => size.n_layers,
+            (None, Architecture::Gemma4) => 4,
+            (None, _) => N_LAYERS,
+        }
+    }
+
+    /// This benchmark model with `n` layers.
+    pub fn with_layers(self, n: usize) -> Family {
+        let size = self.size.expect("a benchmark model");
+        Family {
+            size: Some(RealSize {
+                n_layers: n,
+                ..size
+            }),
+            ..self
         }
     }
 
@@ -329,9 +457,19 @@ impl Family {
             types: variant.types(),
             picked: 0,
             expert_type: variant.expert_type(),
+            q4_k_m: (variant == Variant::Q4KM).then(|| {
+                let experts = self.experts.map_or(0, |e| e.n_experts);
+                (self.n_layers(), experts, !self.own_head)
+            }),
         };
         let n_vocab = self.metadata(&mut b.w, b.shape, vocab);
-        let (embd_type, d) = (b.types[0], b.shape.n_embd);
+        let d = b.shape.n_embd;
+        let embd_type = match b.q4_k_m {
+            Some((layers, experts, tied)) => {
+                q4_k_m_type("token_embd.weight", layers, experts, tied)
+            }
+            None => b.types[0],
+        };
         let embd = b.rnd.values(d * n_vocab, EMBD_SCALE, 0.0);
         b.tensor("token_embd.weight".into(), embd_type, &[d, n_vocab], &embd);
         for i in 0..self.n_layers() {
@@ -345,6 +483,14 @@ impl Family {
     /// The widths of `variant`'s file: K-quants need whole 256-value rows, so
     /// their files are 256 wide with 64-wide heads and 256-wide experts.
     fn shape(&self, variant: Variant) -> Shape {
+        if let Some(size) = self.size {
+            return Shape {
+                n_embd: size.n_embd,
+                n_ff: size.n_ff,
+                head_dim: self.head_dim,
+                expert_ff: size.expert_ff,
+            };
+        }
         match variant {
             Variant::KQuants => Shape {
                 n_embd: 256,
@@ -364,10 +510,14 @@ impl Family {
     /// Writes every metadata key; returns the vocabulary size.
     fn metadata(&self, w: &mut GgufWriter, shape: Shape, vocab: &GgufFile) -> usize {
         let m = &vocab.header().metadata;
-        let n_vocab = m
+        let tokens = m
             .string_array("tokenizer.ggml.tokens")
             .expect("a vocabulary")
             .len();
+        let n_vocab = self
+            .size
+            .and_then(|s| s.vocab_rows)
+            .map_or(tokens, |rows| rows.max(tokens));
         let a = self.arch.gguf_name();
         let k = |s: &str| format!("{a}.{s}");
         let u = |n: usize| Value::U32(n as u32);
@@ -474,7 +624,7 @@ impl Family {
                 .set(k("final_logit_softcapping"), Value::F32(30.0));
         }
         for (key, value) in m.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
-            w.set(key, value.clone());
+            w.set(key, padded(key, value, tokens, n_vocab));
         }
         if self.arch == Architecture::GptOss {
             // o200k's pre-tokenizer over the Qwen2 vocabulary (no o200k

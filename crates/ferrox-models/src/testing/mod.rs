@@ -12,7 +12,6 @@ use crate::catalog;
 
 pub mod family;
 pub mod golden;
-pub mod moe_bench;
 
 /// The folder of llama.cpp reference files (vocab GGUFs with their test vectors,
 /// chat templates) that `scripts/fetch-llama-refs` unpacks from the

@@ -1,7 +1,7 @@
 //! The families: each real model shape the tests copy, with its keys' values.
 
 use super::Family;
-use super::{FamilyExperts, Gemma4Like, RopeScale, VocabSource};
+use super::{FamilyExperts, Gemma4Like, RealSize, RopeScale, VocabSource};
 use crate::Architecture;
 
 /// The fields most families share: no RoPE scaling, whole-head rotation, no
@@ -23,29 +23,97 @@ const PLAIN: Family = Family {
     rotary: (1, 1),
     sliding_window: None,
     own_head: false,
+    size: None,
+};
+
+const LLAMA3: Family = Family {
+    name: "llama3",
+    like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
+    arch: Architecture::Llama,
+    vocab: VocabSource::VocabFile("llama-bpe"),
+    n_heads: 4,
+    n_kv_heads: 2,
+    head_dim: 16,
+    context_length: 131_072,
+    rope_base: 500_000.0,
+    rms_eps: 1e-5,
+    experts: None,
+    gemma4: None,
+    rope_scale: Some(RopeScale {
+        factor: 32.0,
+        orig_context: 8192,
+    }),
+    ..PLAIN
+};
+
+const QWEN3: Family = Family {
+    name: "qwen3",
+    like: "Qwen3 0.6B (QK-norm, 128-wide heads of a 1024 embedding, tied head)",
+    arch: Architecture::Qwen3,
+    vocab: VocabSource::VocabFile("qwen2"),
+    n_heads: 4,
+    n_kv_heads: 2,
+    head_dim: 32,
+    context_length: 40_960,
+    rope_base: 1_000_000.0,
+    rms_eps: 1e-6,
+    experts: None,
+    gemma4: None,
+    ..PLAIN
+};
+
+const QWEN3_MOE: Family = Family {
+    name: "qwen3moe",
+    like: "Qwen3-30B-A3B (128 experts, 8 used, QK-norm, F32 router, own output head)",
+    arch: Architecture::Qwen3Moe,
+    vocab: VocabSource::VocabFile("qwen2"),
+    n_heads: 4,
+    n_kv_heads: 2,
+    head_dim: 32,
+    context_length: 40_960,
+    rope_base: 1_000_000.0,
+    rms_eps: 1e-6,
+    experts: Some(FamilyExperts {
+        n_experts: 16,
+        n_used: 4,
+        n_ff: 32,
+    }),
+    gemma4: None,
+    own_head: true,
+    ..PLAIN
+};
+
+const GPT_OSS: Family = Family {
+    name: "gptoss",
+    like: "gpt-oss-20b (attention biases and sinks, alternating windows, YaRN x32, \
+           routed experts with biases, MXFP4 experts, gpt-4o pre-tokenizer)",
+    arch: Architecture::GptOss,
+    vocab: VocabSource::VocabFile("qwen2"),
+    n_heads: 4,
+    n_kv_heads: 2,
+    head_dim: 32,
+    context_length: 131_072,
+    rope_base: 150_000.0,
+    rms_eps: 1e-5,
+    experts: Some(FamilyExperts {
+        n_experts: 16,
+        n_used: 4,
+        n_ff: 32,
+    }),
+    gemma4: None,
+    rope_scale: Some(RopeScale {
+        factor: 32.0,
+        orig_context: 4096,
+    }),
+    // gpt-oss's window is 128; 8 here, so the prompts outrun it.
+    sliding_window: Some(8),
+    own_head: true,
+    ..PLAIN
 };
 
 /// Every family, one per supported architecture shape.
 pub const FAMILIES: [Family; 14] = [
-    Family {
-        name: "llama3",
-        like: "Llama 3.2 1B Instruct (llama3 RoPE factors, tied head)",
-        arch: Architecture::Llama,
-        vocab: VocabSource::VocabFile("llama-bpe"),
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 16,
-        context_length: 131_072,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        experts: None,
-        gemma4: None,
-        rope_scale: Some(RopeScale {
-            factor: 32.0,
-            orig_context: 8192,
-        }),
-        ..PLAIN
-    },
+    LLAMA3,
     Family {
         name: "qwen2",
         like: "Qwen2.5 7B Instruct with YaRN (QKV biases, tied head)",
@@ -65,68 +133,9 @@ pub const FAMILIES: [Family; 14] = [
         }),
         ..PLAIN
     },
-    Family {
-        name: "qwen3",
-        like: "Qwen3 0.6B (QK-norm, 128-wide heads of a 1024 embedding, tied head)",
-        arch: Architecture::Qwen3,
-        vocab: VocabSource::VocabFile("qwen2"),
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 32,
-        context_length: 40_960,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        experts: None,
-        gemma4: None,
-        ..PLAIN
-    },
-    Family {
-        name: "qwen3moe",
-        like: "Qwen3-30B-A3B (128 experts, 8 used, QK-norm, F32 router, own output head)",
-        arch: Architecture::Qwen3Moe,
-        vocab: VocabSource::VocabFile("qwen2"),
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 32,
-        context_length: 40_960,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        experts: Some(FamilyExperts {
-            n_experts: 16,
-            n_used: 4,
-            n_ff: 32,
-        }),
-        gemma4: None,
-        own_head: true,
-        ..PLAIN
-    },
-    Family {
-        name: "gptoss",
-        like: "gpt-oss-20b (attention biases and sinks, alternating windows, YaRN x32, \
-               routed experts with biases, MXFP4 experts, gpt-4o pre-tokenizer)",
-        arch: Architecture::GptOss,
-        vocab: VocabSource::VocabFile("qwen2"),
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 32,
-        context_length: 131_072,
-        rope_base: 150_000.0,
-        rms_eps: 1e-5,
-        experts: Some(FamilyExperts {
-            n_experts: 16,
-            n_used: 4,
-            n_ff: 32,
-        }),
-        gemma4: None,
-        rope_scale: Some(RopeScale {
-            factor: 32.0,
-            orig_context: 4096,
-        }),
-        // gpt-oss's window is 128; 8 here, so the prompts outrun it.
-        sliding_window: Some(8),
-        own_head: true,
-        ..PLAIN
-    },
+    QWEN3,
+    QWEN3_MOE,
+    GPT_OSS,
     Family {
         name: "qwen35",
         like: "Qwen3.5 0.8B (gated delta-net layers with listed recurrent layers, gated \
@@ -298,5 +307,90 @@ pub const FAMILIES: [Family; 14] = [
         sliding_window: Some(8),
         own_head: true,
         ..PLAIN
+    },
+];
+
+/// The benchmark models: random weights at a real model's widths (or a layer
+/// subset of it), with its keys, tensor names and vocabulary, for `ferrox bench
+/// --compare` against llama.cpp (`examples/bench_model.rs`).
+pub const BENCH_MODELS: [Family; 4] = [
+    Family {
+        name: "llama32-1b",
+        like: "Llama-3.2-1B Instruct (16 layers, 32 query and 8 KV heads of 64, tied head)",
+        n_heads: 32,
+        n_kv_heads: 8,
+        head_dim: 64,
+        size: Some(RealSize {
+            n_embd: 2048,
+            n_ff: 8192,
+            expert_ff: 0,
+            n_layers: 16,
+            real_layers: 16,
+            vocab_rows: None,
+        }),
+        ..LLAMA3
+    },
+    Family {
+        name: "qwen3-8b",
+        like: "Qwen3-8B (8 of its 36 layers, 32 query and 8 KV heads of 128, own head)",
+        n_heads: 32,
+        n_kv_heads: 8,
+        head_dim: 128,
+        own_head: true,
+        size: Some(RealSize {
+            n_embd: 4096,
+            n_ff: 12_288,
+            expert_ff: 0,
+            n_layers: 8,
+            real_layers: 36,
+            vocab_rows: None,
+        }),
+        ..QWEN3
+    },
+    Family {
+        name: "qwen3-30b-a3b",
+        like: "Qwen3-30B-A3B (4 of its 48 layers, 128 experts of 768 with 8 used, \
+               32 query and 4 KV heads of 128, own head)",
+        n_heads: 32,
+        n_kv_heads: 4,
+        head_dim: 128,
+        experts: Some(FamilyExperts {
+            n_experts: 128,
+            n_used: 8,
+            n_ff: 768,
+        }),
+        size: Some(RealSize {
+            n_embd: 2048,
+            n_ff: 6144,
+            expert_ff: 768,
+            n_layers: 4,
+            real_layers: 48,
+            vocab_rows: None,
+        }),
+        ..QWEN3_MOE
+    },
+    Family {
+        name: "gpt-oss-20b",
+        like: "gpt-oss-20b (4 of its 24 layers, 32 experts of 2880 with 4 used, MXFP4 \
+               experts, 64 query and 8 KV heads of 64, windows of 128, own head; the \
+               Qwen2 vocabulary padded to o200k_harmony's 201,088 rows)",
+        n_heads: 64,
+        n_kv_heads: 8,
+        head_dim: 64,
+        experts: Some(FamilyExperts {
+            n_experts: 32,
+            n_used: 4,
+            n_ff: 2880,
+        }),
+        sliding_window: Some(128),
+        size: Some(RealSize {
+            n_embd: 2880,
+            n_ff: 2880,
+            expert_ff: 2880,
+            n_layers: 4,
+            real_layers: 24,
+            vocab_rows: Some(201_088),
+        }),
+        ..GPT_OSS
     },
 ];
