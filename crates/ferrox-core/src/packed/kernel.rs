@@ -41,6 +41,12 @@ fn scale_at(format: Format, b: &[u8], at: usize, base: f32) -> f32 {
 fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
     let mut w = [0i16; 32];
     match format.quants {
+        Quants::Grid(grid) => {
+            let bytes = &blk[32 * (p / 2)..32 * (p / 2) + 32];
+            for (v, &b) in w.iter_mut().zip(bytes) {
+                *v = grid.values()[((b >> (4 * (p % 2))) & 0x0F) as usize] as i16;
+            }
+        }
         Quants::Nibble | Quants::Nibble5 | Quants::Nibble6 => {
             let bytes = &blk[32 * (p / 2)..32 * (p / 2) + 32];
             let shift = 4 * (p % 2);
@@ -262,7 +268,7 @@ pub(crate) mod tests {
     use crate::packed::{PackedMatrix, QuantizedRows};
 
     /// Every type with a packed format.
-    pub(crate) const TYPES: [DType; 12] = [
+    pub(crate) const TYPES: [DType; 13] = [
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
@@ -275,6 +281,7 @@ pub(crate) mod tests {
         DType::Q6_K,
         DType::IQ4_NL,
         DType::IQ4_XS,
+        DType::MXFP4,
     ];
 
     /// Every level's build: lengths are checked before any SIMD read, in every

@@ -30,13 +30,15 @@
 use rayon::prelude::*;
 
 use crate::blocks::{
-    BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0,
-    BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, f16_le,
+    BlockIq4Nl, BlockIq4Xs, BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K,
+    BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, IQ4_NL_VALUES, MXFP4_VALUES, blocks_of,
+    e8m0_to_f32_half, f16_le,
 };
 use crate::dtype::DType;
 use crate::kernels::reference::iquants::{iq4_nl_group, iq4_xs_group, iq4_xs_scale};
 use crate::kernels::reference::kquants::q3k_scales;
 use crate::kernels::reference::kquants::scale_min_k4;
+use crate::kernels::reference::mxfp4::mxfp4_group;
 use crate::ops::matmul::Matrix;
 
 use super::{BLOCK, GROUP_ROWS};
@@ -54,11 +56,39 @@ pub enum Quants {
     Nibble5,
     /// Signed 8-bit values, one step per 32 bytes.
     Byte,
+    /// Indices into a 16-value grid of signed bytes (IQ4_NL's, MXFP4's), stored
+    /// as [`Quants::Nibble`]; the kernels look the values up.
+    Grid(Grid),
     /// Signed 6-bit values `v` stored as `v + 32`: the low 4 bits as
     /// [`Quants::Nibble`], then the two high bits of four steps per 32 bytes
     /// (byte `j` of line `c` holds those of steps `4c..4c + 4`, step `4c + k` at
     /// bits `2k`, `2k + 1`).
     Nibble6,
+}
+
+/// The non-linear 4-bit grids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grid {
+    /// IQ4_NL's and IQ4_XS's (`kvalues_iq4nl`).
+    Iq4,
+    /// MXFP4's E2M1 values, doubled.
+    Mxfp4,
+}
+
+impl Grid {
+    /// The 16 values.
+    pub fn values(self) -> &'static [i8; 16] {
+        match self {
+            Grid::Iq4 => &IQ4_NL_VALUES,
+            Grid::Mxfp4 => &MXFP4_VALUES,
+        }
+    }
+
+    /// The index of `v` (the first, for MXFP4's two zeros).
+    fn index(self, v: i8) -> u8 {
+        let i = self.values().iter().position(|&x| x == v);
+        i.expect("a value of the grid") as u8
+    }
 }
 
 /// How a group-block stores its scales and offsets.
@@ -109,10 +139,12 @@ impl Format {
             DType::Q2_K => f(Quants::Nibble, true, true, Small),
             DType::Q5_0 | DType::Q5_1 => f(Quants::Nibble5, true, false, Half),
             DType::Q5_K => f(Quants::Nibble5, true, false, Small),
-            DType::Q8_0 | DType::IQ4_NL => f(Quants::Byte, false, false, Half),
+            DType::Q8_0 => f(Quants::Byte, false, false, Half),
+            DType::IQ4_NL => f(Quants::Grid(Grid::Iq4), false, false, Half),
+            DType::MXFP4 => f(Quants::Grid(Grid::Mxfp4), false, false, Half),
             DType::Q6_K => f(Quants::Nibble6, false, true, Small),
             DType::Q3_K => f(Quants::Byte, false, true, Small),
-            DType::IQ4_XS => f(Quants::Byte, false, false, Small),
+            DType::IQ4_XS => f(Quants::Grid(Grid::Iq4), false, false, Small),
             _ => None,
         }
     }
@@ -126,7 +158,9 @@ impl Format {
     /// Bytes of the integers of one group-block (without the high bits).
     pub fn quant_bytes(self) -> usize {
         match self.quants {
-            Quants::Nibble | Quants::Nibble5 | Quants::Nibble6 => GROUP_ROWS * BLOCK / 2,
+            Quants::Nibble | Quants::Nibble5 | Quants::Nibble6 | Quants::Grid(_) => {
+                GROUP_ROWS * BLOCK / 2
+            }
             Quants::Byte => GROUP_ROWS * BLOCK,
         }
     }
@@ -142,7 +176,7 @@ impl Format {
         match self.quants {
             Quants::Nibble5 => 4 * STEPS,
             Quants::Nibble6 => 8 * STEPS,
-            Quants::Nibble | Quants::Byte => 0,
+            Quants::Nibble | Quants::Byte | Quants::Grid(_) => 0,
         }
     }
 
@@ -374,6 +408,12 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
             let d = f16_le(k.d);
             plain([d, d], [0.0; 2])
         }
+        DType::MXFP4 => {
+            let k = &blocks_of::<BlockMxfp4>(row).expect("whole blocks")[b];
+            w = mxfp4_group(k);
+            let d = e8m0_to_f32_half(k.e);
+            plain([d, d], [0.0; 2])
+        }
         DType::IQ4_XS => {
             let k = &blocks_of::<BlockIq4Xs>(row).expect("whole blocks")[sub];
             w = iq4_xs_group(k, g);
@@ -541,6 +581,7 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
             |blk: &mut [u8], v: u8| blk[32 * (step / 2) + lane] |= (v & 0x0F) << (4 * (step % 2));
         match format.quants {
             Quants::Nibble => nibble(blk, v as u8),
+            Quants::Grid(grid) => nibble(blk, grid.index(v)),
             Quants::Nibble5 => {
                 nibble(blk, v as u8);
                 if v & 0x10 != 0 {

@@ -69,6 +69,21 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                     }
                 }
             }
+            Quants::Grid(grid) => {
+                let table = vld1q_s8(grid.values().as_ptr());
+                for c in 0..8 {
+                    for half in 0..2 {
+                        let b = vld1q_u8(blk.add(32 * c + 16 * half));
+                        let (lo, hi) = (vandq_u8(b, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(b));
+                        for (p, idx) in [(2 * c, lo), (2 * c + 1, hi)] {
+                            let v = vqtbl1q_s8(table, idx);
+                            let at = w[p].as_mut_ptr().add(16 * half);
+                            vst1q_s16(at, vmovl_s8(vget_low_s8(v)));
+                            vst1q_s16(at.add(8), vmovl_high_s8(v));
+                        }
+                    }
+                }
+            }
             Quants::Byte => {
                 for (p, wp) in w.iter_mut().enumerate() {
                     let b = vld1q_s8(blk.add(32 * p).cast());

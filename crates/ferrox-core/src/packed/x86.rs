@@ -16,7 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::kernel::TokenActs;
-use super::layout::{Format, Quants, Scales};
+use super::layout::{Format, Grid, Quants, Scales};
 use super::{BLOCK, GROUP_ROWS};
 
 /// # Safety
@@ -76,6 +76,17 @@ macro_rules! by_format {
             (Quants::Byte, false, false, Scales::F32) => $run!(BYTE, false, false, F32),
             (Quants::Byte, false, false, Scales::Small) => $run!(BYTE, false, false, SMALL),
             (Quants::Byte, false, true, Scales::Small) => $run!(BYTE, false, true, SMALL),
+            (Quants::Grid(Grid::Iq4), false, false, Scales::Half) => $run!(IQ4, false, false, HALF),
+            (Quants::Grid(Grid::Iq4), false, false, Scales::F32) => $run!(IQ4, false, false, F32),
+            (Quants::Grid(Grid::Iq4), false, false, Scales::Small) => {
+                $run!(IQ4, false, false, SMALL)
+            }
+            (Quants::Grid(Grid::Mxfp4), false, false, Scales::Half) => {
+                $run!(MXFP4, false, false, HALF)
+            }
+            (Quants::Grid(Grid::Mxfp4), false, false, Scales::F32) => {
+                $run!(MXFP4, false, false, F32)
+            }
             other => panic!("no packed kernel for {other:?}"),
         }
     };
@@ -86,6 +97,8 @@ const NIBBLE: u8 = 0;
 const NIBBLE5: u8 = 1;
 const BYTE: u8 = 2;
 const NIBBLE6: u8 = 3;
+const IQ4: u8 = 4;
+const MXFP4: u8 = 5;
 
 const F32: u8 = 0;
 const HALF: u8 = 1;
@@ -97,6 +110,8 @@ const fn format_of(q: u8, offset: bool, split: bool, s: u8) -> Format {
         NIBBLE => Quants::Nibble,
         NIBBLE5 => Quants::Nibble5,
         NIBBLE6 => Quants::Nibble6,
+        IQ4 => Quants::Grid(Grid::Iq4),
+        MXFP4 => Quants::Grid(Grid::Mxfp4),
         _ => Quants::Byte,
     };
     let scales = match s {
@@ -155,6 +170,19 @@ unsafe fn bases16<const S: u8>(p: *const u8) -> __m512 {
     }
 }
 
+/// The 16 values of `format`'s grid in both 128-bit lanes (a `vpshufb` table).
+///
+/// # Safety
+/// The CPU runs AVX2 (both builds' callers do).
+#[inline(always)]
+unsafe fn grid_table(format: Format) -> __m256i {
+    let Quants::Grid(grid) = format.quants else {
+        unreachable!("a grid format")
+    };
+    // SAFETY: 16 bytes read from a 16-byte array; AVX2 (the caller).
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(grid.values().as_ptr().cast())) }
+}
+
 /// How far ahead of the block being multiplied its successors are prefetched.
 const PREFETCH_BYTES: usize = 16384;
 
@@ -207,7 +235,17 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
             let blk = g.as_ptr().add(b * bb);
             prefetch_ahead(blk, bb);
             let mut w = [_mm512_setzero_si512(); 16];
-            if Q != BYTE {
+            if Q == IQ4 || Q == MXFP4 {
+                let table = grid_table(format);
+                let low8 = _mm256_set1_epi8(0x0F);
+                for c in 0..8 {
+                    let raw = _mm256_loadu_si256(blk.add(32 * c).cast());
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low8);
+                    let lo = _mm256_and_si256(raw, low8);
+                    w[2 * c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(table, lo));
+                    w[2 * c + 1] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(table, hi));
+                }
+            } else if Q != BYTE {
                 for c in 0..8 {
                     let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
                     w[2 * c] = _mm512_and_si512(raw, low);
@@ -394,6 +432,16 @@ unsafe fn kernel_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
                         let p = 8 * q + k;
                         w[k] = if Q == BYTE {
                             _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(32 * p + 16 * h).cast()))
+                        } else if Q == IQ4 || Q == MXFP4 {
+                            let raw = _mm_loadu_si128(blk.add(32 * (p / 2) + 16 * h).cast());
+                            let idx = if p % 2 == 0 {
+                                raw
+                            } else {
+                                _mm_srli_epi16::<4>(raw)
+                            };
+                            let idx = _mm_and_si128(idx, _mm_set1_epi8(0x0F));
+                            let table = _mm256_castsi256_si128(grid_table(format));
+                            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, idx))
                         } else {
                             let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(
                                 blk.add(32 * (p / 2) + 16 * h).cast(),
