@@ -72,6 +72,8 @@ pub struct ModelReport {
     pub tensor_types: BTreeMap<String, TypeCount>,
     /// What the forward pass does for this model beyond the plain llama layer.
     pub features: Vec<String>,
+    /// The activation path `auto` picks on this CPU, with its kernel level.
+    pub activations: String,
     pub kv: KvReport,
 }
 
@@ -289,6 +291,11 @@ impl ModelReport {
             n_parameters: h.tensors.iter().map(|t| t.n_elements()).sum(),
             tensor_types,
             features: features(&hp, &|n| h.tensor_info(n).is_some()),
+            activations: format!(
+                "{} (auto on this CPU; {} kernels)",
+                crate::ActivationPath::default(),
+                ferrox_core::isa::active().name()
+            ),
             kv: KvReport {
                 element_bytes: kv.element_bytes,
                 by_layer_kind,
@@ -376,6 +383,7 @@ impl fmt::Display for ModelReport {
             self.tokenizer_model.as_deref().unwrap_or("none"),
             self.tokenizer_pre.as_deref().unwrap_or("none")
         )?;
+        writeln!(s, "activations:     {}", self.activations)?;
         writeln!(s, "tensor types:")?;
         for (t, c) in &self.tensor_types {
             writeln!(

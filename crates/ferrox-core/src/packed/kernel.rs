@@ -83,14 +83,14 @@ fn sixteen(format: Format, blk: &[u8], at: usize, base: &[f32; GROUP_ROWS]) -> [
     std::array::from_fn(|r| scale_at(format, blk, at + format.scale_size() * r, base[r]))
 }
 
-/// The 16 scale bases and 16 offset bases of block `b`'s super-block in a group of
-/// `nb` blocks (ones for the formats without bases: unused).
+/// The 16 scale bases and 16 offset bases of block `b`'s super-block in a group
+/// (ones for the formats without bases: unused).
 #[inline(always)]
-fn bases(format: Format, group: &[u8], nb: usize, b: usize) -> [[f32; GROUP_ROWS]; 2] {
+fn bases(format: Format, group: &[u8], b: usize) -> [[f32; GROUP_ROWS]; 2] {
     if format.scales != Scales::Small {
         return [[1.0; GROUP_ROWS]; 2];
     }
-    let at = format.bases_at(nb, b);
+    let at = format.bases_at(b);
     let offsets = if format.offset { 2 * GROUP_ROWS } else { 0 };
     [
         std::array::from_fn(|r| half_at(group, at + 2 * r)),
@@ -114,9 +114,9 @@ pub fn group_portable(
         *o = [0.0; GROUP_ROWS];
     }
     for b in 0..nb {
-        let blk = &group[b * bb..(b + 1) * bb];
+        let blk = &group[format.block_at(b)..][..bb];
         let steps: [[i16; 32]; 16] = std::array::from_fn(|p| step(format, blk, p));
-        let [sbase, obase] = bases(format, group, nb, b);
+        let [sbase, obase] = bases(format, group, b);
         let half = format.scale_size() * GROUP_ROWS;
         let scale0 = sixteen(format, blk, format.scales_at(), &sbase);
         let scale1 = if format.split {

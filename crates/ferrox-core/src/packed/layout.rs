@@ -18,7 +18,8 @@
 //!
 //! The K-quants and IQ4_XS store each scale and offset as the file does: a small
 //! signed integer multiplier per block ([`Scales::Small`]) of a per-row base per
-//! 256-value super-block (`d`, `-dmin`), the bases after the group's last block.
+//! 256-value super-block (`d`, `-dmin`), the bases just before the super-block's
+//! first block (they stream in with it).
 //! The kernels form `base * multiplier` in f32, which is exact, so the function is
 //! the one of f32 scales; the bytes read per weight are the file's, or fewer.
 //! Q6_K's values are stored as Q4's nibbles plus a plane of two high bits
@@ -99,8 +100,8 @@ pub enum Scales {
     /// IEEE halves (chosen only when every one of the matrix converts exactly).
     Half,
     /// One signed byte per scale (and offset), times its row's base of the block's
-    /// 256-value super-block: halves stored after the group's last block, 16
-    /// scale bases then (with offsets) 16 offset bases per super-block.
+    /// 256-value super-block: halves stored before the super-block's first block,
+    /// 16 scale bases then (with offsets) 16 offset bases.
     Small,
 }
 
@@ -227,15 +228,24 @@ impl Format {
         }
     }
 
-    /// Where, in a group of `nb` blocks, the bases of block `b`'s super-block start.
-    pub fn bases_at(self, nb: usize, b: usize) -> usize {
-        nb * self.block_bytes() + b / (SUPER_BLOCK / BLOCK) * self.bases_bytes()
+    /// Where, in a group, the bases of block `b`'s super-block start: just before
+    /// the super-block's first block, so that they stream in with it.
+    pub fn bases_at(self, b: usize) -> usize {
+        let per = SUPER_BLOCK / BLOCK;
+        b / per * (self.bases_bytes() + per * self.block_bytes())
+    }
+
+    /// Where, in a group, block `b` starts.
+    pub fn block_at(self, b: usize) -> usize {
+        let per = SUPER_BLOCK / BLOCK;
+        self.bases_at(b) + self.bases_bytes() + b % per * self.block_bytes()
     }
 
     /// Bytes of a group of `nb` blocks (before its padding to 64 bytes); `nb` is
     /// a whole number of super-blocks for [`Scales::Small`].
     pub fn group_bytes(self, nb: usize) -> usize {
-        self.bases_at(nb, nb)
+        let per = SUPER_BLOCK / BLOCK;
+        nb * self.block_bytes() + nb.div_ceil(per) * self.bases_bytes()
     }
 }
 
@@ -536,8 +546,8 @@ impl PackedMatrix {
         self.rows.div_ceil(GROUP_ROWS)
     }
 
-    /// The bytes of group `g`: its blocks, each [`Format::block_bytes`] long, then
-    /// their super-blocks' bases ([`Format::group_bytes`]).
+    /// The bytes of group `g`: its blocks, each [`Format::block_bytes`] long, with
+    /// their super-blocks' bases ([`Format::block_at`], [`Format::bases_at`]).
     pub fn group(&self, g: usize) -> &[u8] {
         let lines = &self.lines[g * self.group_lines..(g + 1) * self.group_lines];
         // SAFETY: `Line` is 64 plain bytes with no padding.
@@ -617,13 +627,13 @@ fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool 
                 (_, s) => s.unwrap_or(SmallScales::new(0.0, [0; 2], 0.0, [0; 2])),
             };
             if format.scales == Scales::Small && b % (SUPER_BLOCK / BLOCK) == 0 {
-                let at = format.bases_at(nb, b) + 2 * r;
+                let at = format.bases_at(b) + 2 * r;
                 exact &= put_half(out, at, small.scale_base);
                 if format.offset {
                     exact &= put_half(out, at + 2 * GROUP_ROWS, small.offset_base);
                 }
             }
-            let blk = &mut out[b * bb..(b + 1) * bb];
+            let blk = &mut out[format.block_at(b)..][..bb];
             put_quants(format, blk, r, &p.w);
             let halves = if format.split { 2 } else { 1 };
             for h in 0..halves {

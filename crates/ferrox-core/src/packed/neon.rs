@@ -163,13 +163,13 @@ pub unsafe fn group(
     let size = format.scale_size();
     let mut acc = [[vdupq_n_f32(0.0); 4]; TOKEN_TILE];
     let mut w = [[0i16; 32]; 16];
-    // SAFETY: (the whole body) block b lies at g[b * bb..] and token values at
+    // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
     unsafe {
         for b in 0..nb {
-            let blk = g.as_ptr().add(b * bb);
+            let blk = g.as_ptr().add(format.block_at(b));
             unpack(format, blk, &mut w);
-            let bases = g.as_ptr().add(format.bases_at(nb, b));
+            let bases = g.as_ptr().add(format.bases_at(b));
             for s in 0..4 {
                 let sbase = four_bases(format, bases, s);
                 let s0 = four(format, blk, format.scales_at(), s, sbase);
