@@ -173,9 +173,10 @@ struct Bandwidth {
 }
 
 impl Bandwidth {
-    fn measure(m: &Transformer, threads: usize) -> Bandwidth {
+    /// `bytes_per_s` (measured before the model loads) and `m`'s step bytes.
+    fn new(bytes_per_s: f64, m: &Transformer) -> Bandwidth {
         Bandwidth {
-            bytes_per_s: crate::bandwidth::measure(threads),
+            bytes_per_s,
             ferrox_bytes: m.decode_weight_bytes(),
             file_bytes: m.decode_file_bytes(),
         }
@@ -231,6 +232,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         a.parallel == 1 || a.compare.is_none(),
         "--parallel has no llama-bench counterpart to --compare with"
     );
+    // Before the model loads: the measuring buffer is gone when the weights come.
+    let read_bandwidth = (a.n_gen > 0).then(|| crate::bandwidth::measure(threads));
     let m = Transformer::with_path(file, threads, a.path.activations)?;
     one_run(&m, a.n_prompt.min(16), a.n_gen.min(4), a.parallel)?; // warm-up: page in the weights
     let (mut pps, mut tgs) = (Vec::new(), Vec::new());
@@ -245,7 +248,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         pps.extend(pp);
         tgs.extend(tg);
     }
-    let bandwidth = (!tgs.is_empty()).then(|| Bandwidth::measure(&m, threads));
+    let bandwidth = read_bandwidth
+        .filter(|_| !tgs.is_empty())
+        .map(|bw| Bandwidth::new(bw, &m));
     if a.compare.is_some() {
         let name = path
             .file_name()

@@ -85,11 +85,30 @@ impl Grid {
         }
     }
 
-    /// The index of `v` (the first, for MXFP4's two zeros).
+    /// The index of `v` (the first, for MXFP4's two zeros), by a table: packing
+    /// looks up every weight of the matrix.
     fn index(self, v: i8) -> u8 {
-        let i = self.values().iter().position(|&x| x == v);
-        i.expect("a value of the grid") as u8
+        const IQ4: [u8; 256] = inverse(&IQ4_NL_VALUES);
+        const MX: [u8; 256] = inverse(&MXFP4_VALUES);
+        let i = match self {
+            Grid::Iq4 => IQ4[v as u8 as usize],
+            Grid::Mxfp4 => MX[v as u8 as usize],
+        };
+        assert!(i < 16, "{v} is not a value of the {self:?} grid");
+        i
     }
+}
+
+/// Index by value (as a byte) of the first place each of `values` takes; 255
+/// for the bytes that are not values.
+const fn inverse(values: &[i8; 16]) -> [u8; 256] {
+    let mut t = [255u8; 256];
+    let mut i = 16;
+    while i > 0 {
+        i -= 1; // last to first, so the first place wins
+        t[values[i] as u8 as usize] = i as u8;
+    }
+    t
 }
 
 /// How a group-block stores its scales and offsets.

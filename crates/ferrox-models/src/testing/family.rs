@@ -799,6 +799,33 @@ impl Family {
 mod tests {
     use super::*;
 
+    /// The layers whose `attn_v` and `ffn_down` llama-quantize's Q4_K_M takes to
+    /// Q6_K: on 4 layers as it did on the benchmark models' Q8_0 copies (2 and
+    /// 3), on 16 as its `use_more_bits` gives for Llama-3.2-1B.
+    #[test]
+    fn the_q4_k_m_mix_is_llama_quantizes() {
+        let six = |n: usize, name: &str| -> Vec<usize> {
+            (0..n)
+                .filter(|&i| {
+                    q4_k_m_type(&format!("blk.{i}.{name}.weight"), n, 0, true) == DType::Q6_K
+                })
+                .collect()
+        };
+        for name in ["attn_v", "ffn_down", "ffn_down_exps"] {
+            assert_eq!(six(4, name), [2, 3], "{name}");
+            assert_eq!(six(16, name), [0, 1, 4, 7, 10, 13, 14, 15], "{name}");
+        }
+        assert!(six(16, "attn_k").is_empty() && six(16, "ffn_up").is_empty());
+        assert_eq!(q4_k_m_type("token_embd.weight", 4, 0, true), DType::Q6_K);
+        assert_eq!(q4_k_m_type("token_embd.weight", 4, 128, false), DType::Q4_K);
+        assert_eq!(q4_k_m_type("output.weight", 4, 128, false), DType::Q6_K);
+        assert_eq!(q4_k_m_type("blk.0.attn_k.weight", 4, 8, false), DType::Q8_0);
+        assert_eq!(
+            q4_k_m_type("blk.0.attn_output.weight", 4, 8, false),
+            DType::Q5_K
+        );
+    }
+
     #[test]
     fn llama3_factors_match_the_converter_at_the_ends() {
         let scale = RopeScale {
