@@ -159,7 +159,6 @@ pub unsafe fn group(
     out: &mut [[f32; GROUP_ROWS]],
 ) {
     assert!(tokens.len() <= TOKEN_TILE && out.len() >= tokens.len());
-    let bb = format.block_bytes();
     let size = format.scale_size();
     let mut acc = [[vdupq_n_f32(0.0); 4]; TOKEN_TILE];
     let mut w = [[0i16; 32]; 16];

@@ -138,9 +138,9 @@ fn q4_k_m_type(name: &str, n_layers: usize, n_experts: usize, tied: bool) -> DTy
         }
     } else if name.contains("ffn_down") && use_more_bits(layer()) {
         DType::Q6_K
-    } else if name.contains("attn_output.weight") && n_experts == 8 {
-        DType::Q5_K
-    } else if name.contains("attn_qkv.weight") {
+    } else if (name.contains("attn_output.weight") && n_experts == 8)
+        || name.contains("attn_qkv.weight")
+    {
         DType::Q5_K
     } else {
         DType::Q4_K
