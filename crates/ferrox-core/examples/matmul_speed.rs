@@ -1,5 +1,5 @@
 //! Multiply-accumulate rate of the two matrix-product paths on one thread:
-//! `cargo run --release -p ferrox-core --example matmul_speed -- [ROWS COLS TOKENS]`.
+//! `cargo run --release -p ferrox-core --example matmul_speed -- [ROWS COLS TOKENS [TYPE...]]`.
 //! Prints GMAC/s of the f32-activation tiles and of the packed integer kernel
 //! (medians of 7 runs) for every weight type a GGUF may hold; types without a
 //! packed form print the f32 path only.
@@ -56,14 +56,14 @@ fn rate(macs: f64, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("a count"))
-        .collect();
-    let (rows, cols, n) = match args[..] {
-        [r, c, t] => (r, c, t),
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let count = |a: &String| a.parse::<usize>().expect("a count");
+    let (rows, cols, n) = match &args[..] {
+        [r, c, t, ..] => (count(r), count(c), count(t)),
         _ => (1536, 576, 512),
     };
+    // Types named after the counts: only those.
+    let only: Vec<&str> = args.iter().skip(3).map(String::as_str).collect();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
@@ -74,7 +74,10 @@ fn main() {
     let macs = (rows * cols * n) as f64;
     let mut out = vec![0.0; n * rows];
     for t in DType::ALL {
-        if matches!(t, DType::F32 | DType::Q8_1 | DType::Q8_K) || cols % t.block_len() != 0 {
+        if matches!(t, DType::F32 | DType::Q8_1 | DType::Q8_K)
+            || cols % t.block_len() != 0
+            || !(only.is_empty() || only.contains(&t.to_string().as_str()))
+        {
             continue;
         }
         let bytes = weights(t, rows, cols);

@@ -8,8 +8,13 @@
 //! operations in its order: convert, times scale, times `da`, plus `offset * sa`,
 //! added to the lane's running sum. No FMA.
 //!
-//! The steps of a block are unpacked once and serve up to `TOKEN_TILE` tokens.
-//! Each build is instantiated per packed format (`by_format!`).
+//! The steps of a block are unpacked once and serve up to `TOKEN_TILE` tokens:
+//! in registers on AVX-512; on AVX2, into a 1 KiB buffer read by register
+//! tiles of 4 tokens times 16 rows (8 integer sums; a tile of 8 tokens spilled
+//! its sums to the stack on every multiply-add, and the tile kernel made the
+//! Llama-3.2-1B prefill 1.25x faster on a Zen 3). A decode step's one token has
+//! its own build that unpacks each step where it is used. Each build is
+//! instantiated per packed format (`by_format!`).
 
 #![cfg(target_arch = "x86_64")]
 
@@ -352,14 +357,14 @@ pub unsafe fn group_avx2(
         ($q:expr, $off:literal, $split:literal, $s:expr) => {
             // SAFETY: the caller's contract.
             unsafe {
-                // A decode step's one token gets its own build (its sums stay
-                // in registers); more share the tile-wide one (measured: a
-                // build per count spills and costs 9 % of prefill).
+                // A decode step's one token keeps its sums in registers and
+                // unpacks each step where it is used; more tokens share a
+                // block unpacked once into L1 (`tile_avx2`).
                 match tokens.len() {
-                    1 => kernel_avx2::<1, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
-                    _ => {
-                        kernel_avx2::<TOKEN_TILE, { $q }, $off, $split, { $s }>(g, nb, tokens, out)
+                    1 => {
+                        single_avx2::<{ $q }, $off, $split, { $s }>(g, nb, &tokens[0], &mut out[0])
                     }
+                    _ => tile_avx2::<{ $q }, $off, $split, { $s }>(g, nb, tokens, out),
                 }
             }
         };
@@ -396,174 +401,326 @@ unsafe fn bases8<const S: u8>(p: *const u8) -> __m256 {
     }
 }
 
+/// The 16 integers of step `p` (values `2p`, `2p + 1`) of rows `8h..8h + 8` of the
+/// block at `blk`, in `vpmaddwd` order (row-major pairs).
+///
+/// # Safety
+/// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)`.
+#[inline(always)]
+unsafe fn step_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+    blk: *const u8,
+    h: usize,
+    p: usize,
+) -> __m256i {
+    let format = format_of(Q, OFF, SPLIT, S);
+    // SAFETY: every read lies inside the block (the layout's offsets; caller).
+    unsafe {
+        if Q == BYTE {
+            return _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(32 * p + 16 * h).cast()));
+        }
+        let raw = _mm_loadu_si128(blk.add(32 * (p / 2) + 16 * h).cast());
+        if Q == IQ4 || Q == MXFP4 {
+            let idx = if p.is_multiple_of(2) {
+                raw
+            } else {
+                _mm_srli_epi16::<4>(raw)
+            };
+            let idx = _mm_and_si128(idx, _mm_set1_epi8(0x0F));
+            let table = _mm256_castsi256_si128(grid_table(format));
+            return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, idx));
+        }
+        let raw = _mm256_cvtepu8_epi16(raw);
+        let mut v = if p.is_multiple_of(2) {
+            _mm256_and_si256(raw, _mm256_set1_epi16(0x0F))
+        } else {
+            _mm256_srli_epi16(raw, 4)
+        };
+        if Q == NIBBLE5 {
+            let bits = blk
+                .add(format.bits_at() + 4 * p)
+                .cast::<u32>()
+                .read_unaligned()
+                >> (16 * h);
+            let bit: __m256i = _mm256_setr_epi16(
+                1,
+                2,
+                4,
+                8,
+                16,
+                32,
+                64,
+                128,
+                256,
+                512,
+                1024,
+                2048,
+                4096,
+                8192,
+                16384,
+                i16::MIN,
+            );
+            let set = _mm256_cmpeq_epi16(
+                _mm256_and_si256(_mm256_set1_epi16(bits as u16 as i16), bit),
+                bit,
+            );
+            v = _mm256_add_epi16(v, _mm256_and_si256(set, _mm256_set1_epi16(16)));
+        }
+        if Q == NIBBLE6 {
+            let line = blk.add(format.bits_at() + 32 * (p / 4) + 16 * h);
+            let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(line.cast()));
+            // Step 4c + k's two bits, moved to bits 4 and 5.
+            let moved = match p % 4 {
+                0 => _mm256_slli_epi16::<4>(raw),
+                1 => _mm256_slli_epi16::<2>(raw),
+                2 => raw,
+                _ => _mm256_srli_epi16::<2>(raw),
+            };
+            let high = _mm256_and_si256(moved, _mm256_set1_epi16(0x30));
+            v = _mm256_sub_epi16(_mm256_or_si256(v, high), _mm256_set1_epi16(32));
+        }
+        v
+    }
+}
+
+/// A block's scales and offsets for rows `8h..8h + 8`: the first (or only)
+/// half's scales, the second half's (split formats), and the same of offsets.
+#[derive(Clone, Copy)]
+struct Scales8 {
+    s0: __m256,
+    s1: __m256,
+    off0: __m256,
+    off1: __m256,
+}
+
+/// [`Scales8`] of block `b` (at `blk`) of group `g`, rows `8h..8h + 8`.
+///
+/// # Safety
+/// AVX2 and F16C run; `g` holds block `b` of format `(Q, OFF, SPLIT, S)`.
+#[inline(always)]
+unsafe fn scales_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+    g: &[u8],
+    blk: *const u8,
+    b: usize,
+    h: usize,
+) -> Scales8 {
+    let format = format_of(Q, OFF, SPLIT, S);
+    let (size, scales_at, offsets_at) =
+        (format.scale_size(), format.scales_at(), format.offsets_at());
+    // SAFETY: the scales, offsets and bases lie inside the group (caller).
+    unsafe {
+        let bases = g.as_ptr().add(format.bases_at(b) + 16 * h);
+        let sbase = bases8::<S>(bases);
+        let obase = if OFF {
+            bases8::<S>(bases.add(2 * GROUP_ROWS))
+        } else {
+            sbase
+        };
+        let s0 = scales8::<S>(blk.add(scales_at + size * 8 * h), sbase);
+        let s1 = if SPLIT {
+            scales8::<S>(blk.add(scales_at + size * (GROUP_ROWS + 8 * h)), sbase)
+        } else {
+            s0
+        };
+        let off0 = if OFF {
+            scales8::<S>(blk.add(offsets_at + size * 8 * h), obase)
+        } else {
+            s0
+        };
+        let off1 = if OFF && SPLIT {
+            scales8::<S>(blk.add(offsets_at + size * (GROUP_ROWS + 8 * h)), obase)
+        } else {
+            off0
+        };
+        Scales8 { s0, s1, off0, off1 }
+    }
+}
+
+/// Adds block `b`'s term of one token to `acc` (rows `8h..8h + 8`), from the
+/// exact integer sums of its values 0..16 (`lo`) and 16..32 (`hi`): the twin's
+/// f32 operations in its order.
+///
+/// # Safety
+/// AVX2 runs; the token holds block `b` (and its half sums for split offsets).
+#[inline(always)]
+unsafe fn block_term<const OFF: bool, const SPLIT: bool>(
+    acc: __m256,
+    lo: __m256i,
+    hi: __m256i,
+    sc: &Scales8,
+    tok: &TokenActs<'_>,
+    b: usize,
+) -> __m256 {
+    // SAFETY: the token's scales and sums hold block b (caller).
+    unsafe {
+        let dav = _mm256_set1_ps(*tok.da.get_unchecked(b));
+        if SPLIT {
+            let mut l = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), sc.s0), dav);
+            let mut u = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), sc.s1), dav);
+            if OFF {
+                let sh = tok.sh.as_ptr().add(2 * b);
+                l = _mm256_add_ps(l, _mm256_mul_ps(sc.off0, _mm256_set1_ps(*sh)));
+                u = _mm256_add_ps(u, _mm256_mul_ps(sc.off1, _mm256_set1_ps(*sh.add(1))));
+            }
+            _mm256_add_ps(_mm256_add_ps(acc, l), u)
+        } else {
+            let mut term = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi)), sc.s0),
+                dav,
+            );
+            if OFF {
+                term = _mm256_add_ps(
+                    term,
+                    _mm256_mul_ps(sc.off0, _mm256_set1_ps(*tok.sa.get_unchecked(b))),
+                );
+            }
+            _mm256_add_ps(acc, term)
+        }
+    }
+}
+
+/// `vpmaddwd` of step `w` with the activation pair at `pair`, added to `acc`.
+///
+/// # Safety
+/// AVX2 runs; `pair` points at two i16.
+#[inline(always)]
+unsafe fn madd_pair(acc: __m256i, w: __m256i, pair: *const i16) -> __m256i {
+    // SAFETY: 4 bytes at `pair` (caller).
+    unsafe {
+        let a = _mm256_set1_epi32(pair.cast::<i32>().read_unaligned());
+        _mm256_add_epi32(acc, _mm256_madd_epi16(w, a))
+    }
+}
+
+/// One token (a decode step): each step is unpacked where it is used and the
+/// sums stay in registers.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn kernel_avx2<
-    const T: usize,
-    const Q: u8,
-    const OFF: bool,
-    const SPLIT: bool,
-    const S: u8,
->(
+unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+    g: &[u8],
+    nb: usize,
+    tok: &TokenActs<'_>,
+    out: &mut [f32; GROUP_ROWS],
+) {
+    let format = format_of(Q, OFF, SPLIT, S);
+    let bb = format.block_bytes();
+    let mut acc = [_mm256_setzero_ps(); 2];
+    // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and the
+    // token's values at qa[32 b..32 b + 32], both in bounds for b < nb (the
+    // caller's contract).
+    unsafe {
+        for b in 0..nb {
+            let blk = g.as_ptr().add(format.block_at(b));
+            prefetch_ahead(blk, bb);
+            for (h, acc) in acc.iter_mut().enumerate() {
+                // sums[q]: rows 8 h.., values 16 q..16 q + 16, exact.
+                let mut sums = [_mm256_setzero_si256(); 2];
+                for (q, sum) in sums.iter_mut().enumerate() {
+                    let a = tok.qa.as_ptr().add(BLOCK * b + 16 * q);
+                    let mut s = [_mm256_setzero_si256(); 2];
+                    for k in 0..8 {
+                        let w = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 8 * q + k);
+                        s[k % 2] = madd_pair(s[k % 2], w, a.add(2 * k));
+                    }
+                    *sum = _mm256_add_epi32(s[0], s[1]);
+                }
+                let sc = scales_avx2::<Q, OFF, SPLIT, S>(g, blk, b, h);
+                *acc = block_term::<OFF, SPLIT>(*acc, sums[0], sums[1], &sc, tok, b);
+            }
+        }
+        _mm256_storeu_ps(out.as_mut_ptr(), acc[0]);
+        _mm256_storeu_ps(out.as_mut_ptr().add(8), acc[1]);
+    }
+}
+
+/// Tokens a register tile of [`tile_avx2`] sums at once: 4 tokens times 16
+/// rows are 8 integer sums, which with the two steps and four activation
+/// pairs fit AVX2's 16 registers (8 tokens spilled the sums to the stack).
+const SUB_TILE: usize = 4;
+
+/// Several tokens: each block is unpacked once into 1 KiB of 16-bit steps
+/// (L1), then multiplied [`SUB_TILE`] tokens at a time with every sum in a
+/// register.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     g: &[u8],
     nb: usize,
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
     let n = tokens.len();
-    assert!(n <= T, "{n} tokens in one group call");
-    let format = format_of(Q, OFF, SPLIT, S);
-    let (bb, size, scales_at, offsets_at) = (
-        format.block_bytes(),
-        format.scale_size(),
-        format.scales_at(),
-        format.offsets_at(),
+    assert!(
+        (1..=TOKEN_TILE).contains(&n),
+        "{n} tokens in one group call"
     );
-    let mut acc = [[_mm256_setzero_ps(); 2]; T];
-    // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token values at
-    // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
+    let format = format_of(Q, OFF, SPLIT, S);
+    let bb = format.block_bytes();
+    let mut acc = [[_mm256_setzero_ps(); 2]; TOKEN_TILE];
+    // steps[h][p]: step p of rows 8h..8h + 8.
+    let mut steps = [[_mm256_setzero_si256(); 16]; 2];
+    // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token
+    // values at qa[32 b..32 b + 32], both in bounds for b < nb (the caller's
+    // contract); sub-tile indices are clamped to the n tokens.
     unsafe {
-        let low = _mm256_set1_epi16(0x0F);
-        let sixteen = _mm256_set1_epi16(16);
-        let (high_bits, bias) = (_mm256_set1_epi16(0x30), _mm256_set1_epi16(32));
-        let bit: __m256i = _mm256_setr_epi16(
-            1,
-            2,
-            4,
-            8,
-            16,
-            32,
-            64,
-            128,
-            256,
-            512,
-            1024,
-            2048,
-            4096,
-            8192,
-            16384,
-            i16::MIN,
-        );
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
             prefetch_ahead(blk, bb);
-            for h in 0..2 {
-                // isum[t][q]: rows 8 h.., values 16 q..16 q + 16, exact.
-                let mut isum = [[_mm256_setzero_si256(); 2]; T];
-                for q in 0..2 {
-                    let mut w = [_mm256_setzero_si256(); 8];
-                    for k in 0..8 {
-                        let p = 8 * q + k;
-                        w[k] = if Q == BYTE {
-                            _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(32 * p + 16 * h).cast()))
-                        } else if Q == IQ4 || Q == MXFP4 {
-                            let raw = _mm_loadu_si128(blk.add(32 * (p / 2) + 16 * h).cast());
-                            let idx = if p % 2 == 0 {
-                                raw
-                            } else {
-                                _mm_srli_epi16::<4>(raw)
-                            };
-                            let idx = _mm_and_si128(idx, _mm_set1_epi8(0x0F));
-                            let table = _mm256_castsi256_si128(grid_table(format));
-                            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, idx))
-                        } else {
-                            let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                blk.add(32 * (p / 2) + 16 * h).cast(),
-                            ));
-                            let mut v = if p % 2 == 0 {
-                                _mm256_and_si256(raw, low)
-                            } else {
-                                _mm256_srli_epi16(raw, 4)
-                            };
-                            if Q == NIBBLE5 {
-                                let bits = blk
-                                    .add(format.bits_at() + 4 * p)
-                                    .cast::<u32>()
-                                    .read_unaligned()
-                                    >> (16 * h);
-                                let set = _mm256_cmpeq_epi16(
-                                    _mm256_and_si256(_mm256_set1_epi16(bits as u16 as i16), bit),
-                                    bit,
-                                );
-                                v = _mm256_add_epi16(v, _mm256_and_si256(set, sixteen));
-                            }
-                            if Q == NIBBLE6 {
-                                let line = blk.add(format.bits_at() + 32 * (p / 4) + 16 * h);
-                                let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(line.cast()));
-                                // Step 4c + k's two bits, moved to bits 4 and 5.
-                                let moved = match p % 4 {
-                                    0 => _mm256_slli_epi16::<4>(raw),
-                                    1 => _mm256_slli_epi16::<2>(raw),
-                                    2 => raw,
-                                    _ => _mm256_srli_epi16::<2>(raw),
-                                };
-                                let high = _mm256_and_si256(moved, high_bits);
-                                v = _mm256_sub_epi16(_mm256_or_si256(v, high), bias);
-                            }
-                            v
-                        };
-                    }
-                    for (t, tok) in tokens.iter().enumerate() {
-                        let a = tok.qa.as_ptr().add(BLOCK * b + 16 * q).cast::<i32>();
-                        let mut s = [_mm256_setzero_si256(); 2];
-                        for k in 0..8 {
-                            s[k % 2] = _mm256_add_epi32(
-                                s[k % 2],
-                                _mm256_madd_epi16(
-                                    w[k],
-                                    _mm256_set1_epi32(a.add(k).read_unaligned()),
-                                ),
-                            );
-                        }
-                        isum[t][q] = _mm256_add_epi32(s[0], s[1]);
-                    }
+            for (h, row) in steps.iter_mut().enumerate() {
+                // Four steps at a time, so that each one's position in its line
+                // (`p % 4`) is a constant of the unrolled code.
+                for (c, four) in row.chunks_exact_mut(4).enumerate() {
+                    four[0] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c);
+                    four[1] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c + 1);
+                    four[2] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c + 2);
+                    four[3] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c + 3);
                 }
-                let bases = g.as_ptr().add(format.bases_at(b) + 16 * h);
-                let sbase = bases8::<S>(bases);
-                let obase = if OFF {
-                    bases8::<S>(bases.add(2 * GROUP_ROWS))
-                } else {
-                    sbase
-                };
-                let s0 = scales8::<S>(blk.add(scales_at + size * 8 * h), sbase);
-                let s1 = if SPLIT {
-                    scales8::<S>(blk.add(scales_at + size * (GROUP_ROWS + 8 * h)), sbase)
-                } else {
-                    s0
-                };
-                let off = if OFF {
-                    scales8::<S>(blk.add(offsets_at + size * 8 * h), obase)
-                } else {
-                    s0
-                };
-                let off1 = if OFF && SPLIT {
-                    scales8::<S>(blk.add(offsets_at + size * (GROUP_ROWS + 8 * h)), obase)
-                } else {
-                    off
-                };
-                for (t, tok) in tokens.iter().enumerate() {
-                    let dav = _mm256_set1_ps(*tok.da.get_unchecked(b));
-                    let [lo, hi] = isum[t];
-                    if SPLIT {
-                        let mut l = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), s0), dav);
-                        let mut u = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), s1), dav);
-                        if OFF {
-                            let sh = tok.sh.as_ptr().add(2 * b);
-                            l = _mm256_add_ps(l, _mm256_mul_ps(off, _mm256_set1_ps(*sh)));
-                            u = _mm256_add_ps(u, _mm256_mul_ps(off1, _mm256_set1_ps(*sh.add(1))));
+            }
+            let sc = [
+                scales_avx2::<Q, OFF, SPLIT, S>(g, blk, b, 0),
+                scales_avx2::<Q, OFF, SPLIT, S>(g, blk, b, 1),
+            ];
+            for t0 in (0..n).step_by(SUB_TILE) {
+                let a: [*const i16; SUB_TILE] =
+                    std::array::from_fn(|i| tokens[(t0 + i).min(n - 1)].qa.as_ptr().add(BLOCK * b));
+                let live = n - t0;
+                if SPLIT {
+                    // Per half of the rows: two sums (values 0..16, 16..32) per
+                    // token, 8 registers.
+                    for (h, sc) in sc.iter().enumerate() {
+                        let mut lo = [_mm256_setzero_si256(); SUB_TILE];
+                        let mut hi = [_mm256_setzero_si256(); SUB_TILE];
+                        for k in 0..8 {
+                            let (wl, wh) = (steps[h][k], steps[h][k + 8]);
+                            for i in 0..SUB_TILE {
+                                lo[i] = madd_pair(lo[i], wl, a[i].add(2 * k));
+                                hi[i] = madd_pair(hi[i], wh, a[i].add(2 * k + 16));
+                            }
                         }
-                        acc[t][h] = _mm256_add_ps(_mm256_add_ps(acc[t][h], l), u);
-                    } else {
-                        let mut term = _mm256_mul_ps(
-                            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi)), s0),
-                            dav,
-                        );
-                        if OFF {
-                            term = _mm256_add_ps(
-                                term,
-                                _mm256_mul_ps(off, _mm256_set1_ps(*tok.sa.get_unchecked(b))),
+                        for (i, (lo, hi)) in lo.into_iter().zip(hi).enumerate().take(live) {
+                            let t = t0 + i;
+                            acc[t][h] =
+                                block_term::<OFF, SPLIT>(acc[t][h], lo, hi, sc, &tokens[t], b);
+                        }
+                    }
+                } else {
+                    // One sum over all 32 values per token and half (the twin
+                    // adds the halves' exact sums: the same integer), 8 registers.
+                    let mut sums = [[_mm256_setzero_si256(); 2]; SUB_TILE];
+                    for p in 0..16 {
+                        let (w0, w1) = (steps[0][p], steps[1][p]);
+                        for (i, sum) in sums.iter_mut().enumerate() {
+                            let pair =
+                                _mm256_set1_epi32(a[i].add(2 * p).cast::<i32>().read_unaligned());
+                            sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(w0, pair));
+                            sum[1] = _mm256_add_epi32(sum[1], _mm256_madd_epi16(w1, pair));
+                        }
+                    }
+                    let zero = _mm256_setzero_si256();
+                    for (i, sum) in sums.into_iter().enumerate().take(live) {
+                        let t = t0 + i;
+                        for h in 0..2 {
+                            acc[t][h] = block_term::<OFF, SPLIT>(
+                                acc[t][h], sum[h], zero, &sc[h], &tokens[t], b,
                             );
                         }
-                        acc[t][h] = _mm256_add_ps(acc[t][h], term);
                     }
                 }
             }
