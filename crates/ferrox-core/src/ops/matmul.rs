@@ -70,6 +70,11 @@ impl<'a> Matrix<'a> {
         })
     }
 
+    /// Stored bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
     /// The stored bytes of row `r`.
     pub fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]

@@ -341,6 +341,7 @@ pub(crate) mod tests {
                             ..preferred.format
                         },
                         &pool,
+                        None,
                     )
                     .unwrap()
                 });

@@ -494,30 +494,57 @@ impl std::fmt::Debug for PackedMatrix {
     }
 }
 
+/// Groups packed between two reports of finished rows
+/// ([`PackedMatrix::pack_releasing`]): 1,024 rows, 1-4 MiB of a large model's
+/// matrix, enough work to keep the pool's threads busy.
+const RELEASE_GROUPS: usize = 64;
+
 impl PackedMatrix {
     /// Repacks `m`, or `None` when its type has no packed format. Runs on `pool`.
     pub fn pack(m: &Matrix<'_>, pool: &rayon::ThreadPool) -> Option<PackedMatrix> {
+        Self::pack_releasing(m, pool, |_| {})
+    }
+
+    /// [`PackedMatrix::pack`], calling `done` with the byte range of `m`'s
+    /// storage (`0..rows * row_bytes`) of each batch of rows once it is packed
+    /// and will not be read again, so that a caller can let a mapped file's pages
+    /// go while the copy grows (the two are never resident whole together).
+    /// Ranges come in order; where the preferred scales fail part-way and the
+    /// packing starts over with f32 scales, the rows are reported again.
+    pub fn pack_releasing(
+        m: &Matrix<'_>,
+        pool: &rayon::ThreadPool,
+        mut done: impl FnMut(std::ops::Range<usize>),
+    ) -> Option<PackedMatrix> {
         let format = Format::for_dtype(m.dtype)?;
         if !m.cols.is_multiple_of(BLOCK) {
             return None;
         }
-        Self::pack_as(m, format, pool).or_else(|| {
-            Self::pack_as(
-                m,
-                Format {
-                    scales: Scales::F32,
-                    ..format
-                },
-                pool,
-            )
-        })
+        // Released rows stay readable (a mapped file's pages come back on
+        // touch), so when the preferred scales cannot hold a scale the f32-scale
+        // packing starts over from the same source.
+        if let Some(p) = Self::pack_as(m, format, pool, Some(&mut done)) {
+            return Some(p);
+        }
+        Self::pack_as(
+            m,
+            Format {
+                scales: Scales::F32,
+                ..format
+            },
+            pool,
+            Some(&mut done),
+        )
     }
 
     /// Packs `m` in `format`; `None` when a scale or offset is not exact in it.
+    /// With `done`, each batch of rows is reported once packed (see
+    /// [`PackedMatrix::pack_releasing`]).
     pub(crate) fn pack_as(
         m: &Matrix<'_>,
         format: Format,
         pool: &rayon::ThreadPool,
+        mut done: Option<&mut dyn FnMut(std::ops::Range<usize>)>,
     ) -> Option<PackedMatrix> {
         let nb = m.cols / BLOCK;
         if format.scales == Scales::Small {
@@ -530,22 +557,33 @@ impl PackedMatrix {
         let group_lines = format.group_bytes(nb).div_ceil(64);
         let groups = m.rows.div_ceil(GROUP_ROWS);
         let mut lines = vec![Line([0; 64]); groups * group_lines];
-        let exact = pool.install(|| {
-            lines
-                .par_chunks_mut(group_lines.max(1))
-                .enumerate()
-                .all(|(g, chunk)| {
-                    // SAFETY: `Line` is 64 plain bytes with no padding.
-                    let bytes = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            chunk.as_mut_ptr().cast::<u8>(),
-                            chunk.len() * 64,
-                        )
-                    };
-                    pack_group(m, format, g, bytes)
-                })
-        });
-        exact.then_some(PackedMatrix {
+        let per_group = group_lines.max(1);
+        for (batch, chunk) in lines.chunks_mut(per_group * RELEASE_GROUPS).enumerate() {
+            let g0 = batch * RELEASE_GROUPS;
+            let exact = pool.install(|| {
+                chunk
+                    .par_chunks_mut(per_group)
+                    .enumerate()
+                    .all(|(k, group)| {
+                        // SAFETY: `Line` is 64 plain bytes with no padding.
+                        let bytes = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                group.as_mut_ptr().cast::<u8>(),
+                                group.len() * 64,
+                            )
+                        };
+                        pack_group(m, format, g0 + k, bytes)
+                    })
+            });
+            if !exact {
+                return None;
+            }
+            if let Some(done) = done.as_mut() {
+                let rows = g0 * GROUP_ROWS..(m.rows).min((g0 + RELEASE_GROUPS) * GROUP_ROWS);
+                done(rows.start * m.row_bytes()..rows.end * m.row_bytes());
+            }
+        }
+        Some(PackedMatrix {
             dtype: m.dtype,
             format,
             rows: m.rows,
@@ -706,6 +744,40 @@ mod tests {
                 .scales
                 == Scales::Half
         );
+    }
+
+    #[test]
+    fn packing_reports_each_batch_of_rows_once_in_order_and_packs_the_same_bytes() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        // 2.5 batches of rows, the last group partial.
+        let rows = RELEASE_GROUPS * GROUP_ROWS * 5 / 2 + 3;
+        let bytes: Vec<u8> = (0..rows)
+            .flat_map(|r| random_row(DType::Q4_0, 2, 7 + r as u64))
+            .collect();
+        let m = Matrix::new(DType::Q4_0, rows, 64, &bytes).unwrap();
+        let mut reported = Vec::new();
+        let p = PackedMatrix::pack_releasing(&m, &pool, |r| reported.push(r)).unwrap();
+        let batch = RELEASE_GROUPS * GROUP_ROWS * m.row_bytes();
+        assert_eq!(
+            reported,
+            [0..batch, batch..2 * batch, 2 * batch..bytes.len()],
+            "batches of rows, in order, covering the matrix"
+        );
+        let whole = PackedMatrix::pack(&m, &pool).unwrap();
+        assert!((0..p.groups()).all(|g| p.group(g) == whole.group(g)));
+        // A fallback to f32 scales part-way (-8 d overflows a half) reports the rows again from the start.
+        let mut odd = bytes.clone();
+        let last = (rows - 1) * m.row_bytes();
+        odd[last..last + 2].copy_from_slice(&half::f16::from_f32(60000.0).to_bits().to_le_bytes());
+        let m = Matrix::new(DType::Q4_0, rows, 64, &odd).unwrap();
+        let mut reported = Vec::new();
+        let p = PackedMatrix::pack_releasing(&m, &pool, |r| reported.push(r)).unwrap();
+        assert_eq!(p.format.scales, Scales::F32);
+        assert_eq!(reported.first(), Some(&(0..batch)));
+        assert_eq!(reported.last(), Some(&(2 * batch..odd.len())));
     }
 
     #[test]

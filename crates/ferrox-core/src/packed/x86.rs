@@ -401,84 +401,100 @@ unsafe fn bases8<const S: u8>(p: *const u8) -> __m256 {
     }
 }
 
-/// The 16 integers of step `p` (values `2p`, `2p + 1`) of rows `8h..8h + 8` of the
-/// block at `blk`, in `vpmaddwd` order (row-major pairs).
+/// Steps `2c` and `2c + 1` of the block at `blk` (line `c` of 32 bytes, both
+/// halves of the group), as 16-bit integers in `vpmaddwd` order:
+/// `[step][part]`, part 0 holding rows 0..4 and 8..12, part 1 rows 4..8 and
+/// 12..16 (the in-lane `vpunpck{l,h}bw` order; [`rows_in_order`] puts sums
+/// back). Values are formed in the 8-bit domain, one 32-byte line at a time.
 ///
 /// # Safety
 /// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)`.
 #[inline(always)]
-unsafe fn step_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     blk: *const u8,
-    h: usize,
-    p: usize,
-) -> __m256i {
+    c: usize,
+) -> [[__m256i; 2]; 2] {
     let format = format_of(Q, OFF, SPLIT, S);
     // SAFETY: every read lies inside the block (the layout's offsets; caller).
     unsafe {
+        let low = _mm256_set1_epi8(0x0F);
         if Q == BYTE {
-            return _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(32 * p + 16 * h).cast()));
+            let x0 = _mm256_loadu_si256(blk.add(64 * c).cast());
+            let x1 = _mm256_loadu_si256(blk.add(64 * c + 32).cast());
+            return [widen_signed(x0), widen_signed(x1)];
         }
-        let raw = _mm_loadu_si128(blk.add(32 * (p / 2) + 16 * h).cast());
+        let raw = _mm256_loadu_si256(blk.add(32 * c).cast());
+        let mut v = [
+            _mm256_and_si256(raw, low),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low),
+        ];
         if Q == IQ4 || Q == MXFP4 {
-            let idx = if p.is_multiple_of(2) {
-                raw
-            } else {
-                _mm_srli_epi16::<4>(raw)
-            };
-            let idx = _mm_and_si128(idx, _mm_set1_epi8(0x0F));
-            let table = _mm256_castsi256_si128(grid_table(format));
-            return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, idx));
+            let table = grid_table(format);
+            return v.map(|i| widen_signed(_mm256_shuffle_epi8(table, i)));
         }
-        let raw = _mm256_cvtepu8_epi16(raw);
-        let mut v = if p.is_multiple_of(2) {
-            _mm256_and_si256(raw, _mm256_set1_epi16(0x0F))
-        } else {
-            _mm256_srli_epi16(raw, 4)
-        };
         if Q == NIBBLE5 {
-            let bits = blk
-                .add(format.bits_at() + 4 * p)
-                .cast::<u32>()
-                .read_unaligned()
-                >> (16 * h);
-            let bit: __m256i = _mm256_setr_epi16(
-                1,
-                2,
-                4,
-                8,
-                16,
-                32,
-                64,
-                128,
-                256,
-                512,
-                1024,
-                2048,
-                4096,
-                8192,
-                16384,
-                i16::MIN,
+            // Bit i of step p's 32-bit word is byte i's fifth bit.
+            let pick = _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                3, 3, 3, 3,
             );
-            let set = _mm256_cmpeq_epi16(
-                _mm256_and_si256(_mm256_set1_epi16(bits as u16 as i16), bit),
-                bit,
-            );
-            v = _mm256_add_epi16(v, _mm256_and_si256(set, _mm256_set1_epi16(16)));
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+            for (e, v) in v.iter_mut().enumerate() {
+                let at = format.bits_at() + 4 * (2 * c + e);
+                let word = blk.add(at).cast::<u32>().read_unaligned() as i32;
+                let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(word), pick);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+                *v = _mm256_or_si256(*v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+            }
         }
         if Q == NIBBLE6 {
-            let line = blk.add(format.bits_at() + 32 * (p / 4) + 16 * h);
-            let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(line.cast()));
-            // Step 4c + k's two bits, moved to bits 4 and 5.
-            let moved = match p % 4 {
-                0 => _mm256_slli_epi16::<4>(raw),
-                1 => _mm256_slli_epi16::<2>(raw),
-                2 => raw,
-                _ => _mm256_srli_epi16::<2>(raw),
+            // Step 4k + j's two high bits are bits 2j, 2j + 1 of line k's bytes.
+            let bits = _mm256_loadu_si256(blk.add(format.bits_at() + 32 * (c / 2)).cast());
+            let mask = _mm256_set1_epi8(0x30);
+            let (first, second) = if c.is_multiple_of(2) {
+                (_mm256_slli_epi16::<4>(bits), _mm256_slli_epi16::<2>(bits))
+            } else {
+                (bits, _mm256_srli_epi16::<2>(bits))
             };
-            let high = _mm256_and_si256(moved, _mm256_set1_epi16(0x30));
-            v = _mm256_sub_epi16(_mm256_or_si256(v, high), _mm256_set1_epi16(32));
+            let bias = _mm256_set1_epi8(32);
+            v[0] = _mm256_sub_epi8(_mm256_or_si256(v[0], _mm256_and_si256(first, mask)), bias);
+            v[1] = _mm256_sub_epi8(_mm256_or_si256(v[1], _mm256_and_si256(second, mask)), bias);
+            return v.map(|x| widen_signed(x));
         }
-        v
+        v.map(|x| widen_unsigned(x))
+    }
+}
+
+/// Bytes `x` (values in `vpmaddwd` pairs, 16 rows) as 16-bit lanes, zero-extended,
+/// in the in-lane unpack order of [`line_avx2`].
+#[inline(always)]
+unsafe fn widen_unsigned(x: __m256i) -> [__m256i; 2] {
+    // SAFETY: register operations; AVX2 runs (callers).
+    unsafe {
+        let zero = _mm256_setzero_si256();
+        [_mm256_unpacklo_epi8(x, zero), _mm256_unpackhi_epi8(x, zero)]
+    }
+}
+
+/// [`widen_unsigned`] of signed bytes (sign-extended).
+#[inline(always)]
+unsafe fn widen_signed(x: __m256i) -> [__m256i; 2] {
+    // SAFETY: register operations; AVX2 runs (callers).
+    unsafe {
+        let sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), x);
+        [_mm256_unpacklo_epi8(x, sign), _mm256_unpackhi_epi8(x, sign)]
+    }
+}
+
+/// Sums of the two parts of [`line_avx2`] as rows 0..8 and rows 8..16.
+#[inline(always)]
+unsafe fn rows_in_order(parts: [__m256i; 2]) -> [__m256i; 2] {
+    // SAFETY: register operations; AVX2 runs (callers).
+    unsafe {
+        [
+            _mm256_permute2x128_si256::<0x20>(parts[0], parts[1]),
+            _mm256_permute2x128_si256::<0x31>(parts[0], parts[1]),
+        ]
     }
 }
 
@@ -591,7 +607,7 @@ unsafe fn madd_pair(acc: __m256i, w: __m256i, pair: *const i16) -> __m256i {
     }
 }
 
-/// One token (a decode step): each step is unpacked where it is used and the
+/// One token (a decode step): each line is unpacked where it is used and the
 /// sums stay in registers.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
@@ -610,20 +626,24 @@ unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
             prefetch_ahead(blk, bb);
-            for (h, acc) in acc.iter_mut().enumerate() {
-                // sums[q]: rows 8 h.., values 16 q..16 q + 16, exact.
-                let mut sums = [_mm256_setzero_si256(); 2];
-                for (q, sum) in sums.iter_mut().enumerate() {
-                    let a = tok.qa.as_ptr().add(BLOCK * b + 16 * q);
-                    let mut s = [_mm256_setzero_si256(); 2];
-                    for k in 0..8 {
-                        let w = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 8 * q + k);
-                        s[k % 2] = madd_pair(s[k % 2], w, a.add(2 * k));
+            let a = tok.qa.as_ptr().add(BLOCK * b);
+            // sums[q][part]: values 16q..16q + 16, exact.
+            let mut sums = [[_mm256_setzero_si256(); 2]; 2];
+            for c in 0..8 {
+                let steps = line_avx2::<Q, OFF, SPLIT, S>(blk, c);
+                let q = c / 4;
+                for (e, parts) in steps.iter().enumerate() {
+                    let pair =
+                        _mm256_set1_epi32(a.add(2 * (2 * c + e)).cast::<i32>().read_unaligned());
+                    for (sum, &w) in sums[q].iter_mut().zip(parts) {
+                        *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(w, pair));
                     }
-                    *sum = _mm256_add_epi32(s[0], s[1]);
                 }
+            }
+            let [lo, hi] = sums.map(|s| rows_in_order(s));
+            for (h, acc) in acc.iter_mut().enumerate() {
                 let sc = scales_avx2::<Q, OFF, SPLIT, S>(g, blk, b, h);
-                *acc = block_term::<OFF, SPLIT>(*acc, sums[0], sums[1], &sc, tok, b);
+                *acc = block_term::<OFF, SPLIT>(*acc, lo[h], hi[h], &sc, tok, b);
             }
         }
         _mm256_storeu_ps(out.as_mut_ptr(), acc[0]);
@@ -654,7 +674,7 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
     let format = format_of(Q, OFF, SPLIT, S);
     let bb = format.block_bytes();
     let mut acc = [[_mm256_setzero_ps(); 2]; TOKEN_TILE];
-    // steps[h][p]: step p of rows 8h..8h + 8.
+    // steps[part][p]: step p of the rows of `part` (see `line_avx2`).
     let mut steps = [[_mm256_setzero_si256(); 16]; 2];
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token
     // values at qa[32 b..32 b + 32], both in bounds for b < nb (the caller's
@@ -663,14 +683,11 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
             prefetch_ahead(blk, bb);
-            for (h, row) in steps.iter_mut().enumerate() {
-                // Four steps at a time, so that each one's position in its line
-                // (`p % 4`) is a constant of the unrolled code.
-                for (c, four) in row.chunks_exact_mut(4).enumerate() {
-                    four[0] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c);
-                    four[1] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c + 1);
-                    four[2] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c + 2);
-                    four[3] = step_avx2::<Q, OFF, SPLIT, S>(blk, h, 4 * c + 3);
+            for c in 0..8 {
+                let line = line_avx2::<Q, OFF, SPLIT, S>(blk, c);
+                for (e, parts) in line.into_iter().enumerate() {
+                    steps[0][2 * c + e] = parts[0];
+                    steps[1][2 * c + e] = parts[1];
                 }
             }
             let sc = [
@@ -682,26 +699,34 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
                     std::array::from_fn(|i| tokens[(t0 + i).min(n - 1)].qa.as_ptr().add(BLOCK * b));
                 let live = n - t0;
                 if SPLIT {
-                    // Per half of the rows: two sums (values 0..16, 16..32) per
-                    // token, 8 registers.
-                    for (h, sc) in sc.iter().enumerate() {
+                    // Per part of the rows: two sums (values 0..16, 16..32) per
+                    // token, 8 registers; the first part's wait in memory.
+                    let mut halves = [[[_mm256_setzero_si256(); 2]; 2]; SUB_TILE];
+                    for (part, steps) in steps.iter().enumerate() {
                         let mut lo = [_mm256_setzero_si256(); SUB_TILE];
                         let mut hi = [_mm256_setzero_si256(); SUB_TILE];
                         for k in 0..8 {
-                            let (wl, wh) = (steps[h][k], steps[h][k + 8]);
+                            let (wl, wh) = (steps[k], steps[k + 8]);
                             for i in 0..SUB_TILE {
                                 lo[i] = madd_pair(lo[i], wl, a[i].add(2 * k));
                                 hi[i] = madd_pair(hi[i], wh, a[i].add(2 * k + 16));
                             }
                         }
-                        for (i, (lo, hi)) in lo.into_iter().zip(hi).enumerate().take(live) {
-                            let t = t0 + i;
-                            acc[t][h] =
-                                block_term::<OFF, SPLIT>(acc[t][h], lo, hi, sc, &tokens[t], b);
+                        for i in 0..SUB_TILE {
+                            halves[i][0][part] = lo[i];
+                            halves[i][1][part] = hi[i];
+                        }
+                    }
+                    for (i, [lo, hi]) in halves.into_iter().enumerate().take(live) {
+                        let (t, lo, hi) = (t0 + i, rows_in_order(lo), rows_in_order(hi));
+                        for h in 0..2 {
+                            acc[t][h] = block_term::<OFF, SPLIT>(
+                                acc[t][h], lo[h], hi[h], &sc[h], &tokens[t], b,
+                            );
                         }
                     }
                 } else {
-                    // One sum over all 32 values per token and half (the twin
+                    // One sum over all 32 values per token and part (the twin
                     // adds the halves' exact sums: the same integer), 8 registers.
                     let mut sums = [[_mm256_setzero_si256(); 2]; SUB_TILE];
                     for p in 0..16 {
@@ -715,10 +740,10 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
                     }
                     let zero = _mm256_setzero_si256();
                     for (i, sum) in sums.into_iter().enumerate().take(live) {
-                        let t = t0 + i;
+                        let (t, rows) = (t0 + i, rows_in_order(sum));
                         for h in 0..2 {
                             acc[t][h] = block_term::<OFF, SPLIT>(
-                                acc[t][h], sum[h], zero, &sc[h], &tokens[t], b,
+                                acc[t][h], rows[h], zero, &sc[h], &tokens[t], b,
                             );
                         }
                     }
