@@ -1,7 +1,8 @@
 //! Multiply-accumulate rate of the two matrix-product paths on one thread:
 //! `cargo run --release -p ferrox-core --example matmul_speed -- [ROWS COLS TOKENS [TYPE...]]`.
 //! Prints GMAC/s of the f32-activation tiles and of the packed integer kernel
-//! (medians of 7 runs) for every weight type a GGUF may hold; types without a
+//! (medians of 7 runs), the activation quantizer's rate and the repack's (one run),
+//! for every weight type a GGUF may hold; types without a
 //! packed form print the f32 path only.
 
 use std::time::Instant;
@@ -83,7 +84,10 @@ fn main() {
         let bytes = weights(t, rows, cols);
         let m = Matrix::new(t, rows, cols, &bytes).unwrap();
         let f32_rate = rate(macs, || matmul(&m, &x, n, &mut out, &pool));
-        let Some(p) = PackedMatrix::pack(&m, &pool) else {
+        let started = Instant::now();
+        let packed = PackedMatrix::pack(&m, &pool);
+        let pack_rate = bytes.len() as f64 / started.elapsed().as_secs_f64() / 1e6;
+        let Some(p) = packed else {
             println!("{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, no packed form");
             continue;
         };
@@ -96,7 +100,7 @@ fn main() {
         });
         let int_rate = rate(macs, || packed_matmul(&p, &q, &mut out, &pool));
         println!(
-            "{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, int16 {int_rate:6.1} GMAC/s ({:.2}x), quantize {quant_rate:.2} Gvalues/s",
+            "{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, int16 {int_rate:6.1} GMAC/s ({:.2}x), quantize {quant_rate:.2} Gvalues/s, pack {pack_rate:.0} MB/s",
             int_rate / f32_rate
         );
     }

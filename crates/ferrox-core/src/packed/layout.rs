@@ -642,26 +642,46 @@ fn put_half(out: &mut [u8], at: usize, v: f32) -> bool {
 
 /// Stores the integers of block `p` for row `r` of a group-block.
 fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
-    for (i, &v) in w.iter().enumerate() {
-        let (step, lane) = (i / 2, 2 * r + i % 2);
-        let nibble =
-            |blk: &mut [u8], v: u8| blk[32 * (step / 2) + lane] |= (v & 0x0F) << (4 * (step % 2));
-        match format.quants {
-            Quants::Nibble => nibble(blk, v as u8),
-            Quants::Grid(grid) => nibble(blk, grid.index(v)),
-            Quants::Nibble5 => {
-                nibble(blk, v as u8);
-                if v & 0x10 != 0 {
-                    blk[format.bits_at() + 4 * step + lane / 8] |= 1 << (lane % 8);
-                }
+    match format.quants {
+        Quants::Nibble => put_nibbles(blk, r, &w.map(|v| v as u8)),
+        Quants::Grid(grid) => put_nibbles(blk, r, &w.map(|v| grid.index(v))),
+        Quants::Nibble5 => {
+            put_nibbles(blk, r, &w.map(|v| v as u8));
+            // Step p's fifth bits: bit `lane` of a 32-bit word.
+            let bits = &mut blk[format.bits_at()..][..4 * STEPS];
+            for (i, &v) in w.iter().enumerate() {
+                let (step, lane) = (i / 2, 2 * r + i % 2);
+                bits[4 * step + lane / 8] |= (((v as u8) >> 4) & 1) << (lane % 8);
             }
-            Quants::Nibble6 => {
-                let u = (v + 32) as u8;
-                nibble(blk, u);
-                blk[format.bits_at() + 32 * (step / 4) + lane] |= (u >> 4) << (2 * (step % 4));
-            }
-            Quants::Byte => blk[32 * step + lane] = v as u8,
         }
+        Quants::Nibble6 => {
+            let u = w.map(|v| (v + 32) as u8);
+            put_nibbles(blk, r, &u);
+            // Step p's two high bits: bits 2 (p % 4) of byte `lane` of line p / 4.
+            let bits = &mut blk[format.bits_at()..][..8 * STEPS];
+            for (i, &u) in u.iter().enumerate() {
+                let (step, lane) = (i / 2, 2 * r + i % 2);
+                bits[32 * (step / 4) + lane] |= (u >> 4) << (2 * (step % 4));
+            }
+        }
+        Quants::Byte => {
+            // Step p: bytes 32 p + 2 r and 32 p + 2 r + 1.
+            for (p, pair) in w.chunks_exact(2).enumerate() {
+                blk[32 * p + 2 * r] = pair[0] as u8;
+                blk[32 * p + 2 * r + 1] = pair[1] as u8;
+            }
+        }
+    }
+}
+
+/// The low nibbles of a row's 32 values: line `c` holds values `4c`, `4c + 1`
+/// (low nibbles) and `4c + 2`, `4c + 3` (high nibbles) of row `r` in bytes
+/// `2r`, `2r + 1` (steps `2c`, `2c + 1`).
+fn put_nibbles(blk: &mut [u8], r: usize, u: &[u8; BLOCK]) {
+    for (c, four) in u.chunks_exact(4).enumerate() {
+        let line = &mut blk[32 * c..32 * c + 32];
+        line[2 * r] = (four[0] & 0x0F) | (four[2] << 4);
+        line[2 * r + 1] = (four[1] & 0x0F) | (four[3] << 4);
     }
 }
 
