@@ -31,7 +31,7 @@ pub fn packed_matmul(
     out: &mut [f32],
     pool: &rayon::ThreadPool,
 ) {
-    packed_matmul_many(&mut [(w, out)], acts, pool);
+    packed_matmul_each(&mut [(w, acts, out)], pool);
 }
 
 /// [`packed_matmul`] of several matrices by the same activations (q, k and v; gate
@@ -41,22 +41,36 @@ pub fn packed_matmul_many(
     acts: &QuantizedRows,
     pool: &rayon::ThreadPool,
 ) {
-    let n = acts.n;
-    if n == 0 {
-        return;
-    }
+    let mut each: Vec<(&PackedMatrix, &QuantizedRows, &mut [f32])> = jobs
+        .iter_mut()
+        .map(|(w, out)| (*w, acts, &mut **out))
+        .collect();
+    packed_matmul_each(&mut each, pool);
+}
+
+/// [`packed_matmul`] of several matrices, each by its own activations (a
+/// mixture's chosen experts, each on the rows routed to it), as one parallel
+/// region. Each output is what [`packed_matmul`] gives alone.
+pub fn packed_matmul_each(
+    jobs: &mut [(&PackedMatrix, &QuantizedRows, &mut [f32])],
+    pool: &rayon::ThreadPool,
+) {
     let threads = pool.current_num_threads().max(1);
     // (job, groups) pairs, a few per thread and matrix.
     let mut tasks = Vec::new();
     let mut outs = Vec::with_capacity(jobs.len());
-    for (j, (w, out)) in jobs.iter_mut().enumerate() {
+    for (j, (w, acts, out)) in jobs.iter_mut().enumerate() {
         assert_eq!(acts.cols, w.cols, "activations hold cols values per token");
         assert!(
             !w.format.needs_half_sums() || acts.has_half_sums(),
             "{} needs the activations' half sums (QuantizedRows::add_half_sums)",
             w.dtype
         );
-        assert_eq!(out.len(), n * w.rows, "output must be n_tokens x rows");
+        assert_eq!(out.len(), acts.n * w.rows, "output must be n_tokens x rows");
+        outs.push(Out(out.as_mut_ptr()));
+        if acts.n == 0 {
+            continue;
+        }
         let groups = w.groups();
         let per_task = groups.div_ceil(threads * 4).max(1);
         tasks.extend(
@@ -64,14 +78,16 @@ pub fn packed_matmul_many(
                 .step_by(per_task)
                 .map(|g0| (j, g0..(g0 + per_task).min(groups))),
         );
-        outs.push(Out(out.as_mut_ptr()));
     }
-    let matrices: Vec<&PackedMatrix> = jobs.iter().map(|(w, _)| *w).collect();
-    let nb = acts.blocks();
-    let token = |t: usize| acts.token(t);
+    if tasks.is_empty() {
+        return;
+    }
+    let jobs: Vec<(&PackedMatrix, &QuantizedRows)> =
+        jobs.iter().map(|(w, acts, _)| (*w, *acts)).collect();
     pool.install(|| {
         tasks.par_iter().for_each(|(j, groups)| {
-            let (w, ptr) = (matrices[*j], outs[*j]);
+            let ((w, acts), ptr) = (jobs[*j], outs[*j]);
+            let (n, nb) = (acts.n, acts.blocks());
             let mut tile = [[0.0f32; GROUP_ROWS]; TOKEN_TILE];
             for chunk in (0..n).step_by(TOKEN_CHUNK) {
                 let end = (chunk + TOKEN_CHUNK).min(n);
@@ -82,7 +98,7 @@ pub fn packed_matmul_many(
                     while t0 < end {
                         let k = (end - t0).min(TOKEN_TILE);
                         let toks: [TokenActs<'_>; TOKEN_TILE] =
-                            std::array::from_fn(|i| token((t0 + i).min(n - 1)));
+                            std::array::from_fn(|i| acts.token((t0 + i).min(n - 1)));
                         group(w.format, w.group(g), nb, &toks[..k], &mut tile[..k]);
                         for (i, row) in tile[..k].iter().enumerate() {
                             // SAFETY: (t0 + i, r0..r0 + valid) is inside this job's
@@ -148,6 +164,65 @@ mod tests {
         for (m, got) in mats.iter().zip(&together) {
             let mut alone = vec![0.0; 5 * m.rows];
             packed_matmul(m, &q, &mut alone, &pool(3));
+            assert!(
+                alone
+                    .iter()
+                    .zip(got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{}",
+                m.dtype
+            );
+        }
+    }
+
+    #[test]
+    fn matrices_with_their_own_activations_in_one_region_give_the_bits_of_one_call_each() {
+        let cols = 256;
+        let acts: Vec<QuantizedRows> = [3usize, 1, 0, 5]
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| {
+                let x: Vec<f32> = random(n * cols, 40 + k as u64)
+                    .iter()
+                    .map(|&b| (b as f32 - 128.0) / 50.0)
+                    .collect();
+                let mut q = QuantizedRows::default();
+                q.quantize(&x, n, cols);
+                q.add_half_sums();
+                q
+            })
+            .collect();
+        let mats: Vec<PackedMatrix> = [
+            (DType::Q4_K, 40),
+            (DType::Q6_K, 16),
+            (DType::Q2_K, 33),
+            (DType::Q8_0, 20),
+        ]
+        .iter()
+        .map(|&(t, rows)| {
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|r| random_row(t, cols / t.block_len(), 90 + r as u64))
+                .collect();
+            PackedMatrix::pack(&Matrix::new(t, rows, cols, &bytes).unwrap(), &pool(1)).unwrap()
+        })
+        .collect();
+        let mut together: Vec<Vec<f32>> = mats
+            .iter()
+            .zip(&acts)
+            .map(|(m, q)| vec![f32::NAN; q.n * m.rows])
+            .collect();
+        {
+            let mut jobs: Vec<(&PackedMatrix, &QuantizedRows, &mut [f32])> = mats
+                .iter()
+                .zip(&acts)
+                .zip(together.iter_mut())
+                .map(|((m, q), o)| (m, q, o.as_mut_slice()))
+                .collect();
+            packed_matmul_each(&mut jobs, &pool(2));
+        }
+        for ((m, q), got) in mats.iter().zip(&acts).zip(&together) {
+            let mut alone = vec![0.0; q.n * m.rows];
+            packed_matmul(m, q, &mut alone, &pool(3));
             assert!(
                 alone
                     .iter()

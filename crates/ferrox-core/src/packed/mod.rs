@@ -36,7 +36,7 @@ pub(crate) mod x86;
 
 pub use activations::QuantizedRows;
 pub use layout::{Format, PackedMatrix};
-pub use matmul::{packed_matmul, packed_matmul_many};
+pub use matmul::{packed_matmul, packed_matmul_each, packed_matmul_many};
 
 /// Whether this CPU has a hand-written build of the packed kernel (the portable
 /// one is the specification, correct everywhere but several times slower than

@@ -14,7 +14,7 @@
 
 use std::arch::aarch64::*;
 
-use super::kernel::{TOKEN_TILE, TokenActs};
+use super::kernel::{REGISTER_TILE, TokenActs};
 use super::layout::{Format, Quants, Scales};
 use super::{BLOCK, GROUP_ROWS};
 
@@ -149,7 +149,7 @@ unsafe fn four_bases(format: Format, p: *const u8, s: usize) -> float32x4_t {
 
 /// # Safety
 /// The CPU must run [`crate::isa::Level::Neon`]; `g` holds `nb` blocks of `format`; every token holds
-/// `nb` blocks; `out` has a row per token; at most `TOKEN_TILE` tokens.
+/// `nb` blocks; `out` has a row per token; at most `REGISTER_TILE` tokens.
 #[target_feature(enable = "neon")]
 pub unsafe fn group(
     format: Format,
@@ -158,9 +158,9 @@ pub unsafe fn group(
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    assert!(tokens.len() <= TOKEN_TILE && out.len() >= tokens.len());
+    assert!(tokens.len() <= REGISTER_TILE && out.len() >= tokens.len());
     let size = format.scale_size();
-    let mut acc = [[vdupq_n_f32(0.0); 4]; TOKEN_TILE];
+    let mut acc = [[vdupq_n_f32(0.0); 4]; REGISTER_TILE];
     let mut w = [[0i16; 32]; 16];
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).

@@ -8,9 +8,9 @@
 //! operations in its order: convert, times scale, times `da`, plus `offset * sa`,
 //! added to the lane's running sum. No FMA.
 //!
-//! The steps of a block are unpacked once and serve up to `TOKEN_TILE` tokens:
-//! in registers on AVX-512; on AVX2, into a 1 KiB buffer read by register
-//! tiles of 4 tokens times 16 rows (8 integer sums; a tile of 8 tokens spilled
+//! The steps of a block are unpacked once and serve every token of a call: in
+//! registers on AVX-512 (`REGISTER_TILE` tokens); on AVX2 (up to `TOKEN_TILE`
+//! tokens), into a 1 KiB buffer read by register tiles of 4 tokens times 16 rows (8 integer sums; a tile of 8 tokens spilled
 //! its sums to the stack on every multiply-add, and the tile kernel made the
 //! Llama-3.2-1B prefill 1.25x faster on a Zen 3). A decode step's one token has
 //! its own build that unpacks each step where it is used. Each build is
@@ -26,7 +26,7 @@ use super::{BLOCK, GROUP_ROWS};
 
 /// # Safety
 /// The CPU must run [`crate::isa::Level::Avx512Vnni`]; `g` holds `nb` blocks of `format`; every token holds
-/// `nb` blocks; `out` has a row per token; at most `TOKEN_TILE` (8) tokens.
+/// `nb` blocks; `out` has a row per token; at most `REGISTER_TILE` (8) tokens.
 pub unsafe fn group(
     format: Format,
     g: &[u8],
