@@ -126,6 +126,46 @@ mod tests {
     use crate::kernels::test_rows::{random, random_row};
     use crate::ops::matmul::{Matrix, matmul};
 
+    /// `n` random rows of `cols` activations and their quantized form (with
+    /// half sums).
+    fn quantized_random(n: usize, cols: usize, seed: u64) -> (Vec<f32>, QuantizedRows) {
+        let x: Vec<f32> = random(n * cols, seed)
+            .iter()
+            .map(|&b| (b as f32 - 128.0) / 50.0)
+            .collect();
+        let mut q = QuantizedRows::default();
+        q.quantize(&x, n, cols);
+        q.add_half_sums();
+        (x, q)
+    }
+
+    /// `m` by `q` in a call of its own, on another thread count, gives `got`'s bits.
+    fn assert_alone_gives(m: &PackedMatrix, q: &QuantizedRows, got: &[f32]) {
+        let mut alone = vec![0.0; q.n * m.rows];
+        packed_matmul(m, q, &mut alone, &pool(3));
+        assert!(
+            alone
+                .iter()
+                .zip(got)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}",
+            m.dtype
+        );
+    }
+
+    /// Random matrices of `(type, rows)`, `cols` wide, packed.
+    fn packed_matrices(shapes: &[(DType, usize)], cols: usize, seed: u64) -> Vec<PackedMatrix> {
+        shapes
+            .iter()
+            .map(|&(t, rows)| {
+                let bytes: Vec<u8> = (0..rows)
+                    .flat_map(|r| random_row(t, cols / t.block_len(), seed + r as u64))
+                    .collect();
+                PackedMatrix::pack(&Matrix::new(t, rows, cols, &bytes).unwrap(), &pool(1)).unwrap()
+            })
+            .collect()
+    }
+
     fn pool(n: usize) -> rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
@@ -136,22 +176,12 @@ mod tests {
     #[test]
     fn several_matrices_in_one_region_give_the_bits_of_one_call_each() {
         let cols = 256;
-        let x: Vec<f32> = random(5 * cols, 3)
-            .iter()
-            .map(|&b| (b as f32 - 128.0) / 50.0)
-            .collect();
-        let mut q = QuantizedRows::default();
-        q.quantize(&x, 5, cols);
-        q.add_half_sums();
-        let mats: Vec<PackedMatrix> = [(DType::Q4_1, 40), (DType::Q8_0, 16), (DType::Q5_0, 70)]
-            .iter()
-            .map(|&(t, rows)| {
-                let bytes: Vec<u8> = (0..rows)
-                    .flat_map(|r| random_row(t, cols / t.block_len(), 9 + r as u64))
-                    .collect();
-                PackedMatrix::pack(&Matrix::new(t, rows, cols, &bytes).unwrap(), &pool(1)).unwrap()
-            })
-            .collect();
+        let (_, q) = quantized_random(5, cols, 3);
+        let mats = packed_matrices(
+            &[(DType::Q4_1, 40), (DType::Q8_0, 16), (DType::Q5_0, 70)],
+            cols,
+            9,
+        );
         let mut together: Vec<Vec<f32>> = mats.iter().map(|m| vec![0.0; 5 * m.rows]).collect();
         {
             let mut jobs: Vec<(&PackedMatrix, &mut [f32])> = mats
@@ -162,16 +192,7 @@ mod tests {
             packed_matmul_many(&mut jobs, &q, &pool(2));
         }
         for (m, got) in mats.iter().zip(&together) {
-            let mut alone = vec![0.0; 5 * m.rows];
-            packed_matmul(m, &q, &mut alone, &pool(3));
-            assert!(
-                alone
-                    .iter()
-                    .zip(got)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{}",
-                m.dtype
-            );
+            assert_alone_gives(m, &q, got);
         }
     }
 
@@ -181,31 +202,18 @@ mod tests {
         let acts: Vec<QuantizedRows> = [3usize, 1, 0, 5]
             .iter()
             .enumerate()
-            .map(|(k, &n)| {
-                let x: Vec<f32> = random(n * cols, 40 + k as u64)
-                    .iter()
-                    .map(|&b| (b as f32 - 128.0) / 50.0)
-                    .collect();
-                let mut q = QuantizedRows::default();
-                q.quantize(&x, n, cols);
-                q.add_half_sums();
-                q
-            })
+            .map(|(k, &n)| quantized_random(n, cols, 40 + k as u64).1)
             .collect();
-        let mats: Vec<PackedMatrix> = [
-            (DType::Q4_K, 40),
-            (DType::Q6_K, 16),
-            (DType::Q2_K, 33),
-            (DType::Q8_0, 20),
-        ]
-        .iter()
-        .map(|&(t, rows)| {
-            let bytes: Vec<u8> = (0..rows)
-                .flat_map(|r| random_row(t, cols / t.block_len(), 90 + r as u64))
-                .collect();
-            PackedMatrix::pack(&Matrix::new(t, rows, cols, &bytes).unwrap(), &pool(1)).unwrap()
-        })
-        .collect();
+        let mats = packed_matrices(
+            &[
+                (DType::Q4_K, 40),
+                (DType::Q6_K, 16),
+                (DType::Q2_K, 33),
+                (DType::Q8_0, 20),
+            ],
+            cols,
+            90,
+        );
         let mut together: Vec<Vec<f32>> = mats
             .iter()
             .zip(&acts)
@@ -221,16 +229,7 @@ mod tests {
             packed_matmul_each(&mut jobs, &pool(2));
         }
         for ((m, q), got) in mats.iter().zip(&acts).zip(&together) {
-            let mut alone = vec![0.0; q.n * m.rows];
-            packed_matmul(m, q, &mut alone, &pool(3));
-            assert!(
-                alone
-                    .iter()
-                    .zip(got)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{}",
-                m.dtype
-            );
+            assert_alone_gives(m, q, got);
         }
     }
 
@@ -243,13 +242,7 @@ mod tests {
                 .collect();
             let m = Matrix::new(t, rows, cols, &bytes).unwrap();
             let p = PackedMatrix::pack(&m, &pool(2)).unwrap();
-            let x: Vec<f32> = random(n * cols, 77)
-                .iter()
-                .map(|&b| (b as f32 - 128.0) / 50.0)
-                .collect();
-            let mut q = QuantizedRows::default();
-            q.quantize(&x, n, cols);
-            q.add_half_sums();
+            let (x, q) = quantized_random(n, cols, 77);
             let mut batched = vec![0.0; n * rows];
             packed_matmul(&p, &q, &mut batched, &pool(2));
             let mut exact = vec![0.0; n * rows];
