@@ -26,6 +26,7 @@
 //! `max|x| / 65534` per value of a block, ~1e-5 relative.
 
 pub mod activations;
+mod block_parts;
 pub mod kernel;
 pub mod layout;
 pub mod matmul;

@@ -65,13 +65,18 @@ impl Transformer {
         let d = self.hp.n_embd;
         let input = self.input(h, n, d, &[&f.gate, &f.up], quantized);
         self.project(&input, &mut [(&f.gate, &mut *g), (&f.up, &mut *u)]);
-        // Element-wise, so splitting it across threads changes no value.
+        self.gate_in_place(g, u);
+        let input = self.input(g, n, ff, &[&f.down], quantized);
+        self.project(&input, &mut [(&f.down, o)]);
+    }
+
+    /// `g = act(g) * u`, element-wise (so splitting it across threads changes
+    /// no value).
+    fn gate_in_place(&self, g: &mut [f32], u: &[f32]) {
         let act = self.spec.gate;
         g.par_chunks_mut(4096)
             .zip(u.par_chunks(4096))
             .for_each(|(gc, uc)| gated(gc, uc, act));
-        let input = self.input(g, n, ff, &[&f.down], quantized);
-        self.project(&input, &mut [(&f.down, o)]);
     }
 
     /// Gemma 4's two paths into `s.o`: the dense feed-forward on `s.h`, normed,
@@ -215,21 +220,15 @@ impl Transformer {
     fn experts_together(&self, inputs: &[(&GatedFfn, &[f32])], ff: usize, outs: &mut [Vec<f32>]) {
         let d = self.hp.n_embd;
         let rows = |x: &[f32], cols: usize| x.len() / cols;
-        let quantize = |x: &[f32], cols: usize, maps: [&Linear; 2]| {
+        // Each expert's rows quantized as `Transformer::input` does for its maps.
+        let quantize = |x: &[f32], cols: usize, maps: &[&Linear]| {
             let mut q = QuantizedRows::default();
-            q.quantize(x, rows(x, cols), cols);
-            if maps.iter().any(|l| {
-                l.packed
-                    .as_ref()
-                    .is_some_and(|p| p.format.needs_half_sums())
-            }) {
-                q.add_half_sums();
-            }
+            self.input(x, rows(x, cols), cols, maps, &mut q);
             q
         };
         let first: Vec<QuantizedRows> = inputs
             .iter()
-            .map(|(f, x)| quantize(x, d, [&f.gate, &f.up]))
+            .map(|(f, x)| quantize(x, d, &[&f.gate, &f.up]))
             .collect();
         let mut gates: Vec<Vec<f32>> = inputs
             .iter()
@@ -242,17 +241,14 @@ impl Transformer {
             jobs.push((packed_of(&f.up), q, u));
         }
         packed_matmul_each(&mut jobs, &self.pool);
-        let act = self.spec.gate;
         let second: Vec<QuantizedRows> = inputs
             .iter()
             .zip(gates.iter_mut().zip(&mut ups))
             .map(|((f, _), (g, u))| {
                 add_bias(g, f.gate.bias.as_deref());
                 add_bias(u, f.up.bias.as_deref());
-                g.par_chunks_mut(4096)
-                    .zip(u.par_chunks(4096))
-                    .for_each(|(gc, uc)| gated(gc, uc, act));
-                quantize(g, ff, [&f.down, &f.down])
+                self.gate_in_place(g, u);
+                quantize(g, ff, &[&f.down])
             })
             .collect();
         let mut jobs: Vec<(&PackedMatrix, &QuantizedRows, &mut [f32])> = inputs
