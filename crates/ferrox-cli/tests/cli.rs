@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::process::{Command, Output};
 
 use ferrox_gguf::{Array, GgufWriter, Value};
-use ferrox_models::testing::real_model;
+use ferrox_testkit::real_model;
 
 fn ferrox(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ferrox"));
@@ -283,7 +283,7 @@ fn run_generates_deterministically_on_a_tiny_model_and_reports_speed() {
     let path = dir.path().join("tiny.gguf");
     std::fs::write(
         &path,
-        ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf(),
+        ferrox_testkit::TinyModel::new(ferrox_models::Architecture::Llama).gguf(),
     )
     .unwrap();
     let p = path.to_str().unwrap();
@@ -542,7 +542,7 @@ fn tiny_gguf(dir: &std::path::Path) -> String {
     let path = dir.join("tiny.gguf");
     std::fs::write(
         &path,
-        ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf(),
+        ferrox_testkit::TinyModel::new(ferrox_models::Architecture::Llama).gguf(),
     )
     .unwrap();
     path.to_str().unwrap().to_string()
@@ -630,7 +630,7 @@ fn bench_serve_drives_a_running_server_and_serve_stops_on_sigterm() {
 /// the server reports most of it as cached; with `--no-prefix-cache` none is.
 #[test]
 fn real_model_bench_serve_chat_reports_cached_tokens_per_turn() {
-    let Some(model) = ferrox_models::testing::real_model("smollm2-135m") else {
+    let Some(model) = ferrox_testkit::real_model("smollm2-135m") else {
         return;
     };
     for cache in [true, false] {

@@ -116,7 +116,7 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn pull_from_a_hub_resumes_checks_sha256_and_serves_from_its_cache() {
-    let model = ferrox_models::testing::TinyModel::new(ferrox_models::Architecture::Llama).gguf();
+    let model = ferrox_testkit::TinyModel::new(ferrox_models::Architecture::Llama).gguf();
     let sha = format!("{:x}", Sha256::digest(&model));
     let files = vec![
         Served {

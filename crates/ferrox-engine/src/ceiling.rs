@@ -3,10 +3,10 @@
 //!
 //! Invariants: pure (no locks, no clocks); `>` not `>=` (exactly at a ceiling is
 //! admitted); a refusal carries the positions and the KV bytes of the request and
-//! of the ceiling it hit, priced by `ferrox_models::kv_plan` from the model's own KV
+//! of the ceiling it hit, priced by `crate::kv_plan` from the model's own KV
 //! shape.
 
-use ferrox_models::kv_plan::{KvPlan, KvShape, blocks_for};
+use crate::kv_plan::{KvPlan, KvShape, blocks_for};
 
 /// Which ceiling refused a request.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -105,8 +105,8 @@ impl KvCeiling {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv_plan::LayerKv;
     use ferrox_models::hparams::AttentionKind;
-    use ferrox_models::kv_plan::LayerKv;
 
     fn ceiling(blocks: Option<u64>) -> KvCeiling {
         let shape = KvShape {

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_models::kv_plan::{blocks_for, window_pages_per_request};
+use crate::kv_plan::{blocks_for, window_pages_per_request};
 use ferrox_models::kv_store::{NO_PAGE, PageTable};
 
 use crate::pages::PagePool;

@@ -14,11 +14,13 @@
 //!
 //! KV memory is `ferrox_models::kv_store`: it holds the bytes at the pages the
 //! ledger hands out, so the ledger is the allocator itself (S7); page arithmetic
-//! and prices come from `ferrox_models::kv_plan`.
+//! and prices come from `crate::kv_plan`.
 
 pub mod admission;
+pub mod byte_size;
 pub mod ceiling;
 pub mod handle;
+pub mod kv_plan;
 pub mod ledger;
 pub mod output;
 pub mod pages;

@@ -9,7 +9,7 @@
 //!   than a stop string.
 //! * On the last budgeted token a stop (token or string) wins over `length` (S16).
 
-use ferrox_models::tokenizer::Utf8Stream;
+use ferrox_text::tokenizer::Utf8Stream;
 
 use crate::stop::{StopMatcher, StopOutcome};
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use ferrox_models::grammar::Grammar;
-use ferrox_models::sampler::SamplingParams;
+use ferrox_sampling::grammar::Grammar;
+use ferrox_sampling::sampler::SamplingParams;
 
 use crate::output::FinishReason;
 
@@ -134,7 +134,7 @@ pub enum Failure {
     Kv(String),
     /// The output grammar failed (the library's error).
     #[error("{0}")]
-    Constraint(#[from] ferrox_models::grammar::ConstraintError),
+    Constraint(#[from] ferrox_sampling::grammar::ConstraintError),
     /// The engine's worker panicked or is gone; the engine serves nothing more.
     #[error("the engine stopped: {0}")]
     EngineDown(String),

@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
+use crate::kv_plan::{KvPlan, KvShape, defaults};
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::grammar::Constraint;
-use ferrox_models::kv_plan::{KvPlan, KvShape, defaults};
 use ferrox_models::kv_store::KvStore;
-use ferrox_models::sampler::Sampler;
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_sampling::grammar::Constraint;
+use ferrox_sampling::sampler::Sampler;
+use ferrox_text::tokenizer::Tokenizer;
 
 mod config;
 

@@ -4,17 +4,18 @@ use std::sync::Arc;
 
 use ferrox_engine::OutputStage;
 use ferrox_engine::ceiling::CeilingKind;
+use ferrox_engine::kv_plan::{KvShape, defaults};
 use ferrox_engine::{
     EngineConfig, EngineHandle, Event, Failure, FinishReason, GenerationParams, SubmitError, Usage,
     start,
 };
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_plan::{KvShape, defaults};
 use ferrox_models::kv_store::KvStore;
-use ferrox_models::sampler::Sampler;
-use ferrox_models::testing::{TinyModel, real_model};
-use ferrox_models::{Architecture, Tokenizer, Transformer};
+use ferrox_models::{Architecture, Transformer};
+use ferrox_sampling::sampler::Sampler;
+use ferrox_testkit::{TinyModel, real_model};
+use ferrox_text::Tokenizer;
 
 mod common;
 use common::wait_idle;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use ferrox_engine::{EngineConfig, EngineHandle, Event, FinishReason, GenerationParams, start};
 use ferrox_gguf::GgufFile;
-use ferrox_models::grammar::{GrammarSpec, Grammars};
-use ferrox_models::testing::real_model;
-use ferrox_models::{Tokenizer, Transformer};
+use ferrox_models::Transformer;
+use ferrox_sampling::grammar::{GrammarSpec, Grammars};
+use ferrox_testkit::real_model;
+use ferrox_text::Tokenizer;
 use serde_json::{Value, json};
 
 mod common;
@@ -177,7 +178,7 @@ fn real_model_smollm2_runs_llama_cpps_gbnf_grammars() {
         return;
     };
     let grammars = Grammars::new(&tok).unwrap();
-    let dir = ferrox_models::testing::llama_refs_dir().join("grammars");
+    let dir = ferrox_testkit::llama_refs_dir().join("grammars");
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch-llama-refs)", dir.display()))

@@ -7,8 +7,9 @@ use ferrox_engine::{EngineConfig, start};
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Logits, Span};
 use ferrox_models::kv_store::KvStore;
-use ferrox_models::testing::TinyModel;
-use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
+use ferrox_models::{Architecture, HyperParams, ModelError, Transformer};
+use ferrox_testkit::TinyModel;
+use ferrox_text::Tokenizer;
 
 /// A decoder that records the context the engine limits it to.
 struct ContextProbe {

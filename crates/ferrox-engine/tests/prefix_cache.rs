@@ -9,8 +9,9 @@ use ferrox_engine::{EngineConfig, EngineHandle, Event, GenerationParams, Usage, 
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Logits, Span};
 use ferrox_models::kv_store::KvStore;
-use ferrox_models::testing::{TinyModel, real_model};
-use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
+use ferrox_models::{Architecture, HyperParams, ModelError, Transformer};
+use ferrox_testkit::{TinyModel, real_model};
+use ferrox_text::Tokenizer;
 
 mod common;
 use common::wait_idle;

@@ -1,6 +1,6 @@
 //! Writes a benchmark model: random weights at a real model's widths, with its
 //! keys, tensor names, vocabulary and llama-quantize's quant mix
-//! (`ferrox_models::testing::family::BENCH_MODELS`), for `ferrox bench --compare`:
+//! (`ferrox_testkit::family::BENCH_MODELS`), for `ferrox bench --compare`:
 //!
 //! ```sh
 //! cargo run --release -p ferrox-models --example bench_model -- NAME OUT.gguf [LAYERS [VARIANT]]
@@ -13,7 +13,7 @@
 //! tensor). Needs `scripts/fetch-llama-refs` for the vocabularies.
 
 use ferrox_models::Architecture;
-use ferrox_models::testing::family::{BENCH_MODELS, Family, Variant};
+use ferrox_testkit::family::{BENCH_MODELS, Family, Variant};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -38,7 +38,7 @@ fn main() {
             .find(|x| x.name() == v)
             .unwrap_or_else(|| panic!("no variant `{v}`"))
     });
-    let vocab = ferrox_models::testing::family_vocab(&model).expect("the model's vocabulary");
+    let vocab = ferrox_testkit::family_vocab(&model).expect("the model's vocabulary");
     let bytes = model.gguf(variant, &vocab);
     std::fs::write(&out, &bytes).expect("write the model");
     let size = model.size.expect("a benchmark model");

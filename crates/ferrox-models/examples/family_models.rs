@@ -1,9 +1,9 @@
-//! Writes the random-weight family GGUFs (`ferrox_models::testing::family`) into a
+//! Writes the random-weight family GGUFs (`ferrox_testkit::family`) into a
 //! folder, for llama.cpp and the float64 reference to read:
 //! `cargo run --release -p ferrox-models --example family_models -- OUT_DIR`.
 
-use ferrox_models::testing::family::FAMILIES;
-use ferrox_models::testing::family_vocab;
+use ferrox_testkit::family::FAMILIES;
+use ferrox_testkit::family_vocab;
 
 fn main() {
     let out = std::env::args()

@@ -4,8 +4,8 @@
 //! For one-off checks of files the tests do not rebuild (llama-quantize output).
 
 use ferrox_gguf::GgufFile;
-use ferrox_models::testing::golden::score;
 use ferrox_models::{ActivationPath, Transformer};
+use ferrox_testkit::golden::score;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

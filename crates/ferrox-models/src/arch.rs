@@ -8,6 +8,7 @@
 
 use ferrox_core::ops::activation::Gate;
 use ferrox_core::ops::rope::RopeStyle;
+use ferrox_text::chat::BuiltinTemplate;
 
 use crate::error::ModelError;
 
@@ -145,6 +146,8 @@ pub struct ArchSpec {
     /// token inputs (`per_layer_*`, `inp_gate`, `proj`, `post_norm`), and
     /// `layer_output_scale` scales a layer's output.
     pub layer_shapes: bool,
+    /// The chat format of a file of this architecture without a template.
+    pub builtin_chat: Option<BuiltinTemplate>,
 }
 
 /// The feed-forward: one dense block, or routed experts (llama.cpp's
@@ -214,6 +217,7 @@ const LLAMA: ArchSpec = ArchSpec {
     gated_attention: false,
     value_norm: false,
     layer_shapes: false,
+    builtin_chat: None,
 };
 
 const GEMMA2: ArchSpec = ArchSpec {
@@ -246,6 +250,7 @@ const GEMMA2: ArchSpec = ArchSpec {
     gated_attention: false,
     value_norm: false,
     layer_shapes: false,
+    builtin_chat: Some(BuiltinTemplate::GemmaTurns),
 };
 
 impl Architecture {
@@ -370,6 +375,7 @@ impl Architecture {
                 value_norm: true,
                 layer_shapes: true,
                 experts: Experts::BesideDense,
+                builtin_chat: None,
                 ..Architecture::Gemma3.spec()
             },
         }

@@ -1,12 +1,16 @@
 //! The one error enum of ferrox-models.
 
 use ferrox_gguf::GgufError;
+use ferrox_text::TextError;
 
 /// What can be wrong with a model, as opposed to with its file format.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    /// The tokenizer's metadata or the chat template.
+    #[error(transparent)]
+    Text(#[from] TextError),
     #[error("unsupported architecture {found:?}; ferrox supports: {supported}")]
     UnsupportedArchitecture { found: String, supported: String },
     #[error("invalid hyper-parameter {key}: {reason}")]
@@ -19,14 +23,9 @@ pub enum ModelError {
         name: String,
         architecture: &'static str,
     },
-    #[error("unknown model {name:?}; known models: {known}")]
-    UnknownModel { name: String, known: String },
-    #[error("invalid size {text:?}: {reason} (examples: 512MiB, 2GiB, 1.5GB, 1048576)")]
-    InvalidSize { text: String, reason: String },
-    #[error("chat template: {0}")]
-    ChatTemplate(String),
     #[error("forward pass: {0}")]
     Forward(String),
-    #[error("KV plan: {0}")]
-    KvPlan(String),
+    /// The compute threads could not be started.
+    #[error("cannot start compute threads: {0}")]
+    Threads(String),
 }

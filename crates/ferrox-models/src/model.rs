@@ -8,10 +8,10 @@ use std::path::Path;
 use ferrox_gguf::GgufFile;
 
 use crate::activation_path::ActivationPath;
-use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::ModelError;
-use crate::tokenizer::Tokenizer;
 use crate::transformer::Transformer;
+use ferrox_text::Tokenizer;
+use ferrox_text::chat::{ChatMessage, ChatTemplate};
 
 /// A loaded model with its tokenizer and chat template.
 pub struct Model {
@@ -47,7 +47,8 @@ impl Model {
         let (bos, eos) = (piece(tokenizer.bos()), piece(tokenizer.eos()));
         let template = m.string_opt("tokenizer.chat_template")?;
         let arch = crate::hparams::Architecture::from_gguf_name(m.str("general.architecture")?)?;
-        let chat = ChatTemplate::for_model(template.as_deref(), arch, &bos, &eos)?;
+        let builtin = arch.spec().builtin_chat;
+        let chat = ChatTemplate::for_model(template.as_deref(), builtin, &bos, &eos)?;
         let transformer = Transformer::with_path(file, threads, activations)?;
         Ok(Model {
             transformer,
@@ -67,11 +68,12 @@ impl Model {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>, ModelError> {
-        crate::chat::encode_chat(
+        ferrox_text::chat::encode_chat(
             self.chat.as_ref(),
             &self.tokenizer,
             messages,
             add_generation_prompt,
         )
+        .map_err(ModelError::from)
     }
 }

@@ -308,7 +308,7 @@ impl Transformer {
             .num_threads(threads.max(1))
             .thread_name(|i| format!("ferrox-compute-{i}"))
             .build()
-            .map_err(|e| ModelError::KvPlan(format!("cannot start compute threads: {e}")))?;
+            .map_err(|e| ModelError::Threads(e.to_string()))?;
         if path == ActivationPath::Int16 {
             // A packed matrix's bytes in the map are not read again (a tied
             // head's rows only for the few tokens looked up): their pages leave

@@ -6,8 +6,8 @@
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
 use ferrox_models::kv_store::{KvStore, PageTable};
-use ferrox_models::testing::{TinyModel, real_model};
 use ferrox_models::{ActivationPath, Architecture, Transformer};
+use ferrox_testkit::{TinyModel, real_model};
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()

@@ -1,5 +1,5 @@
 //! Every supported family on a random-weight GGUF shaped like a real model of it
-//! (`ferrox_models::testing::family`): the file is regenerated here and must
+//! (`ferrox_testkit::family`): the file is regenerated here and must
 //! match the sha256 the golden outputs were made from
 //! (`tests/golden/families/SHA256SUMS`, by `scripts/families/make-golden`).
 //!
@@ -28,10 +28,11 @@
 use ferrox_core::ops::rope::RopeScaling;
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::Decoder;
-use ferrox_models::testing::family::{Family, Variant};
-use ferrox_models::testing::golden::{Rounding, exact_bar, score};
-use ferrox_models::testing::{family_vocab, golden_dir, golden_rows};
-use ferrox_models::{ActivationPath, Architecture, HyperParams, Tokenizer, Transformer};
+use ferrox_models::{ActivationPath, Architecture, HyperParams, Transformer};
+use ferrox_testkit::family::{Family, Variant};
+use ferrox_testkit::golden::{Rounding, exact_bar, score};
+use ferrox_testkit::{family_vocab, golden_dir, golden_rows};
+use ferrox_text::Tokenizer;
 use sha2::{Digest, Sha256};
 
 fn expected_sha256(file_name: &str) -> String {

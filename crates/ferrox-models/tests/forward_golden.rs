@@ -9,9 +9,9 @@
 //! integer-activation one; each path is held to its own bar.
 
 use ferrox_gguf::GgufFile;
-use ferrox_models::testing::golden::{exact_bar, score};
-use ferrox_models::testing::{golden_rows, real_model};
 use ferrox_models::{ActivationPath, Transformer};
+use ferrox_testkit::golden::{exact_bar, score};
+use ferrox_testkit::{golden_rows, real_model};
 
 fn check(model: &str, golden: &str, path: ActivationPath) {
     let (Some(file), Some(rows)) = (real_model(model), golden_rows(golden)) else {

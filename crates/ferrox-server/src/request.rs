@@ -9,9 +9,9 @@
 //! tool fields by [`crate::tool_request`].
 
 use ferrox_engine::GenerationParams;
-use ferrox_models::chat::{ChatMessage, TemplateVars};
-use ferrox_models::grammar::GrammarSpec;
-use ferrox_models::sampler::SamplingParams;
+use ferrox_sampling::grammar::GrammarSpec;
+use ferrox_sampling::sampler::SamplingParams;
+use ferrox_text::chat::{ChatMessage, TemplateVars};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 

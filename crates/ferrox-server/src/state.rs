@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use ferrox_engine::EngineHandle;
-use ferrox_models::chat::{ChatMessage, ChatTemplate, TemplateVars};
-use ferrox_models::grammar::{Grammar, GrammarError, GrammarSpec, Grammars};
-use ferrox_models::reasoning::{AnswerPhase, Thinking};
-use ferrox_models::tools::{Tool, ToolFormat};
-use ferrox_models::{ModelError, Tokenizer};
+use ferrox_sampling::grammar::{Grammar, GrammarError, GrammarSpec, Grammars};
+use ferrox_text::TextError;
+use ferrox_text::Tokenizer;
+use ferrox_text::chat::{ChatMessage, ChatTemplate, TemplateVars};
+use ferrox_text::reasoning::{AnswerPhase, Thinking};
+use ferrox_text::tools::{Tool, ToolFormat};
 
 use crate::auth::ApiKey;
 use crate::error::ApiError;
@@ -99,7 +100,7 @@ impl AppState {
     }
 
     /// Token ids of a conversation rendered by the model's chat template.
-    pub fn model_chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, ModelError> {
+    pub fn model_chat_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, TextError> {
         self.model_chat_ids_with_tools(messages, &[], &TemplateVars::new())
     }
 
@@ -109,8 +110,8 @@ impl AppState {
         messages: &[ChatMessage],
         tools: &[Tool],
         vars: &TemplateVars,
-    ) -> Result<Vec<u32>, ModelError> {
-        ferrox_models::chat::encode_chat_with_tools(
+    ) -> Result<Vec<u32>, TextError> {
+        ferrox_text::chat::encode_chat_with_tools(
             self.chat.as_ref(),
             &self.tokenizer,
             messages,

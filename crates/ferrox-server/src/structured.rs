@@ -6,7 +6,7 @@
 //! `guided_json`, `guided_regex`, `guided_grammar` and `guided_choice` all name
 //! the same thing; at most one may be given.
 
-use ferrox_models::grammar::GrammarSpec;
+use ferrox_sampling::grammar::GrammarSpec;
 use serde_json::Value;
 
 use crate::error::ApiError;

@@ -2,7 +2,7 @@
 //! `parallel_tool_calls`, and the tool parts of messages (an assistant's
 //! `tool_calls`, a `tool` message's `tool_call_id`), validated (pure).
 
-use ferrox_models::tools::{Tool, ToolCall};
+use ferrox_text::tools::{Tool, ToolCall};
 use serde_json::Value;
 
 use crate::error::ApiError;

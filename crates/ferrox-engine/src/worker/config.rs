@@ -1,6 +1,6 @@
 //! The engine's knobs and what they must satisfy before it starts.
 
-use ferrox_models::kv_plan::defaults;
+use crate::kv_plan::defaults;
 
 use crate::admission::RECURRENT_SLOTS_PER_REQUEST;
 use crate::ledger::StatePools;
@@ -64,7 +64,7 @@ pub enum StartError {
     )]
     StatePoolTooSmall { slots: usize, need: u64 },
     #[error(transparent)]
-    Plan(#[from] ferrox_models::ModelError),
+    Plan(#[from] crate::kv_plan::KvPlanError),
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
 }

@@ -40,7 +40,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
-use ferrox_models::tools::{ToolCall, ToolFormat, ToolStream};
+use ferrox_sampling::grammar::GrammarSpec;
+use ferrox_text::tools::{ToolCall, ToolFormat, ToolStream};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
@@ -368,7 +369,7 @@ async fn prepare(st: &Arc<AppState>, mut req: Valid) -> Result<(Valid, Vec<u32>)
             ids.extend(st.tokenizer.encode(p, false, true));
         }
         if let Some(t) = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto) {
-            let spec = st.tool_format().call_grammar(&t.callable(), t.parallel);
+            let spec = GrammarSpec::Lark(st.tool_format().call_grammar(&t.callable(), t.parallel));
             req.params.grammar = Some(Arc::new(st.compile_grammar(&spec)?));
         }
         Ok((req, ids))

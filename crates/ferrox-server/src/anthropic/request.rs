@@ -3,15 +3,15 @@
 //! prefill, and Anthropic's sampling bounds.
 
 use ferrox_engine::GenerationParams;
-use ferrox_models::chat::ChatMessage;
-use ferrox_models::sampler::SamplingParams;
+use ferrox_sampling::sampler::SamplingParams;
+use ferrox_text::chat::ChatMessage;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::ApiError;
 use crate::tool_request::{ToolChoice, ToolRequest};
-use ferrox_models::tools::{Tool, ToolCall};
+use ferrox_text::tools::{Tool, ToolCall};
 use serde_json::Value;
 
 /// A Messages request as the client sends it.

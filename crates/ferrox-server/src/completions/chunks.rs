@@ -2,7 +2,7 @@
 //! tool calls, whole choices, and the stream chunks of one response.
 
 use ferrox_engine::{TokenLogprob, Usage};
-use ferrox_models::tools::ToolCall;
+use ferrox_text::tools::ToolCall;
 
 use super::Kind;
 use crate::openai::response::{

