@@ -89,7 +89,7 @@ fn flag_cell(a: &clap::Arg) -> String {
         None if takes_value => format!(" {}", a.get_id().as_str().to_uppercase()),
         _ => String::new(),
     };
-    format!("`{}{value}`", names.join(", "))
+    format!("`{}{value}`", names.join(", ")).replace('|', "\\|")
 }
 
 fn one_line(text: &str) -> String {
