@@ -80,20 +80,35 @@ def settings(d, **fields):
     el(d, "#settings-save").click()
 
 
+# Records the length of the streaming answer's text at every change of the
+# page, in the page itself: a poll from the test would miss a fast stream's
+# steps on a busy machine.
+WATCH_STREAM = """
+window.lengthsSeen = [];
+new MutationObserver(() => {
+  const m = document.querySelector('#messages .msg.assistant.streaming .body');
+  const seen = window.lengthsSeen;
+  if (m && (!seen.length || seen[seen.length - 1] !== m.textContent.length)) {
+    seen.push(m.textContent.length);
+  }
+}).observe(document.querySelector('#messages'), {subtree: true, childList: true, characterData: true});
+"""
+
+
 def ask(d, text):
     """Sends `text`, returns the answer's lengths seen while it streamed, and
     waits for it to finish."""
+    d.execute_script(WATCH_STREAM)
+    answers = len(d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant"))
     box = el(d, "#input")
     box.send_keys(text)
     box.send_keys(Keys.ENTER)
-    wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant.streaming"), "the answer to start")
-    seen = []
-    while d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant.streaming"):
-        n = len(d.execute_script(CONVERSATIONS)[0]["messages"][-1]["content"])
-        if not seen or seen[-1] != n:
-            seen.append(n)
-        time.sleep(0.02)
-    return seen
+    wait_for(
+        lambda: len(d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant")) > answers
+        and not d.find_elements(By.CSS_SELECTOR, "#messages .msg.assistant.streaming"),
+        "the answer",
+    )
+    return d.execute_script("return window.lengthsSeen")
 
 
 @check("the page asks for the API key, then names the served model")

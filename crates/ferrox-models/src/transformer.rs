@@ -32,6 +32,7 @@
 //! reads KV in runs that end at page boundaries only, so a position's numbers do
 //! not depend on which pages (shared or private) hold its history.
 
+use ferrox_core::ops::activation;
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::rms_norm;
 use ferrox_core::ops::rope::RopeFreqs;
@@ -262,10 +263,10 @@ fn add_bias(out: &mut [f32], bias: Option<&[f32]>) {
     }
 }
 
-/// `cap * tanh(x / cap)` on every value.
+/// `cap * tanh(x / cap)` on every value, when there is a cap.
 fn softcap(values: &mut [f32], cap: Option<f32>) {
     if let Some(c) = cap {
-        values.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
+        activation::softcap(values, c);
     }
 }
 

@@ -9,12 +9,13 @@
 //! (llama.cpp on the same file with and without its 8-bit activations) does
 //! not explain it.
 
+use ferrox_core::ops::exp::exp;
 use serde_json::Value;
 
 use ferrox_models::ActivationPath;
 use ferrox_models::Transformer;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_store::KvStore;
+use ferrox_models::kv_store::{KvStore, PageTable};
 
 /// How a model's continuations compare with a golden file's.
 #[derive(Clone, Debug, Default)]
@@ -156,10 +157,13 @@ impl Rounding {
     }
 }
 
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
-    logits.iter().map(|&v| v as f64 - max - sum.ln()).collect()
+/// `ln(sum(e^v))`: a log-probability is `v[i] - log_sum_exp(v)`. Each term is
+/// ferrox's f32 `exp` (within 2 ulp, vectorized), summed in f64, so the result
+/// is within 3e-7 nats of the exact one: far below every bar it is held to.
+fn log_sum_exp(logits: &[f32]) -> f64 {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let sum: f64 = logits.iter().map(|&v| exp(v - max) as f64).sum();
+    max as f64 + sum.ln()
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -180,62 +184,42 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
+/// Prompts scored per forward call: enough rows for the matrix products to
+/// share each weight read, few enough that the logits of a 262k vocabulary
+/// stay small.
+const PROMPTS_PER_CALL: usize = 4;
+
 /// Scores `m` on golden `rows`, printing each differing continuation and the
-/// totals under `label`. Each prompt and its golden continuation run as one
-/// span with every row's logits (teacher forcing: the golden tokens are the
-/// inputs; SPEC S3 makes them the logits of a token-by-token run).
+/// totals under `label`. Teacher forcing: each prompt but its last token runs
+/// first, without logits, then its last token and the golden continuation with
+/// every row's logits (the golden tokens are the inputs; SPEC S3 makes these
+/// the logits of a token-by-token run, whatever the split and the batch).
 pub fn score(m: &Transformer, rows: &[Value], label: &str) -> Score {
     let mut cache = KvStore::new(m.kv_layout(), 16);
     let mut s = Score {
         prompts: rows.len(),
         ..Score::default()
     };
-    for (index, row) in rows.iter().enumerate() {
-        let (prompt, want) = (ids(&row["prompt_ids"]), ids(&row["ids"]));
-        let top5 = row["top5"].as_array().expect("top5");
-        let tokens: Vec<u32> = prompt
+    let cases: Vec<Case> = rows.iter().map(Case::of).collect();
+    for (group, chunk) in cases.chunks(PROMPTS_PER_CALL).enumerate() {
+        let tables: Vec<_> = chunk
             .iter()
-            .chain(&want[..want.len().saturating_sub(1)])
-            .copied()
+            .map(|c| cache.fresh_table(c.tokens.len() + 1))
             .collect();
-        let seq = cache.fresh_table(tokens.len() + 1);
-        let span = Span {
-            pages: &seq,
-            start: 0,
-            tokens: &tokens,
-            want: Want::All,
-        };
-        let logits = m.forward(&mut cache, &[span]).expect("forward");
-        let mut got = Vec::new();
-        for step in 0..want.len() {
-            let row_logits = logits.of(0, prompt.len() - 1 + step).expect("logits");
-            let next = argmax(row_logits);
-            if got == want[..step] {
-                let lp = log_softmax(row_logits);
-                for e in top5[step].as_array().expect("five entries") {
-                    let id = e["id"].as_u64().expect("id") as usize;
-                    s.err_sum += (lp[id] - e["logprob"].as_f64().expect("logprob")).abs();
-                    s.err_n += 1;
-                }
-            }
-            s.first_equal += usize::from(step == 0 && next == want[0]);
-            got.push(next);
+        let prefixes = spans(chunk, &tables, Part::Prefix);
+        if !prefixes.is_empty() {
+            m.forward(&mut cache, &prefixes).expect("forward");
         }
-        if got == want {
-            s.identical += 1;
-        } else {
-            let step = (0..want.len())
-                .find(|&i| got[i] != want[i])
-                .expect("a difference");
-            s.divergences.push(Divergence {
-                row: index,
-                prompt: row["prompt"].as_str().unwrap_or_default().to_string(),
-                step,
-                lead: lead(&top5[step]),
-            });
-            eprintln!(
-                "{label}: {:?} differs: got {got:?}\n want {want:?}",
-                row["prompt"]
+        let logits = m
+            .forward(&mut cache, &spans(chunk, &tables, Part::Scored))
+            .expect("forward");
+        for (i, case) in chunk.iter().enumerate() {
+            let index = group * PROMPTS_PER_CALL + i;
+            s.add(
+                index,
+                case,
+                |step| logits.of(i, step).expect("logits"),
+                label,
             );
         }
     }
@@ -249,6 +233,116 @@ pub fn score(m: &Transformer, rows: &[Value], label: &str) -> Score {
         s.err_n
     );
     s
+}
+
+/// The two forward calls of a group of cases.
+#[derive(Copy, Clone, PartialEq)]
+enum Part {
+    /// Each prompt but its last token, without logits.
+    Prefix,
+    /// The rest, with every row's logits.
+    Scored,
+}
+
+fn spans<'a>(cases: &'a [Case], tables: &'a [PageTable], part: Part) -> Vec<Span<'a>> {
+    cases
+        .iter()
+        .zip(tables)
+        .map(|(c, pages)| {
+            let cut = c.prompt.len() - 1;
+            match part {
+                Part::Prefix => Span {
+                    pages,
+                    start: 0,
+                    tokens: &c.tokens[..cut],
+                    want: Want::Nothing,
+                },
+                Part::Scored => Span {
+                    pages,
+                    start: cut,
+                    tokens: &c.tokens[cut..],
+                    want: Want::All,
+                },
+            }
+        })
+        .filter(|s| !s.tokens.is_empty())
+        .collect()
+}
+
+/// One golden row: its prompt, the golden continuation, and the tokens a
+/// teacher-forced run feeds (the prompt, then the continuation but its last).
+struct Case<'a> {
+    prompt: Vec<u32>,
+    want: Vec<u32>,
+    tokens: Vec<u32>,
+    top5: &'a [Value],
+    text: &'a str,
+}
+
+impl<'a> Case<'a> {
+    fn of(row: &'a Value) -> Case<'a> {
+        let (prompt, want) = (ids(&row["prompt_ids"]), ids(&row["ids"]));
+        assert!(!prompt.is_empty(), "a golden prompt without tokens");
+        let tokens = prompt
+            .iter()
+            .chain(&want[..want.len().saturating_sub(1)])
+            .copied()
+            .collect();
+        Case {
+            prompt,
+            want,
+            tokens,
+            top5: row["top5"].as_array().expect("top5"),
+            text: row["prompt"].as_str().unwrap_or_default(),
+        }
+    }
+}
+
+impl Score {
+    /// Adds golden row `index`, whose logits at continuation step `step` are
+    /// `logits(step)`.
+    fn add<'l>(
+        &mut self,
+        index: usize,
+        case: &Case,
+        logits: impl Fn(usize) -> &'l [f32],
+        label: &str,
+    ) {
+        let want = &case.want;
+        let mut got = Vec::new();
+        for step in 0..want.len() {
+            let row_logits = logits(step);
+            let next = argmax(row_logits);
+            if got == want[..step] {
+                let lse = log_sum_exp(row_logits);
+                for e in case.top5[step].as_array().expect("five entries") {
+                    let id = e["id"].as_u64().expect("id") as usize;
+                    let lp = row_logits[id] as f64 - lse;
+                    self.err_sum += (lp - e["logprob"].as_f64().expect("logprob")).abs();
+                    self.err_n += 1;
+                }
+            }
+            self.first_equal += usize::from(step == 0 && next == want[0]);
+            got.push(next);
+        }
+        if got == *want {
+            self.identical += 1;
+            return;
+        }
+        let step = (0..want.len())
+            .find(|&i| got[i] != want[i])
+            .expect("a difference");
+        self.divergences.push(Divergence {
+            row: index,
+            prompt: case.text.to_string(),
+            step,
+            lead: lead(&case.top5[step]),
+        });
+        eprintln!(
+            "{label}: {:?} differs: got {got:?}\n want {want:?}",
+            case.text
+        );
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,25 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + tanh)
 }
 
+/// tanh from [`exp`]: `sign(x) * (1 - 2 / (e^(2|x|) + 1))`, within 1.2e-7 of
+/// the true value (an absolute bound: it is the rounding of `1 - ...` near 1,
+/// and of the quotient near 0).
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    (1.0 - 2.0 / (exp(2.0 * x.abs()) + 1.0)).copysign(x)
+}
+
+#[inline(always)]
+fn softcap_body(values: &mut [f32], cap: f32) {
+    values.iter_mut().for_each(|v| *v = cap * tanh(*v / cap));
+}
+
+dispatched!(
+    /// Soft-capping, `v[i] = cap * tanh(v[i] / cap)` (Gemma's attention scores
+    /// and logits), vectorized where the CPU allows (same bits).
+    pub fn softcap / softcap_at = softcap_body(values: &mut [f32], cap: f32) -> ()
+);
+
 /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): the gate capped above at
 /// `SWIGLU_OAI_LIMIT`, the up value clamped to `±SWIGLU_OAI_LIMIT`, then
 /// `g * sigmoid(alpha * g) * (u + 1)`.
@@ -100,6 +119,21 @@ mod tests {
             }
         }
         let xs: Vec<f32> = (0..4099).map(|i| (i as f32 - 2049.0) / 97.0).collect();
+        for &x in &xs {
+            let want = (x as f64).tanh();
+            assert!((tanh(x) as f64 - want).abs() <= 1.2e-7, "tanh({x})");
+        }
+        assert_eq!((tanh(1e4), tanh(-1e4), tanh(0.0)), (1.0, -1.0, 0.0));
+        let mut b = xs.clone();
+        softcap_body(&mut b, 30.0);
+        for level in crate::isa::Level::supported() {
+            let mut a = xs.clone();
+            softcap_at(level, &mut a, 30.0);
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "softcap {level:?}"
+            );
+        }
         for act in [Gate::Silu, Gate::GeluTanh, Gate::SwigluOai] {
             let mut b = xs.clone();
             gated_body(&mut b, &xs, act);
