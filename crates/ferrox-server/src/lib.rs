@@ -7,6 +7,8 @@
 //! * [`structured`]: the structured-output fields, into a grammar spec (pure).
 //! * [`tool_request`]: `tools`, `tool_choice` and the tool parts of messages (pure).
 //! * [`error`]: OpenAI-shaped errors; the only place refusals become statuses (S18).
+//! * [`generation`]: the one way every route reaches the engine: a typed prompt,
+//!   tools, grammar and sampling, prepared and submitted.
 //! * [`completions`]: chat and text completions, JSON and SSE.
 //! * [`anthropic`]: Anthropic's Messages API (`POST /v1/messages`), JSON and SSE.
 //! * [`routes`]: the router, models, health, tokenize, metrics.
@@ -23,6 +25,7 @@ pub mod auth;
 pub mod completions;
 pub mod error;
 pub mod field_policy;
+pub mod generation;
 pub mod json_body;
 pub mod limits;
 pub mod metrics;

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::field_policy::{self, Endpoint};
+use crate::generation::{self, Generation};
 use crate::openai::request::{
     ChatFields, CompletionFields, Content, ContentPart, Message, Prompt, SharedFields,
 };
@@ -30,6 +31,27 @@ pub enum PromptInput {
     Text(Vec<String>),
     /// One or more prompts given as token ids.
     Tokens(Vec<Vec<u32>>),
+}
+
+impl From<ValidRequest> for Generation {
+    fn from(r: ValidRequest) -> Generation {
+        let prompt = match r.prompt {
+            PromptInput::Chat(messages) => generation::Prompt::Chat {
+                messages,
+                vars: r.template_vars,
+                prefill: None,
+            },
+            PromptInput::Text(texts) => generation::Prompt::Text(texts),
+            PromptInput::Tokens(ids) => generation::Prompt::Tokens(ids),
+        };
+        Generation {
+            prompt,
+            tools: r.tools,
+            grammar: r.grammar,
+            params: r.params,
+            max_tokens: r.max_tokens,
+        }
+    }
 }
 
 /// A request that passed validation.

@@ -40,19 +40,17 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
-use ferrox_sampling::grammar::GrammarSpec;
 use ferrox_text::tools::{ToolCall, ToolFormat, ToolStream};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::generation;
 use crate::limits::{request_timeout, within_request_timeout};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
-use crate::tool_request::ToolChoice;
-use ferrox_engine::GenerationParams;
-use request::{Valid, parse};
+use request::parse;
 
 /// An error answered in Anthropic's shape.
 pub struct AnthropicError(pub ApiError);
@@ -321,28 +319,24 @@ async fn handle(
         return Err(ApiError::model_not_found(&req.model, &st.model_id));
     }
     let tools = req.tools.as_ref().map(|_| st.tool_format());
-    let (mut req, ids) = prepare(&st, req).await?;
-    let n = ids.len();
-    let stops = req.params.stop.clone();
-    let prompt_text = RequestLog::prompt_text(&st, std::slice::from_ref(&ids));
+    let (streaming, stops) = (req.stream, req.params.stop.clone());
+    let prepared = generation::prepare(&st, req.generation()).await?;
+    let prompt_text = RequestLog::prompt_text(&st, &prepared.prompts);
     let started = Instant::now();
-    let params = std::mem::replace(&mut req.params, GenerationParams::greedy(1));
-    let stream = st
-        .engine
-        .submit(ids, params)
-        .map_err(|e| ApiError::from_submit(e, n))?;
+    let mut submitted = prepared.submit(&st)?;
+    let (stream, n) = (submitted.streams.remove(0), submitted.prompt_lens[0]);
     let id = unique_id("msg_", stream.id());
     let log = RequestLog::new(
         &st,
         Route::Messages,
         &id,
-        req.stream,
+        streaming,
         started,
         &[n],
         prompt_text,
     );
     let answer = Answer { id, stops, tools };
-    if req.stream {
+    if streaming {
         return Ok(sse(st, answer, stream, n, log).into_response());
     }
     Ok(collect_within(st, answer, stream, log).await)
@@ -354,28 +348,6 @@ struct Answer {
     stops: Vec<String>,
     /// The tool-call format, when tools are on offer.
     tools: Option<ToolFormat>,
-}
-
-/// Renders and tokenizes the conversation and compiles a forced tool call's
-/// grammar, on a blocking thread (CPU work off the async runtime).
-async fn prepare(st: &Arc<AppState>, mut req: Valid) -> Result<(Valid, Vec<u32>), ApiError> {
-    let st = Arc::clone(st);
-    tokio::task::spawn_blocking(move || {
-        let offered = req.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
-        let mut ids = st
-            .model_chat_ids_with_tools(&req.messages, offered, &Default::default())
-            .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
-        if let Some(p) = &req.prefill {
-            ids.extend(st.tokenizer.encode(p, false, true));
-        }
-        if let Some(t) = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto) {
-            let spec = GrammarSpec::Lark(st.tool_format().call_grammar(&t.callable(), t.parallel));
-            req.params.grammar = Some(Arc::new(st.compile_grammar(&spec)?));
-        }
-        Ok((req, ids))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
 }
 
 /// [`collect`] under `--request-timeout`: on timeout the stream is dropped, which

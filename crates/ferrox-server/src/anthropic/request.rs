@@ -4,12 +4,13 @@
 
 use ferrox_engine::GenerationParams;
 use ferrox_sampling::sampler::SamplingParams;
-use ferrox_text::chat::ChatMessage;
+use ferrox_text::chat::{ChatMessage, TemplateVars};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::ApiError;
+use crate::generation::{Generation, Prompt};
 use crate::tool_request::{ToolChoice, ToolRequest};
 use ferrox_text::tools::{Tool, ToolCall};
 use serde_json::Value;
@@ -290,6 +291,24 @@ pub(super) struct Valid {
     pub(super) params: GenerationParams,
     pub(super) stream: bool,
     pub(super) tools: Option<ToolRequest>,
+}
+
+impl Valid {
+    /// What the request asks the engine for: the conversation, continued from
+    /// the prefill when the last message is the assistant's.
+    pub(super) fn generation(self) -> Generation {
+        Generation {
+            prompt: Prompt::Chat {
+                messages: self.messages,
+                vars: TemplateVars::new(),
+                prefill: self.prefill,
+            },
+            tools: self.tools,
+            grammar: None,
+            max_tokens: Some(self.params.max_tokens),
+            params: self.params,
+        }
+    }
 }
 
 pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {

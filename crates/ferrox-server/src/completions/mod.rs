@@ -17,7 +17,6 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
-use ferrox_sampling::grammar::GrammarSpec;
 use ferrox_text::reasoning::{self, Thinking};
 use ferrox_text::tools::ToolFormat;
 
@@ -27,12 +26,12 @@ use crate::openai::response::{
 use chunks::{Answer, LoggedToken};
 
 use crate::error::ApiError;
+use crate::generation::{self, Generation};
 use crate::json_body::json_body;
 use crate::limits::{request_timeout, within_request_timeout};
-use crate::request::{PromptInput, ValidRequest, parse_chat, parse_completion};
+use crate::request::{parse_chat, parse_completion};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
-use crate::tool_request::ToolChoice;
 
 /// Which endpoint.
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -63,80 +62,6 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Tokenizes each prompt of a request.
-fn prompts(st: &AppState, req: &ValidRequest) -> Result<Vec<Vec<u32>>, ApiError> {
-    let tools = req.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
-    Ok(match &req.prompt {
-        PromptInput::Chat(msgs) => vec![
-            st.model_chat_ids_with_tools(msgs, tools, &req.template_vars)
-                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?,
-        ],
-        PromptInput::Text(texts) => texts
-            .iter()
-            .map(|t| st.tokenizer.encode(t, true, true))
-            .collect(),
-        PromptInput::Tokens(ids) => ids.clone(),
-    })
-}
-
-/// Tokenizes the prompts and compiles the output grammar on a blocking thread:
-/// template rendering, tokenization and grammar compilation are CPU work that must
-/// not hold the async runtime's threads.
-async fn prepare(
-    st: &Arc<AppState>,
-    mut req: ValidRequest,
-) -> Result<(ValidRequest, Vec<Vec<u32>>), ApiError> {
-    let st = Arc::clone(st);
-    tokio::task::spawn_blocking(move || {
-        st.check_template_vars(&req.template_vars)?;
-        let prompts = prompts(&st, &req)?;
-        let forced = req.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto);
-        let spec = match forced {
-            Some(t) => Some(GrammarSpec::Lark(
-                st.tool_format().call_grammar(&t.callable(), t.parallel),
-            )),
-            None => req.grammar.clone(),
-        };
-        if let Some(spec) = &spec {
-            req.params.grammar = Some(Arc::new(st.compile_grammar(spec)?));
-        }
-        Ok((req, prompts))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
-}
-
-/// Submits every prompt; on a refusal, the ones already submitted are dropped
-/// (cancelled) and the refusal is answered.
-fn submit_all(
-    st: &AppState,
-    req: &ValidRequest,
-    prompts: Vec<Vec<u32>>,
-) -> Result<(Vec<RequestStream>, Vec<usize>), ApiError> {
-    let mut streams = Vec::with_capacity(prompts.len());
-    let mut lens = Vec::with_capacity(prompts.len());
-    for p in prompts {
-        let mut params = req.params.clone();
-        let limit = st.engine.ceiling().max_context as usize;
-        // Without max_tokens: up to what the context leaves, capped so that a request
-        // does not reserve a whole context of KV blocks (SPEC S7) by default.
-        params.max_tokens = req.max_tokens.unwrap_or_else(|| {
-            limit
-                .saturating_sub(p.len().max(1))
-                .clamp(1, st.default_max_tokens.max(1))
-        });
-        let n = p.len();
-        match st.engine.submit(p, params) {
-            Ok(s) => {
-                streams.push(s);
-                lens.push(n);
-            }
-            Err(e) => return Err(ApiError::from_submit(e, n)),
-        }
-    }
-    Ok((streams, lens))
-}
-
 async fn handle(
     st: Arc<AppState>,
     kind: Kind,
@@ -157,28 +82,31 @@ async fn handle(
     {
         return Err(ApiError::model_not_found(m, &st.model_id));
     }
-    let (req, prompts) = prepare(&st, req).await?;
+    let (stream, include_usage) = (req.stream, req.include_usage);
+    let tools = req.tools.as_ref().map(|_| st.tool_format());
+    let prepared = generation::prepare(&st, Generation::from(req)).await?;
     let shape = Shape {
-        tools: req.tools.as_ref().map(|_| st.tool_format()),
+        tools,
         thinking: (kind == Kind::Chat)
-            .then(|| st.thinking_start(&prompts[0]))
+            .then(|| st.thinking_start(&prepared.prompts[0]))
             .flatten(),
     };
-    let prompt_text = RequestLog::prompt_text(&st, &prompts);
+    let prompt_text = RequestLog::prompt_text(&st, &prepared.prompts);
     let started = Instant::now();
-    let (streams, lens) = submit_all(&st, &req, prompts)?;
+    let submitted = prepared.submit(&st)?;
+    let streams = submitted.streams;
     let id = unique_id(kind.id_prefix(), streams[0].id());
     let log = RequestLog::new(
         &st,
         kind.route(),
         &id,
-        req.stream,
+        stream,
         started,
-        &lens,
+        &submitted.prompt_lens,
         prompt_text,
     );
-    if req.stream {
-        Ok(stream::sse(st, kind, id, streams, req.include_usage, log, shape).into_response())
+    if stream {
+        Ok(stream::sse(st, kind, id, streams, include_usage, log, shape).into_response())
     } else {
         Ok(collect_within(st, kind, id, streams, log, shape).await)
     }

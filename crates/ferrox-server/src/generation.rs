@@ -1,0 +1,155 @@
+//! The one way every API reaches the engine. A route parses its body into a
+//! [`Generation`] (a typed prompt, the tools and output grammar, the sampling),
+//! then [`prepare`] renders and tokenizes the prompts and compiles the grammar,
+//! on a blocking thread, and [`Prepared::submit`] submits one engine request
+//! per prompt. The routes only parse and render: OpenAI's chat and text
+//! completions and Anthropic's Messages are codecs over this.
+//!
+//! Invariants: refusals happen here, before anything is queued; when one of
+//! several prompts is refused, the requests already submitted are dropped,
+//! which cancels them, and the refusal is the answer.
+
+use std::sync::Arc;
+
+use ferrox_engine::{GenerationParams, RequestStream};
+use ferrox_sampling::grammar::GrammarSpec;
+use ferrox_text::chat::{ChatMessage, TemplateVars};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::tool_request::{ToolChoice, ToolRequest};
+
+/// A prompt in the forms the APIs take.
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    /// A conversation for the chat template, with the template's extra
+    /// variables and, optionally, the start of the answer (an assistant
+    /// prefill), continued as is.
+    Chat {
+        messages: Vec<ChatMessage>,
+        vars: TemplateVars,
+        prefill: Option<String>,
+    },
+    /// Raw text prompts, one engine request each (BOS as the model asks,
+    /// special tokens parsed).
+    Text(Vec<String>),
+    /// Prompts given as token ids, one engine request each.
+    Tokens(Vec<Vec<u32>>),
+}
+
+/// What a request asks the engine for, whatever its API.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub prompt: Prompt,
+    /// Tools on offer; a forced call (`required`, a named tool) is constrained
+    /// by the tool format's grammar, which takes the place of `grammar`.
+    pub tools: Option<ToolRequest>,
+    /// The grammar the output must follow.
+    pub grammar: Option<GrammarSpec>,
+    /// Sampling and stops (`max_tokens` is filled in by [`Prepared::submit`]).
+    pub params: GenerationParams,
+    /// Tokens to generate; `None`: what the context leaves, capped at
+    /// `--default-max-tokens`.
+    pub max_tokens: Option<usize>,
+}
+
+/// A generation with its prompts tokenized and its grammar compiled.
+pub struct Prepared {
+    /// The token ids of each prompt.
+    pub prompts: Vec<Vec<u32>>,
+    params: GenerationParams,
+    max_tokens: Option<usize>,
+}
+
+/// Renders and tokenizes the prompts and compiles the output grammar on a
+/// blocking thread: template rendering, tokenization and grammar compilation
+/// are CPU work that must not hold the async runtime's threads.
+pub async fn prepare(st: &Arc<AppState>, g: Generation) -> Result<Prepared, ApiError> {
+    let st = Arc::clone(st);
+    tokio::task::spawn_blocking(move || prepare_blocking(&st, g))
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
+fn prepare_blocking(st: &AppState, mut g: Generation) -> Result<Prepared, ApiError> {
+    let prompts = tokenize(st, &g)?;
+    let forced = g.tools.as_ref().filter(|t| t.choice != ToolChoice::Auto);
+    let spec = match forced {
+        Some(t) => Some(GrammarSpec::Lark(
+            st.tool_format().call_grammar(&t.callable(), t.parallel),
+        )),
+        None => g.grammar.take(),
+    };
+    if let Some(spec) = &spec {
+        g.params.grammar = Some(Arc::new(st.compile_grammar(spec)?));
+    }
+    Ok(Prepared {
+        prompts,
+        params: g.params,
+        max_tokens: g.max_tokens,
+    })
+}
+
+/// The token ids of each prompt.
+fn tokenize(st: &AppState, g: &Generation) -> Result<Vec<Vec<u32>>, ApiError> {
+    Ok(match &g.prompt {
+        Prompt::Chat {
+            messages,
+            vars,
+            prefill,
+        } => {
+            st.check_template_vars(vars)?;
+            let tools = g.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
+            let mut ids = st
+                .model_chat_ids_with_tools(messages, tools, vars)
+                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+            if let Some(p) = prefill {
+                ids.extend(st.tokenizer.encode(p, false, true));
+            }
+            vec![ids]
+        }
+        Prompt::Text(texts) => texts
+            .iter()
+            .map(|t| st.tokenizer.encode(t, true, true))
+            .collect(),
+        Prompt::Tokens(ids) => ids.clone(),
+    })
+}
+
+/// The engine requests of one generation, one per prompt.
+pub struct Submitted {
+    pub streams: Vec<RequestStream>,
+    /// Prompt tokens of each.
+    pub prompt_lens: Vec<usize>,
+}
+
+impl Prepared {
+    /// Submits every prompt; on a refusal, the ones already submitted are
+    /// dropped (cancelled) and the refusal is answered.
+    pub fn submit(self, st: &AppState) -> Result<Submitted, ApiError> {
+        let limit = st.engine.ceiling().max_context as usize;
+        let mut out = Submitted {
+            streams: Vec::with_capacity(self.prompts.len()),
+            prompt_lens: Vec::with_capacity(self.prompts.len()),
+        };
+        for p in self.prompts {
+            let mut params = self.params.clone();
+            // Without max_tokens: up to what the context leaves, capped so that
+            // a request does not reserve a whole context of KV blocks (SPEC S7)
+            // by default.
+            params.max_tokens = self.max_tokens.unwrap_or_else(|| {
+                limit
+                    .saturating_sub(p.len().max(1))
+                    .clamp(1, st.default_max_tokens.max(1))
+            });
+            let n = p.len();
+            let stream = st
+                .engine
+                .submit(p, params)
+                .map_err(|e| ApiError::from_submit(e, n))?;
+            out.streams.push(stream);
+            out.prompt_lens.push(n);
+        }
+        Ok(out)
+    }
+}
