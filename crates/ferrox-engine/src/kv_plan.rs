@@ -17,8 +17,8 @@
 //!
 //! [`blocks_for`] and [`window_pages_per_request`] are the one page arithmetic of
 //! the project: the engine's ledger and admission, the ceilings, `inspect` and the
-//! metrics all call them (they live here, below the engine, so that `inspect` can
-//! price a model without an engine).
+//! metrics all call them (pure functions, so that `inspect` can price a model
+//! without starting an engine).
 //!
 //! Invariants: pure functions of their inputs (no I/O, no clocks); every product
 //! is checked, so absurd inputs are errors rather than wrapped numbers.

@@ -11,10 +11,12 @@
 //! * Threads and channels only in [`worker`] (the one owner of every in-flight
 //!   request and of the KV cache, S1) and [`handle`] (submit, cancel, streams).
 //! * [`stats`]: lock-free counters (S19).
+//! * [`kv_plan`]: what a request costs in KV, and blocks from a memory budget
+//!   (pure; `ferrox inspect` quotes it too); [`byte_size`]: `2GiB`-style sizes.
 //!
 //! KV memory is `ferrox_models::kv_store`: it holds the bytes at the pages the
 //! ledger hands out, so the ledger is the allocator itself (S7); page arithmetic
-//! and prices come from `crate::kv_plan`.
+//! and prices come from [`kv_plan`].
 
 pub mod admission;
 pub mod byte_size;
