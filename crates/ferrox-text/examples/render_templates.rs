@@ -9,7 +9,7 @@
 //! (`context`) and either `rendered` or `error` (a failure to compile or render,
 //! as ferrox reports it).
 //!
-//! `cargo run -p ferrox-models --example render_templates < cases.jsonl`
+//! `cargo run -p ferrox-text --example render_templates < cases.jsonl`
 
 use std::io::{BufRead, Write};
 
