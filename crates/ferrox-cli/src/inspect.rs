@@ -104,7 +104,7 @@ fn layer_shape_features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<Str
         ));
     }
     let keys_as_values = (0..hp.n_layers)
-        .filter(|i| hp.spec().layer_shapes && has(&format!("blk.{i}.attn_k.weight")))
+        .filter(|i| hp.spec().keys_as_values && has(&format!("blk.{i}.attn_k.weight")))
         .filter(|i| !has(&format!("blk.{i}.attn_v.weight")))
         .count();
     if keys_as_values > 0 {

@@ -138,14 +138,19 @@ pub struct ArchSpec {
     pub gated_attention: bool,
     /// Values are RMS-normed per head, without a weight (Gemma 4).
     pub value_norm: bool,
-    /// Gemma 4's per-layer shapes: window layers have their own head width,
-    /// rotated dims and KV heads (`*_swa` keys, `head_count_kv` per layer),
-    /// the last `attention.shared_kv_layers` layers read the KV of the last
-    /// earlier layer of their kind and keep none, a layer without `attn_v` uses
-    /// its keys as values, `embedding_length_per_layer_input` adds per-layer
-    /// token inputs (`per_layer_*`, `inp_gate`, `proj`, `post_norm`), and
-    /// `layer_output_scale` scales a layer's output.
-    pub layer_shapes: bool,
+    /// Window layers have a head shape of their own: head widths and rotated
+    /// dims from the `*_swa` keys (Gemma 4).
+    pub window_shapes: bool,
+    /// The last `attention.shared_kv_layers` layers read the KV of the last
+    /// earlier layer of their kind and keep none (Gemma 4).
+    pub shared_kv: bool,
+    /// A layer without `attn_v` uses its keys as values (Gemma 4).
+    pub keys_as_values: bool,
+    /// `embedding_length_per_layer_input` adds per-layer token inputs
+    /// (`per_layer_*`, `inp_gate`, `proj`, `post_norm`; Gemma 4 E2B / E4B).
+    pub per_layer_inputs: bool,
+    /// `layer_output_scale` may scale a layer's output (Gemma 4).
+    pub layer_output_scale: bool,
     /// The chat format of a file of this architecture without a template.
     pub builtin_chat: Option<BuiltinTemplate>,
 }
@@ -216,7 +221,11 @@ const LLAMA: ArchSpec = ArchSpec {
     recurrent_layers: false,
     gated_attention: false,
     value_norm: false,
-    layer_shapes: false,
+    window_shapes: false,
+    shared_kv: false,
+    keys_as_values: false,
+    per_layer_inputs: false,
+    layer_output_scale: false,
     builtin_chat: None,
 };
 
@@ -249,7 +258,11 @@ const GEMMA2: ArchSpec = ArchSpec {
     recurrent_layers: false,
     gated_attention: false,
     value_norm: false,
-    layer_shapes: false,
+    window_shapes: false,
+    shared_kv: false,
+    keys_as_values: false,
+    per_layer_inputs: false,
+    layer_output_scale: false,
     builtin_chat: Some(BuiltinTemplate::GemmaTurns),
 };
 
@@ -373,7 +386,11 @@ impl Architecture {
                 rope_factors: RopeFactors::Freqs,
                 own_output: true,
                 value_norm: true,
-                layer_shapes: true,
+                window_shapes: true,
+                shared_kv: true,
+                keys_as_values: true,
+                per_layer_inputs: true,
+                layer_output_scale: true,
                 experts: Experts::BesideDense,
                 builtin_chat: None,
                 ..Architecture::Gemma3.spec()

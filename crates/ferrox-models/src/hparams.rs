@@ -223,7 +223,7 @@ impl HyperParams {
             head_dim_v,
             rope_dim,
         } = full;
-        let n_embd_per_layer = match spec.layer_shapes {
+        let n_embd_per_layer = match spec.per_layer_inputs {
             true => m.count(&key("embedding_length_per_layer_input"))?,
             false => 0,
         };
@@ -336,7 +336,8 @@ fn head_shapes(
             n_heads,
             kv_heads: &kv_heads,
             full,
-            layer_shapes: spec.layer_shapes,
+            window_shapes: spec.window_shapes,
+            shared_kv: spec.shared_kv,
         },
     )?;
     Ok((full, attention))

@@ -598,7 +598,7 @@ fn layer(
         ffn,
         ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
         per_layer: per_layer_block(l, hp, i)?,
-        output_scale: match spec.layer_shapes {
+        output_scale: match spec.layer_output_scale {
             true => l
                 .optional_vector(&w("layer_output_scale"), 1)?
                 .map(|s| s[0]),
@@ -680,7 +680,7 @@ fn kv_projection(
     let (k_dim, v_dim) = (g.n_kv_heads * g.head_dim_k, g.n_kv_heads * g.head_dim_v);
     let n = |s: &str| format!("blk.{i}.{s}");
     let w = |s: &str| n(&format!("{s}.weight"));
-    let values_are_keys = spec.layer_shapes && !l.has(&w("attn_v"));
+    let values_are_keys = spec.keys_as_values && !l.has(&w("attn_v"));
     if values_are_keys && k_dim != v_dim {
         return Err(wrong(
             &w("attn_v"),

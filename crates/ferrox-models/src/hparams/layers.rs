@@ -73,9 +73,10 @@ pub(super) struct ShapeKeys<'a> {
     /// KV heads of every layer.
     pub kv_heads: &'a [usize],
     pub full: HeadShape,
-    /// Whether window layers have shapes of their own and the last layers may
-    /// share KV (Gemma 4's `*_swa` and `shared_kv_layers` keys).
-    pub layer_shapes: bool,
+    /// Whether window layers have shapes of their own (the `*_swa` keys).
+    pub window_shapes: bool,
+    /// Whether the last layers may share KV (`shared_kv_layers`).
+    pub shared_kv: bool,
 }
 
 /// Each layer's attention shape and the layer whose KV it reads.
@@ -85,7 +86,7 @@ pub(super) fn layer_attention(
     keys: &ShapeKeys<'_>,
 ) -> Result<Vec<LayerAttention>, ModelError> {
     let key = keys.key;
-    let window = match keys.layer_shapes {
+    let window = match keys.window_shapes {
         true => {
             let head_dim_k = m.count(&key("attention.key_length_swa"))?;
             HeadShape {
@@ -99,7 +100,7 @@ pub(super) fn layer_attention(
         }
         false => keys.full,
     };
-    let shared = match keys.layer_shapes {
+    let shared = match keys.shared_kv {
         true => m
             .count_opt(&key("attention.shared_kv_layers"))?
             .unwrap_or(0),
