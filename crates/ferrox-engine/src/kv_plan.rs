@@ -35,12 +35,14 @@ pub enum KvPlanError {
     #[error("KV plan: the model has no full-attention layers to page")]
     NothingToPage,
     #[error(
-        "KV plan: {memory} of KV memory does not cover the sliding-window seats of {max_seqs} requests ({seat} each); raise --kv-memory or lower --max-seqs"
+        "KV plan: {} of KV memory does not cover the sliding-window seats of {max_seqs} requests ({} each); raise --kv-memory or lower --max-seqs",
+        format_bytes(*memory),
+        format_bytes(*seat_bytes)
     )]
     SeatsDoNotFit {
-        memory: String,
+        memory: u64,
         max_seqs: usize,
-        seat: String,
+        seat_bytes: u64,
     },
 }
 
@@ -247,9 +249,9 @@ impl KvPlan {
         let seats = seat_bytes.saturating_mul(max_seqs as u64);
         let Some(rest) = memory.checked_sub(seats) else {
             return Err(KvPlanError::SeatsDoNotFit {
-                memory: format_bytes(memory),
+                memory,
                 max_seqs,
-                seat: format_bytes(seat_bytes),
+                seat_bytes,
             });
         };
         Ok(KvPlan {
