@@ -11,6 +11,7 @@ use ferrox_gguf::GgufFile;
 
 use ferrox_engine::byte_size::format_bytes;
 use ferrox_engine::kv_plan::{KvPlan, KvShape};
+use ferrox_models::arch::tensors::{full_name, names as n};
 use ferrox_models::hparams::{AttentionKind, HyperParams};
 
 /// KV options the plan is computed for.
@@ -104,8 +105,7 @@ fn layer_shape_features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<Str
         ));
     }
     let keys_as_values = (0..hp.n_layers)
-        .filter(|i| hp.spec().keys_as_values && has(&format!("blk.{i}.attn_k.weight")))
-        .filter(|i| !has(&format!("blk.{i}.attn_v.weight")))
+        .filter(|&i| has(&full_name(n::ATTN_K, Some(i))) && !has(&full_name(n::ATTN_V, Some(i))))
         .count();
     if keys_as_values > 0 {
         f.push(format!("keys as values on {keys_as_values} layers"));
@@ -116,7 +116,7 @@ fn layer_shape_features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<Str
     if hp.n_embd_per_layer > 0 {
         f.push(format!("per-layer token inputs of {}", hp.n_embd_per_layer));
     }
-    if has("blk.0.layer_output_scale.weight") {
+    if has(&full_name(n::LAYER_OUTPUT_SCALE, Some(0))) {
         f.push("per-layer output scale".into());
     }
     f
@@ -126,6 +126,7 @@ fn layer_shape_features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<Str
 /// tensor names, in words.
 fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
     let spec = hp.spec();
+    let tensors = hp.architecture.tensors();
     let mut f = vec![format!(
         "{} feed-forward",
         match spec.gate {
@@ -142,10 +143,10 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
         },
         hp.rope_scaling
     ));
-    if has("rope_freqs.weight") {
+    if has(n::ROPE_FREQS) {
         f.push("RoPE frequency factors (llama3)".into());
     }
-    if has("rope_factors_long.weight") {
+    if has(n::ROPE_FACTORS_LONG) {
         f.push(format!(
             "LongRoPE factors (long past {} positions), magnitude x{}",
             hp.rope_orig_context, hp.rope_attn_factor
@@ -157,10 +158,10 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
         .iter()
         .position(|l| *l != AttentionKind::Recurrent)
         .unwrap_or(0);
-    if has(&format!("blk.{attention}.attn_qkv.weight")) {
+    if has(&full_name(n::ATTN_QKV, Some(attention))) {
         f.push("fused QKV".into());
     }
-    if spec.fused_gate_up {
+    if has(&full_name(n::FFN_UP, Some(0))) && !has(&full_name(n::FFN_GATE, Some(0))) {
         f.push("fused gate-up".into());
     }
     if let Some(m) = hp.moe {
@@ -207,16 +208,19 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
         f.push("gated attention output".into());
     }
     f.extend(layer_shape_features(hp, has));
-    if spec.attention_sinks {
+    if tensors.lists(n::ATTN_SINKS) {
         f.push("attention sinks".into());
     }
-    if has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias") {
+    if [n::ATTN_Q_BIAS, n::ATTN_QKV_BIAS]
+        .iter()
+        .any(|b| has(&full_name(b, Some(attention))))
+    {
         f.push("QKV biases".into());
     }
-    if spec.qk_norm {
+    if tensors.lists(n::ATTN_Q_NORM) {
         f.push("QK-norm".into());
     }
-    if spec.sandwich_norms {
+    if tensors.lists(n::POST_FFW_NORM) {
         f.push("post-attention and post-feed-forward norms".into());
     }
     if spec.scale_embeddings {
@@ -228,7 +232,7 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
     if let Some(c) = hp.final_softcap {
         f.push(format!("logit soft-cap {c}"));
     }
-    if !(spec.own_output && has("output.weight")) {
+    if !(tensors.lists(n::OUTPUT) && has(n::OUTPUT)) {
         f.push("output head tied to the embeddings".into());
     }
     f

@@ -23,6 +23,19 @@ pub enum ModelError {
         name: String,
         architecture: &'static str,
     },
+    #[error("tensor {name:?} is missing; the {architecture} architecture needs it")]
+    MissingTensor {
+        name: String,
+        architecture: &'static str,
+    },
+    #[error(
+        "tensor {name:?} has shape {found:?}; this file's hyper-parameters give it {expected:?}"
+    )]
+    WrongShape {
+        name: String,
+        found: Vec<u64>,
+        expected: Vec<usize>,
+    },
     #[error("forward pass: {0}")]
     Forward(String),
     /// The compute threads could not be started.

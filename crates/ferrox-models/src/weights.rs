@@ -1,6 +1,5 @@
-//! The tensors of a transformer, found by their GGUF names as the architecture's
-//! table ([`ArchSpec`]) says, and checked against the hyper-parameters once, at
-//! load.
+//! The tensors of a transformer, checked once, at load, against the
+//! architecture's tensor manifest ([`Manifest`]), then read by name.
 //!
 //! Invariants: every matrix's shape is checked here (`[cols = in, rows = out]` in
 //! ggml order), so the forward pass never meets a mismatched weight; fused
@@ -11,19 +10,18 @@
 //! one that is not means the file holds something ferrox would ignore, and it is
 //! refused by name rather than run wrong.
 
-use std::collections::BTreeSet;
-
 use ferrox_core::DType;
 use ferrox_core::kernels::reference;
 use ferrox_core::ops::matmul::Matrix;
 use ferrox_core::packed::PackedMatrix;
 use ferrox_gguf::GgufFile;
 
-use crate::arch::{ArchSpec, RopeFactors};
+use crate::arch::Manifest;
+use crate::arch::tensors::{self, Dim, full_name, names as n};
+use crate::error::ModelError;
+use crate::hparams::{AttentionKind, HyperParams};
 
 mod ffn;
-use crate::error::ModelError;
-use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 
 /// Where a weight matrix lies in the file.
 #[derive(Clone, Copy, Debug)]
@@ -367,10 +365,15 @@ fn wrong(name: &str, reason: String) -> ModelError {
     }
 }
 
-/// Finds tensors by name and remembers which were used.
+/// Reads the tensors of a file already checked against its manifest, by name.
 struct Loader<'a> {
     file: &'a GgufFile,
-    used: BTreeSet<String>,
+    hp: &'a HyperParams,
+}
+
+/// The `.bias` beside a `.weight`.
+fn bias_name(weight: &str) -> String {
+    format!("{}.bias", weight.strip_suffix(".weight").unwrap_or(weight))
 }
 
 impl Loader<'_> {
@@ -378,90 +381,61 @@ impl Loader<'_> {
         self.file.header().tensor_info(name).is_some()
     }
 
-    fn matrix(&mut self, name: &str, cols: usize, rows: usize) -> Result<TensorRef, ModelError> {
+    /// A matrix `[cols, rows]`, or a stack of them `[cols, rows, n]` as one.
+    fn matrix(&self, name: &str) -> Result<TensorRef, ModelError> {
         let t = self.file.tensor(name)?;
         let shape = t.shape();
-        if shape.len() != 2 || shape[0] as usize != cols || shape[1] as usize != rows {
-            return Err(wrong(
-                name,
-                format!("shape {shape:?}, expected [{cols}, {rows}]"),
-            ));
-        }
-        self.used.insert(name.to_string());
         Ok(TensorRef {
             dtype: t.dtype(),
-            rows,
-            cols,
+            rows: shape[1..].iter().product::<u64>() as usize,
+            cols: shape[0] as usize,
             offset: t.info.file_offset,
             len: t.data.len(),
         })
     }
 
-    fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    fn vector(&self, name: &str) -> Result<Vec<f32>, ModelError> {
         let t = self.file.tensor(name)?;
-        if t.info.n_elements() != len as u64 {
-            return Err(wrong(
-                name,
-                format!("shape {:?}, expected [{len}]", t.shape()),
-            ));
-        }
-        let mut v = vec![0.0; len];
+        let mut v = vec![0.0; t.info.n_elements() as usize];
         reference::dequantize(t.dtype(), t.data, &mut v).map_err(|e| wrong(name, e.to_string()))?;
-        self.used.insert(name.to_string());
         Ok(v)
     }
 
-    fn optional_vector(&mut self, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
-        if self.has(name) {
-            self.vector(name, len).map(Some)
-        } else {
-            Ok(None)
+    fn optional_vector(&self, name: &str) -> Result<Option<Vec<f32>>, ModelError> {
+        match self.has(name) {
+            true => self.vector(name).map(Some),
+            false => Ok(None),
         }
     }
 
-    /// `vector` when `present`, else `None` (the tensor must then be absent).
-    fn vector_if(
-        &mut self,
-        present: bool,
-        name: &str,
-        len: usize,
-    ) -> Result<Option<Vec<f32>>, ModelError> {
-        if present {
-            self.vector(name, len).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
-    /// The `n` matrices `[cols] -> [rows]` of a 3-D expert tensor `[cols, rows, n]`
-    /// (each expert's rows follow the previous expert's), each with its row of
-    /// the 2-D bias `[rows, n]` when `biased` (gpt-oss).
-    fn experts(
-        &mut self,
-        name: &str,
-        cols: usize,
-        rows: usize,
-        n: usize,
-        biased: bool,
-    ) -> Result<Vec<Linear>, ModelError> {
-        let weight = format!("{name}.weight");
-        let t = self.file.tensor(&weight)?;
-        let shape = t.shape();
-        if shape != [cols as u64, rows as u64, n as u64] {
-            return Err(wrong(
+    /// The bias beside matrix `weight` of `rows` rows, if the file has one.
+    fn bias(&self, weight: &str, rows: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        let name = bias_name(weight);
+        let bias = self.optional_vector(&name)?;
+        match bias {
+            Some(b) if b.len() != rows => Err(ModelError::WrongShape {
                 name,
-                format!("shape {shape:?}, expected [{cols}, {rows}, {n}]"),
-            ));
+                found: vec![b.len() as u64],
+                expected: vec![rows],
+            }),
+            b => Ok(b),
         }
-        self.used.insert(weight);
-        let bias = self.vector_if(biased, &format!("{name}.bias"), rows * n)?;
-        let all = TensorRef {
-            dtype: t.dtype(),
-            rows: rows * n,
-            cols,
-            offset: t.info.file_offset,
-            len: t.data.len(),
-        };
+    }
+
+    /// A linear map with its bias, if any.
+    fn linear(&self, weight: &str) -> Result<Linear, ModelError> {
+        let w = self.matrix(weight)?;
+        Ok(Linear::new(w, self.bias(weight, w.rows)?))
+    }
+
+    /// Each expert's matrix of a 3-D expert tensor `[cols, rows, n]` (each
+    /// expert's rows follow the previous expert's), each with its row of the
+    /// 2-D bias `[rows, n]` when the file has one (gpt-oss).
+    fn experts(&self, weight: &str) -> Result<Vec<Linear>, ModelError> {
+        let all = self.matrix(weight)?;
+        let n = self.file.tensor(weight)?.shape()[2] as usize;
+        let rows = all.rows / n;
+        let bias = self.bias(weight, all.rows)?;
         Ok((0..n)
             .map(|e| {
                 let b = bias.as_ref().map(|b| b[e * rows..(e + 1) * rows].to_vec());
@@ -470,21 +444,13 @@ impl Loader<'_> {
             .collect())
     }
 
-    /// A linear map `name` with its optional `.bias`.
-    fn linear(&mut self, name: &str, cols: usize, rows: usize) -> Result<Linear, ModelError> {
-        let w = self.matrix(&format!("{name}.weight"), cols, rows)?;
-        let b = self.optional_vector(&format!("{name}.bias"), rows)?;
-        Ok(Linear::new(w, b))
-    }
-
     /// A fused linear map split into parts of `rows[i]` output rows each.
     fn split<const N: usize>(
-        &mut self,
-        name: &str,
-        cols: usize,
+        &self,
+        weight: &str,
         rows: [usize; N],
     ) -> Result<[Linear; N], ModelError> {
-        let fused = self.linear(name, cols, rows.iter().sum())?;
+        let fused = self.linear(weight)?;
         let mut from = 0;
         Ok(rows.map(|r| {
             let part = Linear::new(
@@ -496,258 +462,157 @@ impl Loader<'_> {
         }))
     }
 
-    /// Every tensor of the file was used, or the first that was not is named.
-    fn all_used(&self, hp: &HyperParams) -> Result<(), ModelError> {
-        match self
-            .file
-            .header()
-            .tensors
-            .iter()
-            .map(|t| t.name.as_str())
-            .filter(|n| !is_draft_tensor(n, hp))
-            .find(|n| !self.used.contains(*n))
-        {
-            None => Ok(()),
-            Some(name) => Err(ModelError::UnusedTensor {
-                name: name.to_string(),
-                architecture: hp.architecture.gguf_name(),
-            }),
-        }
+    /// Dimension `d` of layer `i`'s tensors.
+    fn dim(&self, d: Dim, i: usize) -> usize {
+        tensors::dim(d, self.hp, Some(i))
     }
 }
 
-/// Whether `name` belongs to a multi-token-prediction block after the trunk
-/// (`blk.N.` with `N >= n_layers` when the file has draft blocks): a draft head
-/// the main pass does not run, so it is not a tensor ferrox would ignore.
-fn is_draft_tensor(name: &str, hp: &HyperParams) -> bool {
-    hp.n_draft_layers > 0
-        && name
-            .strip_prefix("blk.")
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|n| n.parse::<usize>().ok())
-            .is_some_and(|n| n >= hp.n_layers && n < hp.n_layers + hp.n_draft_layers)
-}
-
 impl Weights {
-    /// Finds and checks every tensor the architecture needs, and refuses any
-    /// tensor it does not.
+    /// Checks the file's tensors against the architecture's manifest (each
+    /// needed one present, in its shape, and none it does not list), then reads
+    /// them.
     pub fn load(file: &GgufFile, hp: &HyperParams) -> Result<Weights, ModelError> {
-        let spec = hp.spec();
-        let mut l = Loader {
-            file,
-            used: BTreeSet::new(),
-        };
+        let manifest = hp.architecture.tensors();
+        tensors::check(&manifest.resolve(hp), &file.header().tensors, hp)?;
+        let l = Loader { file, hp };
         let layers = (0..hp.n_layers)
-            .map(|i| layer(&mut l, hp, &spec, i))
+            .map(|i| layer(&l, &manifest, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let d = hp.n_embd;
-        let token_embd = l.matrix("token_embd.weight", d, hp.vocab_size)?;
-        let output = if spec.own_output && l.has("output.weight") {
-            l.linear("output", d, hp.vocab_size)?
-        } else {
-            Linear::new(token_embd, None)
+        let token_embd = l.matrix(n::TOKEN_EMBD)?;
+        let output = match l.has(n::OUTPUT) {
+            true => l.linear(n::OUTPUT)?,
+            false => Linear::new(token_embd, None),
         };
-        let rope_factors = rope_factors(&mut l, hp, &spec)?;
         let per_layer_inputs = match hp.n_embd_per_layer {
             0 => None,
-            epl => Some(PerLayerInputs {
-                token_embd: l.matrix(
-                    "per_layer_token_embd.weight",
-                    epl * hp.n_layers,
-                    hp.vocab_size,
-                )?,
-                model_proj: l.linear("per_layer_model_proj", d, epl * hp.n_layers)?,
-                proj_norm: l.vector("per_layer_proj_norm.weight", epl)?,
+            _ => Some(PerLayerInputs {
+                token_embd: l.matrix(n::PER_LAYER_TOKEN_EMBD)?,
+                model_proj: l.linear(n::PER_LAYER_MODEL_PROJ)?,
+                proj_norm: l.vector(n::PER_LAYER_PROJ_NORM)?,
             }),
         };
-        let weights = Weights {
+        Ok(Weights {
             token_embd,
             layers,
-            output_norm: l.vector("output_norm.weight", d)?,
+            output_norm: l.vector(n::OUTPUT_NORM)?,
             output,
-            rope_factors,
+            rope_factors: RopeFactorSets {
+                freqs: l.optional_vector(n::ROPE_FREQS)?,
+                long: l.optional_vector(n::ROPE_FACTORS_LONG)?,
+                short: l.optional_vector(n::ROPE_FACTORS_SHORT)?,
+            },
             per_layer_inputs,
-        };
-        l.all_used(hp)?;
-        Ok(weights)
+        })
     }
 }
 
 /// The weights of layer `i`.
-fn layer(
-    l: &mut Loader<'_>,
-    hp: &HyperParams,
-    spec: &ArchSpec,
-    i: usize,
-) -> Result<LayerWeights, ModelError> {
-    let d = hp.n_embd;
-    let n = |s: &str| format!("blk.{i}.{s}");
-    let w = |s: &str| n(&format!("{s}.weight"));
+fn layer(l: &Loader<'_>, manifest: &Manifest, i: usize) -> Result<LayerWeights, ModelError> {
+    let t = |name: &str| full_name(name, Some(i));
+    let hp = l.hp;
     let mixer = match (hp.layers[i], hp.delta_net) {
-        (AttentionKind::Recurrent, Some(dn)) => {
-            Mixer::DeltaNet(Box::new(delta_net_weights(l, hp, &dn, i)?))
-        }
-        _ => Mixer::Attention(Box::new(attention_weights(l, hp, spec, i)?)),
+        (AttentionKind::Recurrent, Some(_)) => Mixer::DeltaNet(Box::new(delta_net_weights(l, i)?)),
+        _ => Mixer::Attention(Box::new(attention_weights(l, i)?)),
     };
-    let ffn = ffn::ffn_weights(l, hp, spec, i)?;
+    // Gemma's sandwich norm after attention, unless the architecture calls the
+    // feed-forward's norm by that name.
+    let attn_post_norm = match manifest.ffn_norm == n::POST_ATTENTION_NORM {
+        true => None,
+        false => l.optional_vector(&t(n::POST_ATTENTION_NORM))?,
+    };
     Ok(LayerWeights {
-        attn_norm: l.vector(&w("attn_norm"), d)?,
+        attn_norm: l.vector(&t(n::ATTN_NORM))?,
         mixer,
-        attn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_attention_norm"), d)?,
-        ffn_norm: l.vector(&w(spec.ffn_norm), d)?,
-        ffn,
-        ffn_post_norm: l.vector_if(spec.sandwich_norms, &w("post_ffw_norm"), d)?,
-        per_layer: per_layer_block(l, hp, i)?,
-        output_scale: match spec.layer_output_scale {
-            true => l
-                .optional_vector(&w("layer_output_scale"), 1)?
-                .map(|s| s[0]),
-            false => None,
-        },
+        attn_post_norm,
+        ffn_norm: l.vector(&t(manifest.ffn_norm))?,
+        ffn: ffn::ffn_weights(l, i)?,
+        ffn_post_norm: l.optional_vector(&t(n::POST_FFW_NORM))?,
+        per_layer: per_layer_block(l, i)?,
+        output_scale: l.optional_vector(&t(n::LAYER_OUTPUT_SCALE))?.map(|s| s[0]),
     })
 }
 
 /// Layer `i`'s use of its per-layer token input, when the model has them.
-fn per_layer_block(
-    l: &mut Loader<'_>,
-    hp: &HyperParams,
-    i: usize,
-) -> Result<Option<PerLayerBlock>, ModelError> {
-    let (d, epl) = (hp.n_embd, hp.n_embd_per_layer);
-    if epl == 0 {
+fn per_layer_block(l: &Loader<'_>, i: usize) -> Result<Option<PerLayerBlock>, ModelError> {
+    if l.hp.n_embd_per_layer == 0 {
         return Ok(None);
     }
-    let n = |s: &str| format!("blk.{i}.{s}");
+    let t = |name: &str| full_name(name, Some(i));
     Ok(Some(PerLayerBlock {
-        gate: l.linear(&n("inp_gate"), d, epl)?,
-        proj: l.linear(&n("proj"), epl, d)?,
-        post_norm: l.vector(&n("post_norm.weight"), d)?,
+        gate: l.linear(&t(n::INP_GATE))?,
+        proj: l.linear(&t(n::PROJ))?,
+        post_norm: l.vector(&t(n::POST_NORM))?,
     }))
 }
 
-/// Layer `i`'s attention, in its own head shape.
-fn attention_weights(
-    l: &mut Loader<'_>,
-    hp: &HyperParams,
-    spec: &ArchSpec,
-    i: usize,
-) -> Result<AttentionWeights, ModelError> {
-    let d = hp.n_embd;
-    let g = hp.attention[i];
-    let gates = if spec.gated_attention { 2 } else { 1 };
-    let (q_dim, k_dim, v_dim) = (
-        gates * hp.n_heads * g.head_dim_k,
-        g.n_kv_heads * g.head_dim_k,
-        g.n_kv_heads * g.head_dim_v,
-    );
-    let n = |s: &str| format!("blk.{i}.{s}");
-    let w = |s: &str| n(&format!("{s}.weight"));
-    let (q, kv) = if l.has(&n("attn_qkv.weight")) {
-        let [q, k, v] = l.split(&n("attn_qkv"), d, [q_dim, k_dim, v_dim])?;
-        let k_norm = l.vector_if(spec.qk_norm, &w("attn_k_norm"), g.head_dim_k)?;
-        (
-            q,
-            Some(KvProjection {
-                k,
-                v: Some(v),
-                k_norm,
-            }),
-        )
+/// Layer `i`'s attention, in its own head shape: fused QKV (split by rows) or
+/// the three apart.
+fn attention_weights(l: &Loader<'_>, i: usize) -> Result<AttentionWeights, ModelError> {
+    let t = |name: &str| full_name(name, Some(i));
+    let (q, kv) = if l.has(&t(n::ATTN_QKV)) {
+        let rows = [Dim::QOut, Dim::KOut, Dim::VOut].map(|d| l.dim(d, i));
+        let [q, k, v] = l.split(&t(n::ATTN_QKV), rows)?;
+        let k_norm = l.optional_vector(&t(n::ATTN_K_NORM))?;
+        let kv = KvProjection {
+            k,
+            v: Some(v),
+            k_norm,
+        };
+        (q, Some(kv))
     } else {
-        let q = l.linear(&n("attn_q"), d, q_dim)?;
-        (q, kv_projection(l, hp, spec, i)?)
+        (l.linear(&t(n::ATTN_Q))?, kv_projection(l, i)?)
     };
     Ok(AttentionWeights {
         q,
         kv,
-        q_norm: l.vector_if(spec.qk_norm, &w("attn_q_norm"), g.head_dim_k)?,
-        o: l.linear(&n("attn_output"), hp.n_heads * g.head_dim_v, d)?,
-        sinks: l.vector_if(spec.attention_sinks, &w("attn_sinks"), hp.n_heads)?,
+        q_norm: l.optional_vector(&t(n::ATTN_Q_NORM))?,
+        o: l.linear(&t(n::ATTN_OUTPUT))?,
+        sinks: l.optional_vector(&t(n::ATTN_SINKS))?,
     })
 }
 
 /// Layer `i`'s key and value projections. A shared-KV layer has none it uses:
 /// the converter may still write them (llama.cpp loads and ignores them), so
-/// they are checked and passed over.
-fn kv_projection(
-    l: &mut Loader<'_>,
-    hp: &HyperParams,
-    spec: &ArchSpec,
-    i: usize,
-) -> Result<Option<KvProjection>, ModelError> {
-    let d = hp.n_embd;
-    let g = hp.attention[i];
-    let (k_dim, v_dim) = (g.n_kv_heads * g.head_dim_k, g.n_kv_heads * g.head_dim_v);
-    let n = |s: &str| format!("blk.{i}.{s}");
-    let w = |s: &str| n(&format!("{s}.weight"));
-    let values_are_keys = spec.keys_as_values && !l.has(&w("attn_v"));
-    if values_are_keys && k_dim != v_dim {
-        return Err(wrong(
-            &w("attn_v"),
-            format!("missing, and keys of {k_dim} cannot stand for values of {v_dim}"),
-        ));
-    }
-    let shared = g.kv_layer != i;
-    if shared && !l.has(&w("attn_k")) {
+/// they are checked and passed over. Without `attn_v` (where the manifest
+/// allows it) the values are the keys.
+fn kv_projection(l: &Loader<'_>, i: usize) -> Result<Option<KvProjection>, ModelError> {
+    let t = |name: &str| full_name(name, Some(i));
+    let shared = l.hp.attention[i].kv_layer != i;
+    if shared && !l.has(&t(n::ATTN_K)) {
         return Ok(None);
     }
-    let k = l.linear(&n("attn_k"), d, k_dim)?;
-    let v = match values_are_keys {
-        true => None,
-        false => Some(l.linear(&n("attn_v"), d, v_dim)?),
+    let (k_dim, v_dim) = (l.dim(Dim::KOut, i), l.dim(Dim::VOut, i));
+    let v = match l.has(&t(n::ATTN_V)) {
+        true => Some(l.linear(&t(n::ATTN_V))?),
+        false if k_dim != v_dim => {
+            return Err(wrong(
+                &t(n::ATTN_V),
+                format!("missing, and keys of {k_dim} cannot stand for values of {v_dim}"),
+            ));
+        }
+        false => None,
     };
-    let k_norm = match shared {
-        true => l.optional_vector(&w("attn_k_norm"), g.head_dim_k)?,
-        false => l.vector_if(spec.qk_norm, &w("attn_k_norm"), g.head_dim_k)?,
+    let kv = KvProjection {
+        k: l.linear(&t(n::ATTN_K))?,
+        v,
+        k_norm: l.optional_vector(&t(n::ATTN_K_NORM))?,
     };
-    Ok((!shared).then_some(KvProjection { k, v, k_norm }))
+    Ok((!shared).then_some(kv))
 }
 
 /// Layer `i`'s gated delta-net.
-fn delta_net_weights(
-    l: &mut Loader<'_>,
-    hp: &HyperParams,
-    dn: &DeltaNetParams,
-    i: usize,
-) -> Result<DeltaNetWeights, ModelError> {
-    let d = hp.n_embd;
-    let (c, v, h, taps) = (
-        dn.conv_channels(),
-        dn.value_dim(),
-        dn.n_v_heads,
-        dn.conv_kernel,
-    );
-    let n = |s: &str| format!("blk.{i}.{s}");
+fn delta_net_weights(l: &Loader<'_>, i: usize) -> Result<DeltaNetWeights, ModelError> {
+    let t = |name: &str| full_name(name, Some(i));
     Ok(DeltaNetWeights {
-        qkv: l.linear(&n("attn_qkv"), d, c)?,
-        gate: l.linear(&n("attn_gate"), d, v)?,
-        beta: l.linear(&n("ssm_beta"), d, h)?,
-        alpha: l.linear(&n("ssm_alpha"), d, h)?,
-        conv: l.vector(&n("ssm_conv1d.weight"), c * taps)?,
-        dt_bias: l.vector(&n("ssm_dt.bias"), h)?,
-        a: l.vector(&n("ssm_a"), h)?,
-        norm: l.vector(&n("ssm_norm.weight"), dn.head_dim)?,
-        out: l.linear(&n("ssm_out"), v, d)?,
-    })
-}
-
-/// The per-pair RoPE factor tensors the architecture reads, if the file has them.
-fn rope_factors(
-    l: &mut Loader<'_>,
-    hp: &HyperParams,
-    spec: &ArchSpec,
-) -> Result<RopeFactorSets, ModelError> {
-    let pairs = hp.rope_dim / 2;
-    Ok(match spec.rope_factors {
-        RopeFactors::None => RopeFactorSets::default(),
-        RopeFactors::Freqs => RopeFactorSets {
-            freqs: l.optional_vector("rope_freqs.weight", pairs)?,
-            ..Default::default()
-        },
-        RopeFactors::LongShort => RopeFactorSets {
-            freqs: None,
-            long: l.optional_vector("rope_factors_long.weight", pairs)?,
-            short: l.optional_vector("rope_factors_short.weight", pairs)?,
-        },
+        qkv: l.linear(&t(n::ATTN_QKV))?,
+        gate: l.linear(&t(n::ATTN_GATE))?,
+        beta: l.linear(&t(n::SSM_BETA))?,
+        alpha: l.linear(&t(n::SSM_ALPHA))?,
+        conv: l.vector(&t(n::SSM_CONV1D))?,
+        dt_bias: l.vector(&t(n::SSM_DT_BIAS))?,
+        a: l.vector(&t(n::SSM_A))?,
+        norm: l.vector(&t(n::SSM_NORM))?,
+        out: l.linear(&t(n::SSM_OUT))?,
     })
 }

@@ -1,7 +1,8 @@
-//! What each architecture is, as one described table: the parts a forward pass
-//! switches on (norms, biases, activation, RoPE pairing, soft-caps, window
-//! pattern, fused matrices, tied head). Adding an architecture is a row here plus
-//! whatever is truly new.
+//! What each architecture is: one module per architecture holds its table
+//! ([`ArchSpec`]: what the forward pass switches on — activation, RoPE
+//! pairing, soft-caps, window pattern, experts) and its tensor manifest
+//! ([`Manifest`]: every tensor name and shape its files have). Adding an
+//! architecture is a module, a variant here, and whatever is truly new.
 //!
 //! Facts follow llama.cpp's model definitions (`src/models/*.cpp`) for the same
 //! GGUF keys and tensor names.
@@ -11,6 +12,21 @@ use ferrox_core::ops::rope::RopeStyle;
 use ferrox_text::chat::BuiltinTemplate;
 
 use crate::error::ModelError;
+
+mod gemma2;
+mod gemma3;
+mod gemma4;
+mod gpt_oss;
+mod llama;
+mod parts;
+mod phi3;
+mod qwen2;
+mod qwen3;
+mod qwen35;
+mod qwen3moe;
+pub mod tensors;
+
+pub use tensors::Manifest;
 
 /// A model architecture ferrox can run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -93,15 +109,6 @@ pub struct ArchSpec {
     pub gate: Gate,
     /// Embeddings multiplied by `sqrt(n_embd)`.
     pub scale_embeddings: bool,
-    /// Per-head RMS norms of queries and keys (`attn_q_norm`, `attn_k_norm`).
-    pub qk_norm: bool,
-    /// RMS norms after attention and after the feed-forward
-    /// (`post_attention_norm`, `post_ffw_norm`).
-    pub sandwich_norms: bool,
-    /// The feed-forward's `ffn_up` holds the gate rows, then the up rows.
-    pub fused_gate_up: bool,
-    /// The output head may be `output.weight` (else the embeddings).
-    pub own_output: bool,
     /// RoPE base when the file gives none.
     pub default_rope_base: f32,
     /// Whether window layers read their own RoPE base (`rope.freq_base_swa`),
@@ -118,17 +125,8 @@ pub struct ArchSpec {
     /// gpt-oss's config says `truncate: false`, and no GGUF key carries it, so
     /// it is a fact of the architecture.
     pub yarn_truncate: bool,
-    /// Tensors of per-pair RoPE factors it may carry: `rope_freqs` (llama3
-    /// scaling) or `rope_factors_long` / `_short` (LongRoPE).
-    pub rope_factors: RopeFactors,
     /// Whether the feed-forward is a mixture of experts, and how it routes.
     pub experts: Experts,
-    /// Each head has a learned sink logit (`attn_sinks`), a softmax term
-    /// without a value (gpt-oss).
-    pub attention_sinks: bool,
-    /// The name of the norm before the feed-forward (gpt-oss and Qwen3.5 call
-    /// it `post_attention_norm`).
-    pub ffn_norm: &'static str,
     /// Some layers are gated delta-net layers (`ssm_*` tensors) instead of
     /// attention, per `attention.recurrent_layers` or `full_attention_interval`.
     pub recurrent_layers: bool,
@@ -144,13 +142,9 @@ pub struct ArchSpec {
     /// The last `attention.shared_kv_layers` layers read the KV of the last
     /// earlier layer of their kind and keep none (Gemma 4).
     pub shared_kv: bool,
-    /// A layer without `attn_v` uses its keys as values (Gemma 4).
-    pub keys_as_values: bool,
     /// `embedding_length_per_layer_input` adds per-layer token inputs
     /// (`per_layer_*`, `inp_gate`, `proj`, `post_norm`; Gemma 4 E2B / E4B).
     pub per_layer_inputs: bool,
-    /// `layer_output_scale` may scale a layer's output (Gemma 4).
-    pub layer_output_scale: bool,
     /// The chat format of a file of this architecture without a template.
     pub builtin_chat: Option<BuiltinTemplate>,
 }
@@ -188,83 +182,6 @@ pub enum Softcap {
     /// As the key says; `default` when the file has no key; 0 means none.
     Key { default: Option<f32> },
 }
-
-/// Which per-pair RoPE factor tensors an architecture reads.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum RopeFactors {
-    None,
-    /// `rope_freqs.weight` (Llama 3.1+).
-    Freqs,
-    /// `rope_factors_long.weight` / `rope_factors_short.weight` (Phi-3 LongRoPE).
-    LongShort,
-}
-
-const LLAMA: ArchSpec = ArchSpec {
-    rope_style: RopeStyle::Normal,
-    gate: Gate::Silu,
-    scale_embeddings: false,
-    qk_norm: false,
-    sandwich_norms: false,
-    fused_gate_up: false,
-    own_output: true,
-    default_rope_base: 10_000.0,
-    local_rope_base: LocalRopeBase::Global,
-    windows: WindowRule::None,
-    attention_scale: AttentionScale::HeadDim,
-    yarn_truncate: true,
-    attn_softcap: Softcap::Never,
-    final_softcap: Softcap::Never,
-    rope_factors: RopeFactors::Freqs,
-    experts: Experts::Dense,
-    attention_sinks: false,
-    ffn_norm: "ffn_norm",
-    recurrent_layers: false,
-    gated_attention: false,
-    value_norm: false,
-    window_shapes: false,
-    shared_kv: false,
-    keys_as_values: false,
-    per_layer_inputs: false,
-    layer_output_scale: false,
-    builtin_chat: None,
-};
-
-const GEMMA2: ArchSpec = ArchSpec {
-    rope_style: RopeStyle::Neox,
-    gate: Gate::GeluTanh,
-    scale_embeddings: true,
-    qk_norm: false,
-    sandwich_norms: true,
-    fused_gate_up: false,
-    own_output: false,
-    default_rope_base: 10_000.0,
-    local_rope_base: LocalRopeBase::Global,
-    windows: WindowRule::Pattern {
-        pattern: 2,
-        default_window: Some(4096),
-    },
-    attention_scale: AttentionScale::GemmaBig { layers: 46 },
-    yarn_truncate: true,
-    attn_softcap: Softcap::Key {
-        default: Some(50.0),
-    },
-    final_softcap: Softcap::Key {
-        default: Some(30.0),
-    },
-    rope_factors: RopeFactors::None,
-    experts: Experts::Dense,
-    attention_sinks: false,
-    ffn_norm: "ffn_norm",
-    recurrent_layers: false,
-    gated_attention: false,
-    value_norm: false,
-    window_shapes: false,
-    shared_kv: false,
-    keys_as_values: false,
-    per_layer_inputs: false,
-    layer_output_scale: false,
-    builtin_chat: Some(BuiltinTemplate::GemmaTurns),
-};
 
 impl Architecture {
     /// Every supported architecture.
@@ -311,90 +228,32 @@ impl Architecture {
     /// The architecture's table.
     pub fn spec(self) -> ArchSpec {
         match self {
-            Architecture::Llama => LLAMA,
-            Architecture::Qwen2 => ArchSpec {
-                rope_style: RopeStyle::Neox,
-                default_rope_base: 1_000_000.0,
-                rope_factors: RopeFactors::None,
-                ..LLAMA
-            },
-            Architecture::Qwen3 => ArchSpec {
-                rope_style: RopeStyle::Neox,
-                qk_norm: true,
-                default_rope_base: 1_000_000.0,
-                rope_factors: RopeFactors::None,
-                ..LLAMA
-            },
-            Architecture::Qwen3Moe => ArchSpec {
-                experts: Experts::SoftmaxTopK { normalize: true },
-                ..Architecture::Qwen3.spec()
-            },
-            Architecture::Phi3 => ArchSpec {
-                rope_style: RopeStyle::Neox,
-                fused_gate_up: true,
-                rope_factors: RopeFactors::LongShort,
-                ..LLAMA
-            },
-            Architecture::Gemma2 => GEMMA2,
-            Architecture::Gemma3 => ArchSpec {
-                qk_norm: true,
-                own_output: false,
-                default_rope_base: 1_000_000.0,
-                local_rope_base: LocalRopeBase::Key {
-                    default: Some(10_000.0),
-                },
-                windows: WindowRule::Pattern {
-                    pattern: 6,
-                    default_window: None,
-                },
-                attention_scale: AttentionScale::GemmaBig { layers: 62 },
-                attn_softcap: Softcap::Never,
-                final_softcap: Softcap::Key { default: None },
-                ..GEMMA2
-            },
-            Architecture::GptOss => ArchSpec {
-                rope_style: RopeStyle::Neox,
-                gate: Gate::SwigluOai,
-                windows: WindowRule::Pattern {
-                    pattern: 2,
-                    default_window: Some(128),
-                },
-                rope_factors: RopeFactors::None,
-                yarn_truncate: false,
-                experts: Experts::TopKSoftmax,
-                attention_sinks: true,
-                ffn_norm: "post_attention_norm",
-                ..LLAMA
-            },
-            Architecture::Qwen35 => ArchSpec {
-                rope_style: RopeStyle::Neox,
-                qk_norm: true,
-                default_rope_base: 10_000_000.0,
-                rope_factors: RopeFactors::None,
-                ffn_norm: "post_attention_norm",
-                recurrent_layers: true,
-                gated_attention: true,
-                ..LLAMA
-            },
-            Architecture::Gemma4 => ArchSpec {
-                windows: WindowRule::Pattern {
-                    pattern: 6,
-                    default_window: None,
-                },
-                attention_scale: AttentionScale::One,
-                local_rope_base: LocalRopeBase::Key { default: None },
-                rope_factors: RopeFactors::Freqs,
-                own_output: true,
-                value_norm: true,
-                window_shapes: true,
-                shared_kv: true,
-                keys_as_values: true,
-                per_layer_inputs: true,
-                layer_output_scale: true,
-                experts: Experts::BesideDense,
-                builtin_chat: None,
-                ..Architecture::Gemma3.spec()
-            },
+            Architecture::Llama => llama::SPEC,
+            Architecture::Qwen2 => qwen2::SPEC,
+            Architecture::Qwen3 => qwen3::SPEC,
+            Architecture::Qwen3Moe => qwen3moe::SPEC,
+            Architecture::Phi3 => phi3::SPEC,
+            Architecture::Gemma2 => gemma2::SPEC,
+            Architecture::Gemma3 => gemma3::SPEC,
+            Architecture::GptOss => gpt_oss::SPEC,
+            Architecture::Qwen35 => qwen35::SPEC,
+            Architecture::Gemma4 => gemma4::SPEC,
+        }
+    }
+
+    /// The architecture's tensors.
+    pub fn tensors(self) -> Manifest {
+        match self {
+            Architecture::Llama => llama::TENSORS,
+            Architecture::Qwen2 => qwen2::TENSORS,
+            Architecture::Qwen3 => qwen3::TENSORS,
+            Architecture::Qwen3Moe => qwen3moe::TENSORS,
+            Architecture::Phi3 => phi3::TENSORS,
+            Architecture::Gemma2 => gemma2::TENSORS,
+            Architecture::Gemma3 => gemma3::TENSORS,
+            Architecture::GptOss => gpt_oss::TENSORS,
+            Architecture::Qwen35 => qwen35::TENSORS,
+            Architecture::Gemma4 => gemma4::TENSORS,
         }
     }
 }
