@@ -16,7 +16,9 @@ use std::f64::consts::PI;
 use ferrox_core::DType;
 use ferrox_gguf::{GgufFile, GgufWriter, Value};
 
-use ferrox_models::Architecture;
+use ferrox_models::arch::Experts;
+use ferrox_models::arch::tensors::{Role, Tensor, names};
+use ferrox_models::{Architecture, HyperParams};
 
 mod gemma4;
 mod real_size;
@@ -209,14 +211,6 @@ const N_LAYERS: usize = 2;
 /// deviation 0.5): logits of a tied head then spread by about 4.
 const EMBD_SCALE: f32 = 0.87;
 
-/// Layer `i`'s `ffn_gate`, `ffn_up` and `ffn_down`, `d` wide outside, `ff` inside.
-fn dense_ffn(b: &mut Builder, i: usize, d: usize, ff: usize) {
-    let n = |s: &str| format!("blk.{i}.{s}.weight");
-    b.matrix(n("ffn_gate"), d, ff);
-    b.matrix(n("ffn_up"), d, ff);
-    b.matrix(n("ffn_down"), ff, d);
-}
-
 /// A deterministic stream of uniform values in [-1, 1).
 struct Uniform(u64);
 
@@ -285,11 +279,6 @@ impl Builder {
             .expect("valid tensor");
     }
 
-    /// A `[cols] -> [rows]` matrix with values of standard deviation `1/sqrt(cols)`.
-    fn matrix(&mut self, name: String, cols: usize, rows: usize) {
-        self.matrix_scaled(name, cols, rows, (3.0 / cols as f32).sqrt());
-    }
-
     /// A matrix of values uniform in `[-scale, scale)`.
     fn matrix_scaled(&mut self, name: String, cols: usize, rows: usize, scale: f32) {
         self.matrices(name, cols, rows, 1, scale);
@@ -313,11 +302,6 @@ impl Builder {
             &[cols, rows, n]
         };
         self.tensor(name, dtype, shape, &v);
-    }
-
-    fn vector(&mut self, name: String, len: usize, scale: f32, offset: f32) {
-        let v = self.rnd.values(len, scale, offset);
-        self.tensor(name, DType::F32, &[len], &v);
     }
 }
 
@@ -389,22 +373,108 @@ impl Family {
                 (self.n_layers(), experts, !self.own_head)
             }),
         };
-        let n_vocab = self.metadata(&mut b.w, b.shape, vocab);
-        let d = b.shape.n_embd;
+        self.metadata(&mut b.w, b.shape, vocab);
         let embd_type = match b.q4_k_m {
             Some((layers, experts, tied)) => {
                 q4_k_m_type("token_embd.weight", layers, experts, tied)
             }
             None => b.types[0],
         };
-        let embd = b.rnd.values(d * n_vocab, EMBD_SCALE, 0.0);
-        b.tensor("token_embd.weight".into(), embd_type, &[d, n_vocab], &embd);
-        for i in 0..self.n_layers() {
-            self.layer(&mut b, i);
+        let hp = hyper_params(&b.w);
+        for t in self.arch.tensors().resolve(&hp) {
+            if self.writes(&t, b.shape) {
+                self.write(&mut b, &t, embd_type);
+            }
         }
-        b.vector("output_norm.weight".into(), d, 0.2, 1.0);
-        self.globals(&mut b, n_vocab);
         b.w.to_bytes()
+    }
+
+    /// Whether the file has tensor `t`: every required one, and the optional
+    /// ones the copied model's converter writes.
+    fn writes(&self, t: &Tensor, shape: Shape) -> bool {
+        let name = t
+            .name
+            .rsplit_once("blk.")
+            .map_or(t.name.as_str(), |(_, rest)| {
+                rest.split_once('.').map_or(rest, |(_, name)| name)
+            });
+        match (t.required, t.alternative, name) {
+            (true, _, _) => true,
+            (_, true, _) => false,
+            (_, _, names::OUTPUT) => self.own_head,
+            (_, _, names::ATTN_V) => {
+                !self
+                    .gemma4_shape(shape, t.layer.expect("a layer tensor"))
+                    .values_are_keys
+            }
+            _ => true,
+        }
+    }
+
+    /// Writes tensor `t` with values of its role.
+    fn write(&self, b: &mut Builder, t: &Tensor, embd_type: DType) {
+        let name = t.name.clone();
+        let (cols, rows) = (t.shape[0], t.shape.get(1).copied().unwrap_or(1));
+        let fixed = |b: &mut Builder, scale: f32, offset: f32| {
+            let v = b.rnd.values(t.shape.iter().product(), scale, offset);
+            b.tensor(name.clone(), DType::F32, &t.shape, &v);
+        };
+        match t.role {
+            Role::Embedding => {
+                let v = b.rnd.values(cols * rows, EMBD_SCALE, 0.0);
+                b.tensor(name, embd_type, &t.shape, &v);
+            }
+            Role::Linear => {
+                let n = t.shape.get(2).copied().unwrap_or(1);
+                b.matrices(name, cols, rows, n, (3.0 / cols as f32).sqrt());
+            }
+            // As wide as the embeddings, so the logits are as peaked as a tied
+            // head's (greedy steps are then far from ties).
+            Role::Head => b.matrix_scaled(name, cols, rows, EMBD_SCALE),
+            Role::PerLayerEmbedding => b.matrix_scaled(name, cols, rows, 0.3),
+            // The router is F32 in the real files; its logits spread by about 3,
+            // so routing is decided well away from ties (Gemma 4's input is
+            // normed to 1/sqrt(d) per value).
+            Role::Router => {
+                let fan_in = match self.arch.spec().experts {
+                    Experts::BesideDense => 1.0,
+                    _ => cols as f32,
+                };
+                fixed(b, (27.0 / fan_in).sqrt(), 0.0);
+            }
+            Role::Gain => fixed(b, 0.2, 1.0),
+            Role::Bias => fixed(b, 0.3, 0.0),
+            Role::RouterBias => fixed(b, 1.0, 0.0),
+            // Sinks of the size of the scores, so they take a real share.
+            Role::Sinks => fixed(b, 1.0, 0.5),
+            Role::ExpertScale => fixed(b, 0.3, 1.0),
+            Role::OutputScale => fixed(b, 0.3, 0.7),
+            Role::Conv => fixed(b, 0.5, 0.0),
+            Role::DtBias => fixed(b, 0.5, 1.0),
+            // -exp(A_log): decays between e^-0.1 and e^-2 per unit of softplus.
+            Role::Decay => fixed(b, 0.95, -1.05),
+            Role::RopeFactors => {
+                let f = self.rope_factors(&t.name, b.shape);
+                b.tensor(name, DType::F32, &t.shape, &f);
+            }
+        }
+    }
+
+    /// The values of RoPE factor tensor `name`: Llama 3's, LongRoPE's long and
+    /// short sets, or Gemma 4's proportional RoPE (a quarter of each full head
+    /// turns; the converter's `1e30` stops the rest).
+    fn rope_factors(&self, name: &str, shape: Shape) -> Vec<f32> {
+        let pairs = self.rope_dim(shape) / 2;
+        match (self.arch, name) {
+            (Architecture::Llama, _) => {
+                let scale = self.rope_scale.expect("Llama 3's RoPE factors");
+                llama3_factors(shape.head_dim, self.rope_base, scale)
+            }
+            (Architecture::Gemma4, _) => crate::proportional_rope(shape.head_dim / 2),
+            (_, names::ROPE_FACTORS_LONG) => (0..pairs).map(|i| 1.0 + 3.0 * i as f32).collect(),
+            (_, names::ROPE_FACTORS_SHORT) => (0..pairs).map(|i| 1.0 + 0.05 * i as f32).collect(),
+            _ => unreachable!("{name} is not a RoPE factor tensor of {:?}", self.arch),
+        }
     }
 
     /// The widths of `variant`'s file: K-quants need whole 256-value rows, so
@@ -561,165 +631,16 @@ impl Family {
         n_vocab
     }
 
-    /// Qwen3.5's layer 0, a gated delta-net (`ssm_*`), with its feed-forward.
-    fn delta_net_layer(&self, b: &mut Builder, i: usize) {
-        let n = |s: &str| format!("blk.{i}.{s}.weight");
-        let Shape {
-            n_embd: d,
-            n_ff: ff,
-            head_dim,
-            ..
-        } = b.shape;
-        let (n_k, n_v) = QWEN35_SSM_HEADS;
-        let (v, c) = (n_v * head_dim, (2 * n_k + n_v) * head_dim);
-        b.vector(n("attn_norm"), d, 0.2, 1.0);
-        b.matrix(n("attn_qkv"), d, c);
-        b.matrix(n("attn_gate"), d, v);
-        b.matrix(n("ssm_beta"), d, n_v);
-        b.matrix(n("ssm_alpha"), d, n_v);
-        let conv = b.rnd.values(4 * c, 0.5, 0.0);
-        b.tensor(n("ssm_conv1d"), DType::F32, &[4, c], &conv);
-        b.vector(format!("blk.{i}.ssm_dt.bias"), n_v, 0.5, 1.0);
-        // -exp(A_log): decays between e^-0.1 and e^-2 per unit of softplus.
-        b.vector(format!("blk.{i}.ssm_a"), n_v, 0.95, -1.05);
-        b.vector(n("ssm_norm"), head_dim, 0.2, 1.0);
-        b.matrix(n("ssm_out"), v, d);
-        b.vector(n("post_attention_norm"), d, 0.2, 1.0);
-        dense_ffn(b, i, d, ff);
-    }
-
-    fn layer(&self, b: &mut Builder, i: usize) {
-        if self.arch == Architecture::Qwen35 && i == 0 {
-            return self.delta_net_layer(b, i);
-        }
-        if self.arch == Architecture::Gemma4 {
-            return self.gemma4_layer(b, i);
-        }
-        let n = |s: &str| format!("blk.{i}.{s}.weight");
-        let Shape {
-            n_embd: d,
-            n_ff: ff,
-            head_dim,
-            ..
-        } = b.shape;
-        let (q, kv) = (self.n_heads * head_dim, self.n_kv_heads * head_dim);
-        b.vector(n("attn_norm"), d, 0.2, 1.0);
-        if self.arch == Architecture::Phi3 {
-            b.matrix(n("attn_qkv"), d, q + 2 * kv);
-        } else {
-            let gates = if self.arch == Architecture::Qwen35 {
-                2
-            } else {
-                1
-            };
-            b.matrix(n("attn_q"), d, gates * q);
-            b.matrix(n("attn_k"), d, kv);
-            b.matrix(n("attn_v"), d, kv);
-        }
-        if matches!(self.arch, Architecture::Qwen2 | Architecture::GptOss) {
-            for (s, len) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
-                b.vector(format!("blk.{i}.{s}.bias"), len, 0.3, 0.0);
-            }
-        }
-        if matches!(
-            self.arch,
-            Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Qwen35
-        ) {
-            b.vector(n("attn_q_norm"), head_dim, 0.2, 1.0);
-            b.vector(n("attn_k_norm"), head_dim, 0.2, 1.0);
-        }
-        b.matrix(n("attn_output"), q, d);
-        let oss = self.arch == Architecture::GptOss;
-        if oss {
-            b.vector(format!("blk.{i}.attn_output.bias"), d, 0.3, 0.0);
-            // Sinks of the size of the scores, so they take a real share.
-            b.vector(n("attn_sinks"), self.n_heads, 1.0, 0.5);
-            b.vector(n("post_attention_norm"), d, 0.2, 1.0);
-        } else if self.arch == Architecture::Qwen35 {
-            b.vector(n("post_attention_norm"), d, 0.2, 1.0);
-        } else {
-            b.vector(n("ffn_norm"), d, 0.2, 1.0);
-        }
-        if let Some(e) = self.experts {
-            let eff = b.shape.expert_ff;
-            // The router is F32 in the real files; its logits spread by about 3,
-            // so routing is decided well away from ties.
-            let v = b.rnd.values(d * e.n_experts, (27.0 / d as f32).sqrt(), 0.0);
-            b.tensor(n("ffn_gate_inp"), DType::F32, &[d, e.n_experts], &v);
-            if oss {
-                b.vector(format!("blk.{i}.ffn_gate_inp.bias"), e.n_experts, 1.0, 0.0);
-            }
-            let s = (3.0 / d as f32).sqrt();
-            b.matrices(n("ffn_gate_exps"), d, eff, e.n_experts, s);
-            b.matrices(n("ffn_up_exps"), d, eff, e.n_experts, s);
-            b.matrices(
-                n("ffn_down_exps"),
-                eff,
-                d,
-                e.n_experts,
-                (3.0 / eff as f32).sqrt(),
-            );
-            if oss {
-                for (t, rows) in [("gate", eff), ("up", eff), ("down", d)] {
-                    let name = format!("blk.{i}.ffn_{t}_exps.bias");
-                    let v = b.rnd.values(rows * e.n_experts, 0.3, 0.0);
-                    b.tensor(name, DType::F32, &[rows, e.n_experts], &v);
-                }
-            }
-            return;
-        }
-        if self.arch == Architecture::Phi3 {
-            b.matrix(n("ffn_up"), d, 2 * ff);
-            b.matrix(n("ffn_down"), ff, d);
-        } else {
-            dense_ffn(b, i, d, ff);
-        }
-        if self.arch == Architecture::Gemma2 {
-            b.vector(n("post_attention_norm"), d, 0.2, 1.0);
-            b.vector(n("post_ffw_norm"), d, 0.2, 1.0);
-        }
-    }
-
     /// Rotated dims of each head of a file of `shape`.
     fn rope_dim(&self, shape: Shape) -> usize {
         shape.head_dim * self.rotary.0 / self.rotary.1
     }
+}
 
-    /// The output head and RoPE factor tensors.
-    fn globals(&self, b: &mut Builder, n_vocab: usize) {
-        let pairs = self.rope_dim(b.shape) / 2;
-        if self.own_head {
-            // As wide as the embeddings, so the logits are as peaked as a
-            // tied head's (greedy steps are then far from ties).
-            let d = b.shape.n_embd;
-            b.matrix_scaled("output.weight".into(), d, n_vocab, EMBD_SCALE);
-        }
-        match self.arch {
-            Architecture::Llama => {
-                let scale = self.rope_scale.expect("Llama 3's RoPE factors");
-                let f = llama3_factors(b.shape.head_dim, self.rope_base, scale);
-                b.tensor("rope_freqs.weight".into(), DType::F32, &[pairs], &f);
-            }
-            Architecture::Gemma4 => self.gemma4_globals(b, n_vocab),
-            Architecture::Phi3 => {
-                let long: Vec<f32> = (0..pairs).map(|i| 1.0 + 3.0 * i as f32).collect();
-                let short: Vec<f32> = (0..pairs).map(|i| 1.0 + 0.05 * i as f32).collect();
-                b.tensor(
-                    "rope_factors_long.weight".into(),
-                    DType::F32,
-                    &[pairs],
-                    &long,
-                );
-                b.tensor(
-                    "rope_factors_short.weight".into(),
-                    DType::F32,
-                    &[pairs],
-                    &short,
-                );
-            }
-            _ => {}
-        }
-    }
+/// The hyper-parameters of the metadata written so far.
+fn hyper_params(w: &GgufWriter) -> HyperParams {
+    let file = GgufFile::from_bytes(w.to_bytes()).expect("the metadata parses");
+    HyperParams::from_metadata(&file.header().metadata).expect("a family's keys are valid")
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use ferrox_hub::catalog;
+use ferrox_models::arch::tensors::{Role, Tensor, full_name, names};
 
 pub mod family;
 pub mod golden;
@@ -145,6 +146,34 @@ pub struct TinyModel {
     pub context_length: usize,
 }
 
+/// The offset and spread of an f32 tensor of the tiny models, by its role
+/// (`None`: a quantized matrix, or RoPE factors).
+fn tiny_values(t: &Tensor) -> Option<(f32, f32)> {
+    Some(match t.role {
+        Role::Gain => (1.0, 0.2),
+        Role::Bias => (0.0, 0.1),
+        Role::RouterBias | Role::Conv => (0.0, 0.5),
+        Role::Sinks | Role::Router => (0.0, 1.0),
+        Role::DtBias => (1.0, 0.5),
+        Role::Decay => (-1.0, 0.9),
+        Role::OutputScale => (0.8, 0.2),
+        Role::ExpertScale => (1.0, 0.2),
+        Role::Embedding
+        | Role::Linear
+        | Role::Head
+        | Role::PerLayerEmbedding
+        | Role::RopeFactors => return None,
+    })
+}
+
+/// Proportional RoPE's factors over `pairs` pairs: a quarter of each head
+/// turns, the converter's `1e30` stops the rest.
+pub(crate) fn proportional_rope(pairs: usize) -> Vec<f32> {
+    (0..pairs)
+        .map(|p| if p < pairs / 4 { 1.0 } else { 1e30 })
+        .collect()
+}
+
 impl TinyModel {
     /// A two-layer tiny model of `architecture` (four for Gemma 4, whose last
     /// two layers share the first two's KV).
@@ -226,7 +255,6 @@ impl TinyModel {
         // Qwen3.5: layer 0 a gated delta-net (2 key heads, 4 value heads of 8),
         // the others gated attention.
         let (ssm_k, ssm_v, conv) = (2usize, 4usize, 4usize);
-        let ssm_c = (2 * ssm_k + ssm_v) * hd;
         if self.architecture == ferrox_models::Architecture::Qwen35 {
             let flags = (0..self.n_layers).map(|i| i == 0).collect();
             w.set(k("ssm.conv_kernel"), Value::U32(conv as u32))
@@ -296,210 +324,64 @@ impl TinyModel {
             .set("tokenizer.ggml.merges", Value::Array(Array::String(vec![])))
             .set("tokenizer.ggml.bos_token_id", Value::U32(0))
             .set("tokenizer.ggml.eos_token_id", Value::U32(1));
+        let file = ferrox_gguf::GgufFile::from_bytes(w.to_bytes()).expect("tiny metadata parses");
+        let hp = ferrox_models::HyperParams::from_metadata(&file.header().metadata)
+            .expect("tiny keys are valid");
         let types = [DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::F16];
-        let mut pick = 0usize;
-        // `[cols, rows]`, or `[cols, rows, experts]` stacked.
-        let mut mats =
-            |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, shape: &[usize]| {
-                let t = types[pick % types.len()];
-                pick += 1;
-                let vals: Vec<f32> = (0..shape.iter().product()).map(|_| rnd() * 0.4).collect();
-                let dims: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
-                w.add_tensor(
-                    name,
-                    t,
-                    &dims,
-                    quantize(t, &vals).expect("tiny shapes are whole blocks"),
-                )
-                .expect("valid tensor");
+        let mut picked = 0usize;
+        for t in self.architecture.tensors().resolve(&hp) {
+            if !self.writes(&t) {
+                continue;
+            }
+            let (dtype, values) = match tiny_values(&t) {
+                Some((offset, scale)) => (
+                    DType::F32,
+                    (0..t.shape.iter().product())
+                        .map(|_| offset + scale * rnd())
+                        .collect(),
+                ),
+                None if t.role == Role::RopeFactors => (DType::F32, proportional_rope(t.shape[0])),
+                None => {
+                    picked += 1;
+                    let v: Vec<f32> = (0..t.shape.iter().product()).map(|_| rnd() * 0.4).collect();
+                    (types[(picked - 1) % types.len()], v)
+                }
             };
-        // An F32 tensor of `shape`, values `offset + scale * uniform(-1, 1)`.
-        let f32_t = |w: &mut GgufWriter,
-                     rnd: &mut dyn FnMut() -> f32,
-                     name: String,
-                     shape: &[usize],
-                     (offset, scale): (f32, f32)| {
-            let vals: Vec<f32> = (0..shape.iter().product())
-                .map(|_| offset + scale * rnd())
-                .collect();
-            let dims: Vec<u64> = shape.iter().map(|&s| s as u64).collect();
+            let dims: Vec<u64> = t.shape.iter().map(|&s| s as u64).collect();
             w.add_tensor(
-                name,
-                DType::F32,
+                t.name,
+                dtype,
                 &dims,
-                quantize(DType::F32, &vals).expect("f32"),
+                quantize(dtype, &values).expect("tiny shapes are whole blocks"),
             )
             .expect("valid tensor");
-        };
-        let vec_t = |w: &mut GgufWriter, rnd: &mut dyn FnMut() -> f32, name: String, len: usize| {
-            f32_t(w, rnd, name, &[len], (1.0, 0.2));
-        };
-        use ferrox_models::Architecture as A;
-        let arch = self.architecture;
-        mats(&mut w, &mut rnd, "token_embd.weight".into(), &[d, vocab]);
-        for i in 0..self.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            vec_t(&mut w, &mut rnd, n("attn_norm"), d);
-            if arch == A::Qwen35 && i == 0 {
-                let b = |s: &str| format!("blk.{i}.{s}");
-                mats(&mut w, &mut rnd, n("attn_qkv"), &[d, ssm_c]);
-                mats(&mut w, &mut rnd, n("attn_gate"), &[d, ssm_v * hd]);
-                mats(&mut w, &mut rnd, n("ssm_beta"), &[d, ssm_v]);
-                mats(&mut w, &mut rnd, n("ssm_alpha"), &[d, ssm_v]);
-                f32_t(
-                    &mut w,
-                    &mut rnd,
-                    n("ssm_conv1d"),
-                    &[conv, ssm_c],
-                    (0.0, 0.5),
-                );
-                f32_t(&mut w, &mut rnd, b("ssm_dt.bias"), &[ssm_v], (1.0, 0.5));
-                f32_t(&mut w, &mut rnd, b("ssm_a"), &[ssm_v], (-1.0, 0.9));
-                vec_t(&mut w, &mut rnd, n("ssm_norm"), hd);
-                mats(&mut w, &mut rnd, n("ssm_out"), &[ssm_v * hd, d]);
-                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
-                mats(&mut w, &mut rnd, n("ffn_gate"), &[d, ff]);
-                mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
-                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
-                continue;
-            }
-            if gemma4 {
-                let (nkv, hd, ff) = g4(i);
-                mats(&mut w, &mut rnd, n("attn_q"), &[d, nh * hd]);
-                mats(&mut w, &mut rnd, n("attn_k"), &[d, nkv * hd]);
-                if swa(i) {
-                    mats(&mut w, &mut rnd, n("attn_v"), &[d, nkv * hd]);
-                }
-                vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
-                vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
-                mats(&mut w, &mut rnd, n("attn_output"), &[nh * hd, d]);
-                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
-                vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
-                mats(&mut w, &mut rnd, n("ffn_gate"), &[d, ff]);
-                mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
-                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
-                vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
-                mats(&mut w, &mut rnd, n("inp_gate"), &[d, epl]);
-                mats(&mut w, &mut rnd, n("proj"), &[epl, d]);
-                vec_t(&mut w, &mut rnd, n("post_norm"), d);
-                f32_t(&mut w, &mut rnd, n("layer_output_scale"), &[1], (0.8, 0.2));
-                continue;
-            }
-            let gates = if arch == A::Qwen35 { 2 } else { 1 };
-            if arch == A::Phi3 {
-                mats(&mut w, &mut rnd, n("attn_qkv"), &[d, (nh + 2 * nkv) * hd]);
-            } else {
-                mats(&mut w, &mut rnd, n("attn_q"), &[d, gates * nh * hd]);
-                mats(&mut w, &mut rnd, n("attn_k"), &[d, nkv * hd]);
-                mats(&mut w, &mut rnd, n("attn_v"), &[d, nkv * hd]);
-            }
-            mats(&mut w, &mut rnd, n("attn_output"), &[nh * hd, d]);
-            let b = |s: &str| format!("blk.{i}.{s}.bias");
-            if arch == A::GptOss {
-                f32_t(&mut w, &mut rnd, b("attn_output"), &[d], (0.0, 0.1));
-                f32_t(&mut w, &mut rnd, n("attn_sinks"), &[nh], (0.0, 1.0));
-                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
-                f32_t(
-                    &mut w,
-                    &mut rnd,
-                    b("ffn_gate_inp"),
-                    &[n_experts],
-                    (0.0, 0.5),
-                );
-                for (t, rows) in [("gate", expert_ff), ("up", expert_ff), ("down", d)] {
-                    let name = b(&format!("ffn_{t}_exps"));
-                    f32_t(&mut w, &mut rnd, name, &[rows, n_experts], (0.0, 0.1));
-                }
-            } else if arch == A::Qwen35 {
-                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
-            } else {
-                vec_t(&mut w, &mut rnd, n("ffn_norm"), d);
-            }
-            if moe {
-                f32_t(
-                    &mut w,
-                    &mut rnd,
-                    n("ffn_gate_inp"),
-                    &[d, n_experts],
-                    (0.0, 1.0),
-                );
-                mats(
-                    &mut w,
-                    &mut rnd,
-                    n("ffn_gate_exps"),
-                    &[d, expert_ff, n_experts],
-                );
-                mats(
-                    &mut w,
-                    &mut rnd,
-                    n("ffn_up_exps"),
-                    &[d, expert_ff, n_experts],
-                );
-                mats(
-                    &mut w,
-                    &mut rnd,
-                    n("ffn_down_exps"),
-                    &[expert_ff, d, n_experts],
-                );
-            } else if arch == A::Phi3 {
-                mats(&mut w, &mut rnd, n("ffn_up"), &[d, 2 * ff]);
-                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
-            } else {
-                mats(&mut w, &mut rnd, n("ffn_gate"), &[d, ff]);
-                mats(&mut w, &mut rnd, n("ffn_up"), &[d, ff]);
-                mats(&mut w, &mut rnd, n("ffn_down"), &[ff, d]);
-            }
-            if matches!(arch, A::Gemma3 | A::Qwen3 | A::Qwen3Moe | A::Qwen35) {
-                vec_t(&mut w, &mut rnd, n("attn_q_norm"), hd);
-                vec_t(&mut w, &mut rnd, n("attn_k_norm"), hd);
-            }
-            if matches!(arch, A::Gemma2 | A::Gemma3) {
-                vec_t(&mut w, &mut rnd, n("post_attention_norm"), d);
-                vec_t(&mut w, &mut rnd, n("post_ffw_norm"), d);
-            }
-            if matches!(arch, A::Qwen2 | A::GptOss) {
-                for (s, len) in [
-                    ("attn_q", nh * hd),
-                    ("attn_k", nkv * hd),
-                    ("attn_v", nkv * hd),
-                ] {
-                    f32_t(&mut w, &mut rnd, b(s), &[len], (0.0, 0.1));
-                }
-            }
-        }
-        vec_t(&mut w, &mut rnd, "output_norm.weight".into(), d);
-        if gemma4 {
-            let width = epl * self.n_layers;
-            mats(
-                &mut w,
-                &mut rnd,
-                "per_layer_token_embd.weight".into(),
-                &[width, vocab],
-            );
-            mats(
-                &mut w,
-                &mut rnd,
-                "per_layer_model_proj.weight".into(),
-                &[d, width],
-            );
-            vec_t(&mut w, &mut rnd, "per_layer_proj_norm.weight".into(), epl);
-            // Proportional RoPE: a quarter of each full head turns.
-            let pairs = full_hd / 2;
-            let factors: Vec<f32> = (0..pairs)
-                .map(|p| if p < pairs / 4 { 1.0 } else { 1e30 })
-                .collect();
-            w.add_tensor(
-                "rope_freqs.weight",
-                DType::F32,
-                &[pairs as u64],
-                quantize(DType::F32, &factors).expect("f32"),
-            )
-            .expect("valid tensor");
-        }
-        if matches!(arch, A::Llama | A::Phi3 | A::GptOss) {
-            mats(&mut w, &mut rnd, "output.weight".into(), &[d, vocab]);
         }
         w.to_bytes()
+    }
+
+    /// Whether the tiny file has tensor `t`: every required one, an own head
+    /// for Llama, Phi-3 and gpt-oss, RoPE factors for Gemma 4 only, and values
+    /// on Gemma 4's window layers only (its full layers use their keys).
+    fn writes(&self, t: &Tensor) -> bool {
+        use ferrox_models::Architecture as A;
+        let arch = self.architecture;
+        let is = |name: &str| t.name == full_name(name, t.layer);
+        if t.required {
+            return true;
+        }
+        if t.alternative {
+            return false;
+        }
+        if is(names::OUTPUT) {
+            return matches!(arch, A::Llama | A::Phi3 | A::GptOss);
+        }
+        if t.role == Role::RopeFactors {
+            return arch == A::Gemma4;
+        }
+        if is(names::ATTN_V) {
+            return t.layer.is_some_and(|i| i.is_multiple_of(2));
+        }
+        true
     }
 
     /// The model loaded, on `threads` threads, on the default activation path.

@@ -1,10 +1,9 @@
 //! Gemma 4's families: four layers (a window layer, a full one, then again),
 //! every key and tensor name the converter writes for the model copied.
 
-use ferrox_core::DType;
 use ferrox_gguf::{Array, GgufWriter, Value};
 
-use super::{Builder, Family, Shape, dense_ffn};
+use super::{Family, Shape};
 
 /// The Gemma 4 model a family copies.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -27,13 +26,12 @@ const WINDOW: usize = 8;
 const PER_LAYER: usize = 32;
 
 /// One layer's attention and feed-forward shape.
-struct LayerShape {
+pub(super) struct LayerShape {
     window: bool,
     n_kv_heads: usize,
-    head_dim: usize,
     ff: usize,
     /// Values are the keys (no `attn_v`).
-    values_are_keys: bool,
+    pub(super) values_are_keys: bool,
 }
 
 impl Family {
@@ -49,7 +47,7 @@ impl Family {
         }
     }
 
-    fn gemma4_shape(&self, shape: Shape, i: usize) -> LayerShape {
+    pub(super) fn gemma4_shape(&self, shape: Shape, i: usize) -> LayerShape {
         let window = i.is_multiple_of(2);
         let shared = i >= self.n_layers() - self.shared_kv_layers();
         let (n_kv_heads, values_are_keys) = match self.like() {
@@ -60,11 +58,6 @@ impl Family {
         LayerShape {
             window,
             n_kv_heads,
-            head_dim: if window {
-                shape.head_dim / 2
-            } else {
-                shape.head_dim
-            },
             ff: if shared { 2 * shape.n_ff } else { shape.n_ff },
             values_are_keys,
         }
@@ -109,75 +102,6 @@ impl Family {
                 w.set(k("feed_forward_length"), per_layer(&|l| l.ff))
                     .set(k("embedding_length_per_layer_input"), u(PER_LAYER));
             }
-        }
-    }
-
-    /// Layer `i`: attention in its own shape, sandwich norms, the feed-forward,
-    /// the per-layer input block (E2B) and the output scale.
-    pub(super) fn gemma4_layer(&self, b: &mut Builder, i: usize) {
-        let n = |s: &str| format!("blk.{i}.{s}.weight");
-        let d = b.shape.n_embd;
-        let l = self.gemma4_shape(b.shape, i);
-        let (q, kv) = (self.n_heads * l.head_dim, l.n_kv_heads * l.head_dim);
-        b.vector(n("attn_norm"), d, 0.2, 1.0);
-        b.matrix(n("attn_q"), d, q);
-        b.matrix(n("attn_k"), d, kv);
-        if !l.values_are_keys {
-            b.matrix(n("attn_v"), d, kv);
-        }
-        b.vector(n("attn_q_norm"), l.head_dim, 0.2, 1.0);
-        b.vector(n("attn_k_norm"), l.head_dim, 0.2, 1.0);
-        b.matrix(n("attn_output"), q, d);
-        b.vector(n("post_attention_norm"), d, 0.2, 1.0);
-        b.vector(n("ffn_norm"), d, 0.2, 1.0);
-        dense_ffn(b, i, d, l.ff);
-        if self.like() == Gemma4Like::Moe {
-            self.gemma4_experts(b, i);
-        }
-        b.vector(n("post_ffw_norm"), d, 0.2, 1.0);
-        if self.like() == Gemma4Like::E2b {
-            b.matrix(n("inp_gate"), d, PER_LAYER);
-            b.matrix(n("proj"), PER_LAYER, d);
-            b.vector(n("post_norm"), d, 0.2, 1.0);
-        }
-        b.vector(n("layer_output_scale"), 1, 0.3, 0.7);
-    }
-
-    /// 26B-A4B's experts beside the dense path: their norms, an F32 router with
-    /// its input scale, fused gate-up experts and per-expert output scales.
-    fn gemma4_experts(&self, b: &mut Builder, i: usize) {
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let e = self.experts.expect("a mixture-of-experts family");
-        let (d, eff) = (b.shape.n_embd, b.shape.expert_ff);
-        b.vector(n("post_ffw_norm_1.weight"), d, 0.2, 1.0);
-        b.vector(n("pre_ffw_norm_2.weight"), d, 0.2, 1.0);
-        b.vector(n("post_ffw_norm_2.weight"), d, 0.2, 1.0);
-        // Logits spread by about 3 (the router's input is normed to 1/sqrt(d)
-        // per value), so routing is decided away from ties.
-        let v = b.rnd.values(d * e.n_experts, 3.0 * (3.0f32).sqrt(), 0.0);
-        b.tensor(n("ffn_gate_inp.weight"), DType::F32, &[d, e.n_experts], &v);
-        b.vector(n("ffn_gate_inp.scale"), d, 0.2, 1.0);
-        let s = (3.0 / d as f32).sqrt();
-        b.matrices(n("ffn_gate_up_exps.weight"), d, 2 * eff, e.n_experts, s);
-        let s = (3.0 / eff as f32).sqrt();
-        b.matrices(n("ffn_down_exps.weight"), eff, d, e.n_experts, s);
-        b.vector(n("ffn_down_exps.scale"), e.n_experts, 0.3, 1.0);
-    }
-
-    /// Proportional RoPE's factors for the full layers (a quarter of each head
-    /// turns; the converter's `1e30` stops the rest), and the per-layer input
-    /// tensors (E2B).
-    pub(super) fn gemma4_globals(&self, b: &mut Builder, n_vocab: usize) {
-        let pairs = b.shape.head_dim / 2;
-        let factors: Vec<f32> = (0..pairs)
-            .map(|p| if p < pairs / 4 { 1.0 } else { 1e30 })
-            .collect();
-        b.tensor("rope_freqs.weight".into(), DType::F32, &[pairs], &factors);
-        if self.like() == Gemma4Like::E2b {
-            let (d, width) = (b.shape.n_embd, PER_LAYER * self.n_layers());
-            b.matrix_scaled("per_layer_token_embd.weight".into(), width, n_vocab, 0.3);
-            b.matrix("per_layer_model_proj.weight".into(), d, width);
-            b.vector("per_layer_proj_norm.weight".into(), PER_LAYER, 0.2, 1.0);
         }
     }
 }
