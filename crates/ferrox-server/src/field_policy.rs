@@ -1,152 +1,212 @@
-//! The one written policy for every field of `/v1/chat/completions` and
-//! `/v1/completions`: implemented; another server's name for an implemented
-//! field (an alias, rewritten to it); accepted as a no-op because it means
-//! nothing here; or refused with a 400 that names it. A field in none of these
-//! lists is refused as unknown, so nothing a client sends is silently ignored.
+//! The one field policy of every route that takes a generation request: each
+//! route's table declares each of its top-level fields once, as implemented,
+//! another server's name for an implemented field (an alias, rewritten to it),
+//! accepted as a no-op because it means nothing here (removed before the body
+//! is parsed), or refused with a 400 that names it. A field in no table of
+//! the route is refused as unknown, with the route that has it if one does, so
+//! nothing a client sends is silently ignored.
 
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
+use crate::invalid::Invalid;
 
-/// Which endpoint a body was sent to.
+/// What a route does with a field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    Chat,
-    Completions,
+pub enum Field {
+    Implemented,
+    /// Another server's name for this implemented field.
+    Alias(&'static str),
+    /// Accepted; it changes nothing here.
+    NoOp,
+    /// Refused, for this reason, unless `null` or `false`.
+    Refused(&'static str),
 }
 
-/// Fields both endpoints implement.
-const COMMON: &[&str] = &[
-    "model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-    "stop",
-    "stop_token_ids",
-    "stream",
-    "stream_options",
-    "logprobs",
-    "logit_bias",
-    "n",
-    "ignore_eos",
-    "response_format",
-    "json_schema",
-    "grammar",
-    "guided_json",
-    "guided_regex",
-    "guided_grammar",
-    "guided_choice",
-];
+type Table = &'static [(&'static str, Field)];
 
-/// Fields only chat implements.
-const CHAT_ONLY: &[&str] = &[
-    "messages",
-    "max_completion_tokens",
-    "top_logprobs",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "chat_template_kwargs",
-    "reasoning_effort",
-];
+/// A route's fields.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub route: &'static str,
+    pub tables: &'static [Table],
+}
 
-/// Fields only completions implements.
-const COMPLETIONS_ONLY: &[&str] = &["prompt"];
+use Field::*;
 
-/// Other servers' names, and the field each stands for.
-const ALIASES: &[(&str, &str)] = &[
-    ("n_predict", "max_tokens"),
-    ("repeat_penalty", "repetition_penalty"),
-];
-
-/// Fields accepted because they mean nothing here: one user, no stored
-/// completions, one service tier, an automatic prefix cache.
-const NO_OPS: &[&str] = &[
-    "user",
-    "metadata",
-    "store",
-    "service_tier",
-    "prompt_cache_key",
-    "safety_identifier",
-    "cache_prompt",
-];
-
-/// Fields refused because ferrox would answer differently from what they ask.
-const REFUSED: &[(&str, &str)] = &[
+/// The sampling and output fields both OpenAI routes implement.
+const OPENAI_COMMON: Table = &[
+    ("model", Implemented),
+    ("max_tokens", Implemented),
+    ("temperature", Implemented),
+    ("top_p", Implemented),
+    ("top_k", Implemented),
+    ("min_p", Implemented),
+    ("presence_penalty", Implemented),
+    ("frequency_penalty", Implemented),
+    ("repetition_penalty", Implemented),
+    ("seed", Implemented),
+    ("stop", Implemented),
+    ("stop_token_ids", Implemented),
+    ("stream", Implemented),
+    ("stream_options", Implemented),
+    ("logprobs", Implemented),
+    ("logit_bias", Implemented),
+    ("n", Implemented),
+    ("ignore_eos", Implemented),
+    ("response_format", Implemented),
+    ("json_schema", Implemented),
+    ("grammar", Implemented),
+    ("guided_json", Implemented),
+    ("guided_regex", Implemented),
+    ("guided_grammar", Implemented),
+    ("guided_choice", Implemented),
+    ("n_predict", Alias("max_tokens")),
+    ("repeat_penalty", Alias("repetition_penalty")),
+    // One user, no stored completions, one service tier, an automatic prefix
+    // cache.
+    ("user", NoOp),
+    ("metadata", NoOp),
+    ("store", NoOp),
+    ("service_tier", NoOp),
+    ("prompt_cache_key", NoOp),
+    ("safety_identifier", NoOp),
+    ("cache_prompt", NoOp),
+    ("echo", Refused("echo is not supported")),
+    ("best_of", Refused("best_of is not supported")),
+    (
+        "typical_p",
+        Refused("typical_p sampling is not implemented"),
+    ),
+    ("mirostat", Refused("mirostat sampling is not implemented")),
+    ("tfs_z", Refused("tail-free sampling is not implemented")),
     (
         "functions",
-        "the legacy functions field is not supported; use tools",
+        Refused("the legacy functions field is not supported; use tools"),
     ),
     (
         "function_call",
-        "the legacy function_call field is not supported; use tool_choice",
+        Refused("the legacy function_call field is not supported; use tool_choice"),
     ),
-    ("suffix", "suffix (fill-in-the-middle) is not supported"),
-    ("echo", "echo is not supported"),
-    ("best_of", "best_of is not supported"),
-    ("audio", "audio output is not supported"),
-    ("modalities", "only text output is supported"),
-    ("prediction", "predicted outputs are not supported"),
-    ("web_search_options", "web search is not supported"),
-    ("typical_p", "typical_p sampling is not implemented"),
-    ("mirostat", "mirostat sampling is not implemented"),
-    ("tfs_z", "tail-free sampling is not implemented"),
-    ("verbosity", "verbosity is not supported"),
+    ("audio", Refused("audio output is not supported")),
+    ("modalities", Refused("only text output is supported")),
+    ("prediction", Refused("predicted outputs are not supported")),
+    ("web_search_options", Refused("web search is not supported")),
+    ("verbosity", Refused("verbosity is not supported")),
+    (
+        "suffix",
+        Refused("suffix (fill-in-the-middle) is not supported"),
+    ),
 ];
 
-/// Checks `o` against the policy and rewrites aliases to the fields they stand
-/// for; an alias given beside its field is refused as ambiguous.
-pub fn apply(endpoint: Endpoint, o: &mut Map<String, Value>) -> Result<(), ApiError> {
-    for &(alias, field) in ALIASES {
-        if let Some(v) = o.remove(alias) {
-            if o.contains_key(field) {
-                return Err(ApiError::invalid(
-                    Some(alias),
-                    format!("{alias} and {field} name the same thing; give one"),
-                ));
-            }
-            o.insert(field.to_string(), v);
-        }
+const CHAT: Table = &[
+    ("messages", Implemented),
+    ("max_completion_tokens", Implemented),
+    ("top_logprobs", Implemented),
+    ("tools", Implemented),
+    ("tool_choice", Implemented),
+    ("parallel_tool_calls", Implemented),
+    ("chat_template_kwargs", Implemented),
+    ("reasoning_effort", Implemented),
+];
+
+const COMPLETIONS: Table = &[("prompt", Implemented)];
+
+const MESSAGES: Table = &[
+    ("model", Implemented),
+    ("max_tokens", Implemented),
+    ("messages", Implemented),
+    ("system", Implemented),
+    ("stop_sequences", Implemented),
+    ("temperature", Implemented),
+    ("top_p", Implemented),
+    ("top_k", Implemented),
+    ("stream", Implemented),
+    ("tools", Implemented),
+    ("tool_choice", Implemented),
+    // Nothing here varies by them: one user, one tier, one speed, one place,
+    // an automatic prefix cache.
+    ("metadata", NoOp),
+    ("service_tier", NoOp),
+    ("speed", NoOp),
+    ("inference_geo", NoOp),
+    ("cache_control", NoOp),
+    ("diagnostics", NoOp),
+    ("user_profile_id", NoOp),
+    ("workspace_id", NoOp),
+    ("thinking", Refused("thinking is not supported")),
+    ("output_config", Refused("output_config is not supported")),
+    ("container", Refused("container is not supported")),
+];
+
+pub const CHAT_COMPLETIONS: Policy = Policy {
+    route: "/v1/chat/completions",
+    tables: &[OPENAI_COMMON, CHAT],
+};
+
+pub const TEXT_COMPLETIONS: Policy = Policy {
+    route: "/v1/completions",
+    tables: &[OPENAI_COMMON, COMPLETIONS],
+};
+
+pub const ANTHROPIC_MESSAGES: Policy = Policy {
+    route: "/v1/messages",
+    tables: &[MESSAGES],
+};
+
+/// Every route's policy, for the hint of an unknown field.
+const ROUTES: [Policy; 3] = [CHAT_COMPLETIONS, TEXT_COMPLETIONS, ANTHROPIC_MESSAGES];
+
+impl Policy {
+    /// What the route does with `field` (`None`: unknown).
+    pub fn field(&self, field: &str) -> Option<Field> {
+        self.entries().find(|(f, _)| *f == field).map(|(_, p)| p)
     }
-    let own = match endpoint {
-        Endpoint::Chat => CHAT_ONLY,
-        Endpoint::Completions => COMPLETIONS_ONLY,
-    };
-    for (key, value) in o.iter() {
-        let k = key.as_str();
-        if COMMON.contains(&k) || own.contains(&k) || NO_OPS.contains(&k) {
-            continue;
-        }
-        if let Some((_, why)) = REFUSED.iter().find(|r| r.0 == k) {
-            if value.is_null() || *value == Value::Bool(false) {
-                continue;
-            }
-            return Err(ApiError::invalid(Some(k), format!("{why} by this server")));
-        }
-        let other = match endpoint {
-            Endpoint::Chat => COMPLETIONS_ONLY,
-            Endpoint::Completions => CHAT_ONLY,
-        };
-        let hint = if other.contains(&k) {
-            match endpoint {
-                Endpoint::Chat => "; it belongs to /v1/completions",
-                Endpoint::Completions => "; it belongs to /v1/chat/completions",
-            }
-        } else {
-            ""
-        };
-        return Err(ApiError::invalid(
-            Some(k),
-            format!("unknown field {k:?}{hint}"),
-        ));
+
+    fn entries(&self) -> impl Iterator<Item = (&'static str, Field)> {
+        self.tables.iter().flat_map(|t| t.iter().copied())
     }
-    Ok(())
+
+    /// Checks `body` against the policy: aliases rewritten to their fields
+    /// (one given beside its field is ambiguous), no-ops and `null` / `false`
+    /// refused fields removed, anything refused or unknown named.
+    pub fn apply(&self, body: Value) -> Result<Map<String, Value>, Invalid> {
+        let Value::Object(mut o) = body else {
+            return Err(Invalid::NotAnObject);
+        };
+        for (alias, field) in self.entries().filter_map(|(a, p)| match p {
+            Alias(f) => Some((a, f)),
+            _ => None,
+        }) {
+            if let Some(v) = o.remove(alias) {
+                if o.contains_key(field) {
+                    return Err(Invalid::Ambiguous { alias, field });
+                }
+                o.insert(field.to_string(), v);
+            }
+        }
+        let mut kept = Map::new();
+        for (key, value) in o {
+            match self.field(&key) {
+                Some(Implemented) => {
+                    kept.insert(key, value);
+                }
+                Some(NoOp) | Some(Alias(_)) => {}
+                Some(Refused(_)) if value.is_null() || value == Value::Bool(false) => {}
+                Some(Refused(why)) => return Err(Invalid::Refused { field: key, why }),
+                None => {
+                    let implemented_on = ROUTES
+                        .iter()
+                        .find(|p| p.route != self.route && p.field(&key) == Some(Implemented))
+                        .map(|p| p.route);
+                    return Err(Invalid::UnknownField {
+                        field: key,
+                        implemented_on,
+                    });
+                }
+            }
+        }
+        Ok(kept)
+    }
 }
 
 #[cfg(test)]
@@ -154,15 +214,25 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn run(endpoint: Endpoint, v: Value) -> Result<Map<String, Value>, ApiError> {
-        let mut o = v.as_object().unwrap().clone();
-        apply(endpoint, &mut o).map(|()| o)
+    fn run(policy: Policy, v: Value) -> Result<Map<String, Value>, Invalid> {
+        policy.apply(v)
+    }
+
+    #[test]
+    fn each_field_is_declared_once_per_route() {
+        for p in ROUTES {
+            let mut names: Vec<&str> = p.entries().map(|(f, _)| f).collect();
+            let n = names.len();
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), n, "{} declares a field twice", p.route);
+        }
     }
 
     #[test]
     fn aliases_become_their_fields() {
         let o = run(
-            Endpoint::Completions,
+            TEXT_COMPLETIONS,
             json!({"prompt": "a", "n_predict": 3, "repeat_penalty": 1.1}),
         )
         .unwrap();
@@ -171,42 +241,43 @@ mod tests {
             (json!(3), json!(1.1))
         );
         assert!(!o.contains_key("n_predict"));
-        let e = run(Endpoint::Chat, json!({"n_predict": 3, "max_tokens": 4})).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("n_predict"));
+        let e = run(CHAT_COMPLETIONS, json!({"n_predict": 3, "max_tokens": 4})).unwrap_err();
+        assert_eq!(e.field(), Some("n_predict"));
     }
 
     #[test]
     fn every_refused_and_unknown_field_is_named() {
-        for (field, _) in REFUSED {
-            let e = run(Endpoint::Chat, json!({ *field: 1 })).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some(*field));
+        for p in ROUTES {
+            for (field, _) in p.entries().filter(|(_, f)| matches!(f, Refused(_))) {
+                let e = run(p, json!({ field: 1 })).unwrap_err();
+                assert!(matches!(e, Invalid::Refused { .. }), "{e}");
+                assert_eq!(e.field(), Some(field));
+            }
         }
-        for (endpoint, field, says) in [
-            (Endpoint::Chat, "tempurature", "unknown field"),
-            (Endpoint::Chat, "prompt", "belongs to /v1/completions"),
+        for (policy, field, says) in [
+            (CHAT_COMPLETIONS, "tempurature", "unknown field"),
+            (CHAT_COMPLETIONS, "prompt", "belongs to /v1/completions"),
+            (CHAT_COMPLETIONS, "system", "belongs to /v1/messages"),
             (
-                Endpoint::Completions,
+                TEXT_COMPLETIONS,
                 "messages",
                 "belongs to /v1/chat/completions",
             ),
-            (
-                Endpoint::Completions,
-                "tools",
-                "belongs to /v1/chat/completions",
-            ),
+            (TEXT_COMPLETIONS, "tools", "belongs to /v1/chat/completions"),
+            (ANTHROPIC_MESSAGES, "n", "belongs to /v1/chat/completions"),
         ] {
-            let e = run(endpoint, json!({ field: 1 })).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some(field));
-            assert!(e.message.contains(says), "{}", e.message);
+            let e = run(policy, json!({ field: 1 })).unwrap_err();
+            assert_eq!(e.field(), Some(field));
+            assert!(e.to_string().contains(says), "{e}");
         }
-        // No-ops, nulls and `false` for a refused feature pass.
-        assert!(
-            run(
-                Endpoint::Chat,
-                json!({"user": "u", "store": false, "metadata": {}, "echo": false, "suffix": null})
-            )
-            .is_ok()
-        );
-        assert!(run(Endpoint::Chat, json!({"tempurature": null})).is_err());
+        // No-ops, nulls and `false` for a refused feature pass, and are gone.
+        let o = run(
+            CHAT_COMPLETIONS,
+            json!({"user": "u", "store": false, "metadata": {}, "echo": false, "functions": null}),
+        )
+        .unwrap();
+        assert!(o.is_empty(), "{o:?}");
+        assert!(run(CHAT_COMPLETIONS, json!({"tempurature": null})).is_err());
+        assert_eq!(run(CHAT_COMPLETIONS, json!([])), Err(Invalid::NotAnObject));
     }
 }

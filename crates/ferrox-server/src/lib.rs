@@ -1,7 +1,10 @@
 //! ferrox-server: the OpenAI-compatible HTTP server over the engine.
 //!
 //! * [`json_body`]: strict JSON bodies (content type, no duplicate keys).
-//! * [`field_policy`]: every request field: implemented, alias, no-op or refused.
+//! * [`field_policy`]: each route's fields, each declared once: implemented,
+//!   alias, no-op or refused.
+//! * [`invalid`]: the typed causes of a 400.
+//! * [`sampling`]: the one sampling validator, with each API's bounds.
 //! * [`openai`]: the OpenAI request, response and chunk types (serde).
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
 //! * [`structured`]: the structured-output fields, into a grammar spec (pure).
@@ -26,6 +29,7 @@ pub mod completions;
 pub mod error;
 pub mod field_policy;
 pub mod generation;
+pub mod invalid;
 pub mod json_body;
 pub mod limits;
 pub mod metrics;
@@ -33,6 +37,7 @@ pub mod openai;
 pub mod request;
 pub mod request_log;
 pub mod routes;
+pub mod sampling;
 pub mod serve;
 pub mod state;
 pub mod structured;

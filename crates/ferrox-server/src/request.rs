@@ -1,8 +1,8 @@
 //! Request bodies to validated requests (SPEC S17). Pure: JSON in, a
 //! [`ValidRequest`] or an [`ApiError`] naming the field out.
 //!
-//! A body goes through three steps: [`field_policy::apply`] (which fields
-//! exist: aliases rewritten, refused and unknown fields named), serde into the
+//! A body goes through three steps: the route's [`field_policy`] (which fields
+//! exist: aliases rewritten, no-ops dropped, refused and unknown fields named), serde into the
 //! typed bodies of [`crate::openai::request`] (a wrong type is a 400 naming the
 //! field's path, e.g. `messages[1].content`), then the bounds and combinations
 //! here. The output-constraint fields are read by [`crate::structured`], the
@@ -10,14 +10,14 @@
 
 use ferrox_engine::GenerationParams;
 use ferrox_sampling::grammar::GrammarSpec;
-use ferrox_sampling::sampler::SamplingParams;
 use ferrox_text::chat::{ChatMessage, TemplateVars};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::field_policy::{self, Endpoint};
+use crate::field_policy::{self, Policy};
 use crate::generation::{self, Generation};
+use crate::invalid::Invalid;
 use crate::openai::request::{
     ChatFields, CompletionFields, Content, ContentPart, Message, Prompt, SharedFields,
 };
@@ -90,16 +90,6 @@ pub(crate) fn typed<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
     })
 }
 
-fn range(field: &str, v: f64, lo: f64, hi: f64) -> Result<f64, ApiError> {
-    if !(lo..=hi).contains(&v) {
-        return Err(ApiError::invalid(
-            Some(field),
-            format!("{field} must be between {lo} and {hi}, got {v}"),
-        ));
-    }
-    Ok(v)
-}
-
 /// The fields chat and completions share, validated.
 struct Common {
     params: GenerationParams,
@@ -111,75 +101,15 @@ struct Common {
 }
 
 /// `max_completion_tokens` (chat's newer name) or `max_tokens`: at least 1.
-fn max_tokens(field: &str, n: Option<i64>) -> Result<Option<usize>, ApiError> {
+fn max_tokens(field: &'static str, n: Option<i64>) -> Result<Option<usize>, Invalid> {
     match n {
-        Some(n) if n < 1 => Err(ApiError::invalid(
-            Some(field),
-            format!("{field} must be at least 1, got {n}"),
-        )),
+        Some(n) if n < 1 => Err(Invalid::OutOfRange {
+            field,
+            bound: "at least 1",
+            got: n.to_string(),
+        }),
         n => Ok(n.map(|n| n as usize)),
     }
-}
-
-/// vLLM's -1 and llama-server's 0 both mean off.
-fn top_k(k: Option<i64>, default: usize) -> Result<usize, ApiError> {
-    match k {
-        None => Ok(default),
-        Some(-1 | 0) => Ok(0),
-        Some(k) if k > 0 => Ok(k as usize),
-        Some(k) => Err(ApiError::invalid(
-            Some("top_k"),
-            format!("top_k must be a positive count, or 0 or -1 for off, got {k}"),
-        )),
-    }
-}
-
-fn sampling(f: &SharedFields) -> Result<SamplingParams, ApiError> {
-    let d = SamplingParams::default();
-    let finite = |field: &str, v: Option<f64>, default: f32| match v {
-        Some(x) if !x.is_finite() => Err(ApiError::invalid(
-            Some(field),
-            format!("{field} must be a finite number"),
-        )),
-        Some(x) => Ok(x as f32),
-        None => Ok(default),
-    };
-    let temperature = match f.temperature {
-        Some(t) => range("temperature", t, 0.0, 2.0)? as f32,
-        None => d.temperature,
-    };
-    let mut logit_bias = Vec::new();
-    for (k, &b) in f.logit_bias.iter().flatten() {
-        let id: u32 = k.parse().map_err(|_| {
-            ApiError::invalid(
-                Some("logit_bias"),
-                format!("logit_bias: key {k:?} is not a token id"),
-            )
-        })?;
-        logit_bias.push((id, finite("logit_bias", Some(b), 0.0)?));
-    }
-    let s = SamplingParams {
-        temperature,
-        top_k: top_k(f.top_k, d.top_k)?,
-        top_p: finite("top_p", f.top_p, d.top_p)?,
-        min_p: finite("min_p", f.min_p, d.min_p)?,
-        presence_penalty: finite("presence_penalty", f.presence_penalty, 0.0)?,
-        frequency_penalty: finite("frequency_penalty", f.frequency_penalty, 0.0)?,
-        repetition_penalty: finite("repetition_penalty", f.repetition_penalty, 1.0)?,
-        logit_bias,
-        seed: f.seed.map_or_else(clock_seed, |s| s as u64),
-        ..d
-    };
-    s.validate()
-        .map_err(|e| ApiError::invalid(Some(e.field()), e.to_string()))?;
-    Ok(s)
-}
-
-/// A seed for a request that gives none.
-fn clock_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn stops(f: &mut SharedFields) -> Result<Vec<String>, ApiError> {
@@ -197,16 +127,18 @@ fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
     if let Some(n) = f.n
         && n != 1
     {
-        return Err(ApiError::invalid(
-            Some("n"),
-            format!("n must be 1 (one choice per prompt), got {n}"),
-        ));
+        return Err(Invalid::OutOfRange {
+            field: "n",
+            bound: "1 (one choice per prompt)",
+            got: n.to_string(),
+        }
+        .into());
     }
     let max_tokens = match max {
         Some(n) => Some(n),
         None => max_tokens("max_tokens", f.max_tokens)?,
     };
-    let sampling = sampling(&f)?;
+    let sampling = f.sampling_fields().validate(&crate::sampling::OPENAI)?;
     let stop = stops(&mut f)?;
     let grammar = crate::structured::output_grammar(&mut f)?;
     Ok(Common {
@@ -258,14 +190,10 @@ fn text_logprobs(n: Option<i64>) -> Result<Option<usize>, ApiError> {
     }
 }
 
-/// The body after the field policy (aliases rewritten, no unknown fields left).
-fn policed(endpoint: Endpoint, body: &Value) -> Result<Value, ApiError> {
-    let mut o: Map<String, Value> = body
-        .as_object()
-        .cloned()
-        .ok_or_else(|| ApiError::invalid(None, "the request body must be a JSON object"))?;
-    field_policy::apply(endpoint, &mut o)?;
-    Ok(Value::Object(o))
+/// The body after the route's field policy (aliases rewritten, no-ops gone,
+/// no unknown fields left).
+fn policed(policy: &Policy, body: &Value) -> Result<Value, ApiError> {
+    Ok(Value::Object(policy.apply(body.clone())?))
 }
 
 /// The text of a message's content; `field` names it in errors.
@@ -322,7 +250,7 @@ fn chat_message(i: usize, m: Message) -> Result<ChatMessage, ApiError> {
 
 /// Validates a `/v1/chat/completions` body.
 pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
-    let o = policed(Endpoint::Chat, body)?;
+    let o = policed(&field_policy::CHAT_COMPLETIONS, body)?;
     let chat: ChatFields = typed(&o)?;
     let max = max_tokens("max_completion_tokens", chat.max_completion_tokens)?;
     let Common {
@@ -376,7 +304,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
 
 /// Validates a `/v1/completions` body.
 pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
-    let o = policed(Endpoint::Completions, body)?;
+    let o = policed(&field_policy::TEXT_COMPLETIONS, body)?;
     let text: CompletionFields = typed(&o)?;
     let Common {
         mut params,

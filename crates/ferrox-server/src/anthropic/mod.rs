@@ -2,17 +2,13 @@
 //! and sampler as the OpenAI routes. Bodies are parsed into typed structs at the
 //! edge; responses and stream events are typed too.
 //!
-//! Field policy: `model`, `max_tokens`, `messages` (text as a string or `text`
-//! blocks, `tool_use` and `tool_result` blocks), `system`, `stop_sequences`,
-//! `temperature` (0..=1), `top_p`, `top_k`, `stream`, `tools` (custom tools with
-//! an `input_schema`) and `tool_choice` (`auto`, `any`, `tool`, `none`, with
-//! `disable_parallel_tool_use`) are implemented, on the chat completions' tool
-//! machinery (the sampling fields are gone from the newest SDKs' signatures,
-//! which send them through `extra_body`); `metadata`, `service_tier`, `speed`,
-//! `inference_geo`, `cache_control` (the prefix cache is automatic),
-//! `diagnostics`, `user_profile_id` and `workspace_id` are accepted and mean
-//! nothing here; server tools, `thinking`, `output_config` and `container` are
-//! refused by name; any other field is refused.
+//! Its fields are the `/v1/messages` table of [`crate::field_policy`]:
+//! `messages` take text as a string or `text` blocks, `tool_use` and
+//! `tool_result` blocks; `tools` are custom tools with an `input_schema` (server
+//! tools are refused by name); `tool_choice` is `auto`, `any`, `tool` or `none`,
+//! with `disable_parallel_tool_use`; sampling is checked by
+//! [`crate::sampling`] within Anthropic's bounds (the sampling fields are gone
+//! from the newest SDKs' signatures, which send them through `extra_body`).
 //!
 //! A last message from the assistant is a prefill: the answer continues it. Calls
 //! come back as `tool_use` blocks with `stop_reason: "tool_use"`; a stream sends

@@ -7,10 +7,11 @@ use ferrox_sampling::sampler::SamplingParams;
 use ferrox_text::chat::{ChatMessage, TemplateVars};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::ApiError;
 use crate::generation::{Generation, Prompt};
+use crate::invalid::Invalid;
+use crate::sampling::SamplingFields;
 use crate::tool_request::{ToolChoice, ToolRequest};
 use ferrox_text::tools::{Tool, ToolCall};
 use serde_json::Value;
@@ -31,44 +32,10 @@ struct MessagesRequest {
     top_k: Option<i64>,
     #[serde(default)]
     stream: bool,
-    /// Accepted; nothing here uses it.
-    #[serde(default)]
-    #[allow(dead_code)]
-    metadata: Option<IgnoredAny>,
-    /// Accepted; nothing here varies by them (one tier, one speed, one place,
-    /// an automatic prefix cache).
-    #[serde(default)]
-    #[allow(dead_code)]
-    service_tier: Option<IgnoredAny>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    speed: Option<IgnoredAny>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    inference_geo: Option<IgnoredAny>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    cache_control: Option<IgnoredAny>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    diagnostics: Option<IgnoredAny>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    user_profile_id: Option<IgnoredAny>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    workspace_id: Option<IgnoredAny>,
     #[serde(default)]
     tools: Vec<ToolIn>,
     #[serde(default)]
     tool_choice: Option<ToolChoiceIn>,
-    /// Refused by name (see the module header).
-    #[serde(default)]
-    thinking: Option<IgnoredAny>,
-    #[serde(default)]
-    output_config: Option<IgnoredAny>,
-    #[serde(default)]
-    container: Option<IgnoredAny>,
 }
 
 /// A tool the client offers: a function with an input schema. Anthropic's
@@ -313,25 +280,18 @@ impl Valid {
 
 pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
     crate::json_body::check_json(body)?;
-    let req: MessagesRequest = serde_json::from_slice(body)
+    let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
-    for (name, given) in [
-        ("thinking", req.thinking.is_some()),
-        ("output_config", req.output_config.is_some()),
-        ("container", req.container.is_some()),
-    ] {
-        if given {
-            return Err(ApiError::invalid(
-                Some(name),
-                format!("{name} is not supported by this server yet"),
-            ));
-        }
-    }
+    let fields = crate::field_policy::ANTHROPIC_MESSAGES.apply(body)?;
+    let req: MessagesRequest = serde_json::from_value(Value::Object(fields))
+        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
     if req.max_tokens < 1 {
-        return Err(ApiError::invalid(
-            Some("max_tokens"),
-            format!("max_tokens must be at least 1, got {}", req.max_tokens),
-        ));
+        return Err(Invalid::OutOfRange {
+            field: "max_tokens",
+            bound: "at least 1",
+            got: req.max_tokens.to_string(),
+        }
+        .into());
     }
     let (messages, prefill) = conversation(&req)?;
     let tools = tool_request(&req)?;
@@ -361,41 +321,14 @@ pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
 
 /// Anthropic's sampling: temperature 0..=1 (default 1), `top_p` and `top_k` off
 /// unless given, no min-p.
-fn sampling(req: &MessagesRequest) -> Result<SamplingParams, ApiError> {
-    let temperature = req.temperature.unwrap_or(1.0);
-    if !(0.0..=1.0).contains(&temperature) {
-        return Err(ApiError::invalid(
-            Some("temperature"),
-            format!("temperature must be between 0 and 1, got {temperature}"),
-        ));
-    }
-    let top_p = req.top_p.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::invalid(
-            Some("top_p"),
-            format!("top_p must be in (0, 1], got {top_p}"),
-        ));
-    }
-    let top_k = match req.top_k {
-        None => 0,
-        Some(k) if k >= 1 => k as usize,
-        Some(k) => {
-            return Err(ApiError::invalid(
-                Some("top_k"),
-                format!("top_k must be at least 1, got {k}"),
-            ));
-        }
+fn sampling(req: &MessagesRequest) -> Result<SamplingParams, Invalid> {
+    let fields = SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        ..SamplingFields::default()
     };
-    Ok(SamplingParams {
-        temperature: temperature as f32,
-        top_k,
-        top_p: top_p as f32,
-        min_p: 0.0,
-        seed: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-        ..SamplingParams::default()
-    })
+    fields.validate(&crate::sampling::ANTHROPIC)
 }
 
 /// The chat messages (system first) and the assistant prefill, if the last

@@ -69,7 +69,7 @@ fn unsupported_or_malformed_fields_are_refused_by_name() {
         ),
         (
             r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "n": 2}"#,
-            "unknown field `n`",
+            "unknown field \"n\"; it belongs to /v1/chat/completions",
         ),
         (
             r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}"#,

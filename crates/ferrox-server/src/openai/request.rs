@@ -35,7 +35,6 @@ pub struct SharedFields {
     pub logit_bias: Option<BTreeMap<String, f64>>,
     pub n: Option<i64>,
     pub ignore_eos: Option<bool>,
-    pub user: Option<String>,
     pub response_format: Option<ResponseFormat>,
     /// llama-server's JSON schema.
     pub json_schema: Option<Schema>,
@@ -46,6 +45,23 @@ pub struct SharedFields {
     pub guided_regex: Option<String>,
     pub guided_grammar: Option<String>,
     pub guided_choice: Option<Vec<String>>,
+}
+
+impl SharedFields {
+    /// The sampling fields, for the one validator.
+    pub fn sampling_fields(&self) -> crate::sampling::SamplingFields {
+        crate::sampling::SamplingFields {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            repetition_penalty: self.repetition_penalty,
+            logit_bias: self.logit_bias.clone(),
+            seed: self.seed,
+        }
+    }
 }
 
 /// `stop`: one string or a list.
