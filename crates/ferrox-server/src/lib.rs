@@ -4,6 +4,7 @@
 //! * [`field_policy`]: each route's fields, each declared once: implemented,
 //!   alias, no-op or refused.
 //! * [`invalid`]: the typed causes of a 400.
+//! * [`answer`]: the one typed answer every API renders, gathered from the engine.
 //! * [`sampling`]: the one sampling validator, with each API's bounds.
 //! * [`openai`]: the OpenAI request, response and chunk types (serde).
 //! * [`request`]: body validation into `ValidRequest` (pure, SPEC S17).
@@ -23,6 +24,7 @@
 //! * [`unparsed`]: hyper's own refusals (malformed requests, huge headers) with a JSON body.
 //! * [`limits`]: header, body, idle and request timeouts; connection and body limits.
 
+pub mod answer;
 pub mod anthropic;
 pub mod auth;
 pub mod completions;

@@ -308,10 +308,10 @@ pub(crate) fn request_timeout(limit: Duration) -> ApiError {
 /// `answer` (a whole, unstreamed response) within the request timeout, or the
 /// limit it ran past: then `answer` is dropped, which drops its request
 /// streams and so cancels them.
-pub(crate) async fn within_request_timeout(
+pub(crate) async fn within_request_timeout<T>(
     limit: Option<Duration>,
-    answer: impl std::future::Future<Output = Response>,
-) -> Result<Response, Duration> {
+    answer: impl std::future::Future<Output = T>,
+) -> Result<T, Duration> {
     match limit {
         None => Ok(answer.await),
         Some(l) => tokio::time::timeout(l, answer).await.map_err(|_| l),

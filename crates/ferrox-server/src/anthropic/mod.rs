@@ -41,9 +41,10 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::answer::Shape;
 use crate::error::ApiError;
 use crate::generation;
-use crate::limits::{request_timeout, within_request_timeout};
+use crate::limits::request_timeout;
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
 use request::parse;
@@ -162,12 +163,8 @@ fn tool_use_ids(format: ToolFormat) -> impl FnMut() -> String {
     }
 }
 
-/// The answer's blocks: its text, then its calls when tools are on offer.
-fn answer_blocks(text: String, tools: Option<ToolFormat>) -> Vec<ContentBlock> {
-    let (text, calls) = match tools {
-        Some(f) => f.parse(&text, &mut tool_use_ids(f)),
-        None => (text, Vec::new()),
-    };
+/// The answer's blocks: its text, then its calls.
+fn answer_blocks(text: String, calls: Vec<ToolCall>) -> Vec<ContentBlock> {
     let mut blocks = Vec::with_capacity(calls.len() + 1);
     if !text.is_empty() || calls.is_empty() {
         blocks.push(ContentBlock::Text { text });
@@ -335,7 +332,7 @@ async fn handle(
     if streaming {
         return Ok(sse(st, answer, stream, n, log).into_response());
     }
-    Ok(collect_within(st, answer, stream, log).await)
+    Ok(collect(st, answer, stream, log).await)
 }
 
 /// What the response needs to know of its request.
@@ -346,75 +343,50 @@ struct Answer {
     tools: Option<ToolFormat>,
 }
 
-/// [`collect`] under `--request-timeout`: on timeout the stream is dropped, which
-/// cancels the request, and the answer is a 504.
-async fn collect_within(
+/// The whole answer as one message.
+async fn collect(
     st: Arc<AppState>,
     answer: Answer,
     stream: RequestStream,
     mut log: RequestLog,
 ) -> Response {
-    let answer = collect(&st, answer, stream, &mut log);
-    within_request_timeout(st.limits.request_timeout, answer)
-        .await
-        .unwrap_or_else(|limit| {
-            log.timed_out();
-            not_a_refusal(AnthropicError(request_timeout(limit)).into_response())
-        })
-}
-
-async fn collect(
-    st: &AppState,
-    answer: Answer,
-    mut stream: RequestStream,
-    log: &mut RequestLog,
-) -> Response {
-    let mut text = String::new();
-    while let Some(e) = stream.recv().await {
-        log.on_event(0, &e);
-        match e {
-            Event::Admitted => {}
-            Event::Token { text: t, .. } => text.push_str(&t),
-            Event::Finished {
-                reason,
-                usage,
-                text: t,
-            } => {
-                text.push_str(&t);
-                let (mut stop_reason, stop_sequence) = stop_reason(reason, &answer.stops);
-                let content = answer_blocks(text, answer.tools);
-                if content
-                    .iter()
-                    .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
-                {
-                    stop_reason = "tool_use";
-                }
-                return axum::Json(Message {
-                    id: &answer.id,
-                    kind: "message",
-                    role: "assistant",
-                    model: &st.model_id,
-                    content,
-                    stop_reason: Some(stop_reason),
-                    stop_sequence,
-                    usage: UsageOut::from(&usage),
-                })
-                .into_response();
-            }
-            Event::Failed(f) => {
-                return not_a_refusal(AnthropicError(ApiError::from_failure(&f)).into_response());
-            }
-        }
-    }
-    not_a_refusal(
-        AnthropicError(ApiError::new(
+    let shape = Shape {
+        tools: answer.tools,
+        thinking: None,
+    };
+    let mut ids: Box<dyn FnMut() -> String + Send> = match answer.tools {
+        Some(f) => Box::new(tool_use_ids(f)),
+        None => Box::new(String::new),
+    };
+    let whole = crate::answer::collect(&st, vec![stream], &mut log, shape, &mut ids).await;
+    let reply = match whole.map(|mut a| a.remove(0)) {
+        Ok(reply) => reply,
+        Err(e) => return not_a_refusal(AnthropicError(e).into_response()),
+    };
+    let Some(reason) = reply.finish else {
+        let e = ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "server_error",
             "engine_failed",
             "the request ended without an answer",
-        ))
-        .into_response(),
-    )
+        );
+        return not_a_refusal(AnthropicError(e).into_response());
+    };
+    let (mut stop_reason, stop_sequence) = stop_reason(reason, &answer.stops);
+    if !reply.calls.is_empty() {
+        stop_reason = "tool_use";
+    }
+    axum::Json(Message {
+        id: &answer.id,
+        kind: "message",
+        role: "assistant",
+        model: &st.model_id,
+        content: answer_blocks(reply.text, reply.calls),
+        stop_reason: Some(stop_reason),
+        stop_sequence,
+        usage: UsageOut::from(&reply.usage),
+    })
+    .into_response()
 }
 
 /// The stream's opening events.

@@ -1,24 +1,17 @@
 //! The OpenAI response types filled in from engine events: log-probabilities,
 //! tool calls, whole choices, and the stream chunks of one response.
 
-use ferrox_engine::{TokenLogprob, Usage};
+use ferrox_engine::{FinishReason, Usage};
 use ferrox_text::tools::ToolCall;
 
 use super::Kind;
+use crate::answer::{Answer, LoggedToken};
 use crate::openai::response::{
     ChatChoice, ChatCompletionChunk, ChatLogprobs, ChatObject, ChunkChoice, CompletionUsage, Delta,
     FunctionDelta, FunctionKind, FunctionOut, Header, Role, TextChoice, TextCompletion,
     TextLogprobs, TextObject, TokenLogprobOut, ToolCallDelta, ToolCallOut, TopLogprob,
 };
 use crate::state::AppState;
-
-/// A generated token with its log-probability and where its text starts in the
-/// answer.
-pub(super) struct LoggedToken {
-    pub id: u32,
-    pub logprob: TokenLogprob,
-    pub offset: usize,
-}
 
 fn piece(st: &AppState, id: u32) -> (String, Vec<u8>) {
     let b = st.tokenizer.token_bytes(id, false).into_owned();
@@ -87,17 +80,16 @@ pub(super) fn tool_calls_out(calls: &[ToolCall]) -> Vec<ToolCallOut> {
         .collect()
 }
 
-/// One choice of a whole answer, taken apart.
-pub(super) struct Answer {
-    pub text: String,
-    pub reasoning: Option<String>,
-    pub calls: Vec<ToolCall>,
-    pub finish: Option<&'static str>,
-    /// The tokens' log-probabilities, when the request asked for them.
-    pub logprobs: Option<Vec<LoggedToken>>,
+/// OpenAI's finish reason of an answer: `tool_calls` when it called.
+fn finish_reason(a: &Answer) -> Option<&'static str> {
+    match a.calls.is_empty() {
+        true => a.finish.map(FinishReason::as_str),
+        false => Some("tool_calls"),
+    }
 }
 
 pub(super) fn chat_choice(st: &AppState, index: usize, a: Answer) -> ChatChoice {
+    let finish_reason = finish_reason(&a);
     let content = if a.text.is_empty() && !a.calls.is_empty() {
         None
     } else {
@@ -111,7 +103,7 @@ pub(super) fn chat_choice(st: &AppState, index: usize, a: Answer) -> ChatChoice 
             reasoning_content: a.reasoning,
             tool_calls: tool_calls_out(&a.calls),
         },
-        finish_reason: a.finish,
+        finish_reason,
         logprobs: a.logprobs.map(|l| chat_logprobs(st, &l)),
     }
 }
@@ -119,8 +111,8 @@ pub(super) fn chat_choice(st: &AppState, index: usize, a: Answer) -> ChatChoice 
 pub(super) fn text_choice(st: &AppState, index: usize, a: Answer) -> TextChoice {
     TextChoice {
         index,
+        finish_reason: finish_reason(&a),
         text: a.text,
-        finish_reason: a.finish,
         logprobs: a.logprobs.map(|l| text_logprobs(st, &l)),
     }
 }

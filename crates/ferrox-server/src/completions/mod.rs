@@ -16,19 +16,17 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
-use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
-use ferrox_text::reasoning::{self, Thinking};
+use ferrox_engine::{RequestStream, Usage};
 use ferrox_text::tools::ToolFormat;
 
 use crate::openai::response::{
     ChatCompletion, ChatObject, CompletionUsage, Header, TextCompletion, TextObject,
 };
-use chunks::{Answer, LoggedToken};
 
+use crate::answer::{self, Shape};
 use crate::error::ApiError;
 use crate::generation::{self, Generation};
 use crate::json_body::json_body;
-use crate::limits::{request_timeout, within_request_timeout};
 use crate::request::{parse_chat, parse_completion};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
@@ -108,27 +106,8 @@ async fn handle(
     if stream {
         Ok(stream::sse(st, kind, id, streams, include_usage, log, shape).into_response())
     } else {
-        Ok(collect_within(st, kind, id, streams, log, shape).await)
+        Ok(collect(st, kind, id, streams, log, shape).await)
     }
-}
-
-/// [`collect`] under `--request-timeout`: on timeout the streams are dropped,
-/// which cancels the requests, and the answer is a 504.
-async fn collect_within(
-    st: Arc<AppState>,
-    kind: Kind,
-    id: String,
-    streams: Vec<RequestStream>,
-    mut log: RequestLog,
-    shape: Shape,
-) -> Response {
-    let answer = collect(&st, kind, id, streams, &mut log, shape);
-    within_request_timeout(st.limits.request_timeout, answer)
-        .await
-        .unwrap_or_else(|limit| {
-            log.timed_out();
-            not_a_refusal(request_timeout(limit).into_response())
-        })
 }
 
 async fn answer(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
@@ -157,22 +136,13 @@ pub async fn text(
     answer(st, Kind::Text, body).await
 }
 
-/// How a chat answer is taken apart: its thinking and its tool calls.
-#[derive(Clone, Copy, Default)]
-struct Shape {
-    /// The tool-call format, when tools are on offer.
-    tools: Option<ToolFormat>,
-    /// How the answer's thinking is split off, for a model that thinks.
-    thinking: Option<Thinking>,
-}
-
 /// Fresh call ids in `format`'s style.
-fn call_ids(format: ToolFormat) -> impl FnMut() -> String {
+fn call_ids(format: ToolFormat) -> Box<dyn FnMut() -> String + Send> {
     let mut n = 0;
-    move || {
+    Box::new(move || {
         n += 1;
         format.call_id(n)
-    }
+    })
 }
 
 fn add_usage(total: &mut Usage, u: &Usage) {
@@ -181,108 +151,26 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     total.cached_tokens += u.cached_tokens;
 }
 
-/// One choice's events gathered: the text, the finish reason, the
-/// log-probabilities when asked for; a failure is the error answered.
-async fn gather(
-    index: usize,
-    s: &mut RequestStream,
-    log: &mut RequestLog,
-    total: &mut Usage,
-) -> Result<(String, Option<FinishReason>, Option<Vec<LoggedToken>>), ApiError> {
-    let mut text = String::new();
-    let mut finish = None;
-    let mut logged: Option<Vec<LoggedToken>> = None;
-    while let Some(e) = s.recv().await {
-        log.on_event(index, &e);
-        match e {
-            Event::Admitted => {}
-            Event::Token {
-                id,
-                text: t,
-                logprob,
-            } => {
-                if let Some(logprob) = logprob {
-                    logged.get_or_insert_with(Vec::new).push(LoggedToken {
-                        id,
-                        logprob,
-                        offset: text.len(),
-                    });
-                }
-                text.push_str(&t);
-            }
-            Event::Finished {
-                reason,
-                usage,
-                text: t,
-            } => {
-                text.push_str(&t);
-                add_usage(total, &usage);
-                finish = Some(reason);
-            }
-            Event::Failed(f) => return Err(ApiError::from_failure(&f)),
-        }
-    }
-    Ok((text, finish, logged))
-}
-
-/// The answer taken apart by `shape`: thinking split off, tool calls parsed.
-fn take_apart(
-    kind: Kind,
-    shape: Shape,
-    mut text: String,
-    finish: Option<FinishReason>,
-    logprobs: Option<Vec<LoggedToken>>,
-) -> Answer {
-    let reasoning = match shape.thinking {
-        Some(start) => {
-            let (r, content) = reasoning::split(&text, start);
-            text = content;
-            r
-        }
-        None => None,
-    };
-    let calls = match shape.tools {
-        Some(format) if kind == Kind::Chat => {
-            let (content, calls) = format.parse(&text, &mut call_ids(format));
-            if !calls.is_empty() {
-                text = content;
-            }
-            calls
-        }
-        _ => Vec::new(),
-    };
-    let finish = if calls.is_empty() {
-        finish.map(FinishReason::as_str)
-    } else {
-        Some("tool_calls")
-    };
-    Answer {
-        text,
-        reasoning,
-        calls,
-        finish,
-        logprobs,
-    }
-}
-
+/// The whole answer of every choice, rendered as one response.
 async fn collect(
-    st: &AppState,
+    st: Arc<AppState>,
     kind: Kind,
     id: String,
     streams: Vec<RequestStream>,
-    log: &mut RequestLog,
+    mut log: RequestLog,
     shape: Shape,
 ) -> Response {
-    let mut answers = Vec::with_capacity(streams.len());
+    let mut ids = shape
+        .tools
+        .map(call_ids)
+        .unwrap_or_else(|| Box::new(String::new));
+    let answers = match answer::collect(&st, streams, &mut log, shape, &mut ids).await {
+        Ok(a) => a,
+        Err(e) => return not_a_refusal(e.into_response()),
+    };
     let mut total = Usage::default();
-    for (index, mut s) in streams.into_iter().enumerate() {
-        match gather(index, &mut s, log, &mut total).await {
-            Ok((text, finish, logprobs)) => {
-                answers.push(take_apart(kind, shape, text, finish, logprobs));
-            }
-            Err(e) => return not_a_refusal(e.into_response()),
-        }
-    }
+    answers.iter().for_each(|a| add_usage(&mut total, &a.usage));
+    let st = &*st;
     let usage = CompletionUsage::from(&total);
     let (model, created) = (st.model_id.as_str(), now());
     match kind {

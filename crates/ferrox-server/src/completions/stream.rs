@@ -19,8 +19,9 @@ use ferrox_text::reasoning::ReasoningStream;
 use ferrox_text::tools::ToolStream;
 use futures_util::stream::{self, Stream, StreamExt};
 
-use super::chunks::{Chunks, LoggedToken};
-use super::{Kind, Shape, add_usage, call_ids, now};
+use super::chunks::Chunks;
+use super::{Kind, add_usage, call_ids, now};
+use crate::answer::{LoggedToken, Shape};
 use crate::error::ApiError;
 use crate::limits::request_timeout;
 use crate::request_log::{RequestLog, SharedLog};
