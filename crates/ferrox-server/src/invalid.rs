@@ -1,6 +1,8 @@
 //! Why a request is refused with a 400, as typed causes: each names its field,
 //! and its message is written once, here.
 
+use std::borrow::Cow;
+
 use crate::error::ApiError;
 
 /// A refused request's cause.
@@ -24,13 +26,41 @@ pub enum Invalid {
         alias: &'static str,
         field: &'static str,
     },
+    /// A body that is not JSON of the request's shape; `path` names the
+    /// field whose value is wrong.
+    #[error("{}{detail}", path.as_ref().map_or("invalid request body: ".to_string(), |p| format!("{p}: ")))]
+    Body {
+        path: Option<String>,
+        detail: String,
+    },
     #[error("{field} is required")]
     Missing { field: &'static str },
+    /// An empty list where one `item` at least is needed.
+    #[error("{field} must hold at least one {item}")]
+    Empty {
+        field: &'static str,
+        item: &'static str,
+    },
+    /// A field that cannot be given with another, for this reason.
+    #[error("{why}")]
+    Conflict {
+        field: &'static str,
+        why: &'static str,
+    },
+    /// A field that needs another to be set.
+    #[error("{field} needs {needs}")]
+    Needs {
+        field: &'static str,
+        needs: &'static str,
+    },
+    /// A value of a kind this server does not take there.
+    #[error("{field}: {what}")]
+    Unsupported { field: String, what: &'static str },
     /// A number outside its bounds (`bound` says them in words).
     #[error("{field} must be {bound}, got {got}")]
     OutOfRange {
         field: &'static str,
-        bound: &'static str,
+        bound: Cow<'static, str>,
         got: String,
     },
     #[error("{field} must be a finite number")]
@@ -50,7 +80,12 @@ impl Invalid {
             Invalid::NotAnObject => None,
             Invalid::UnknownField { field, .. } | Invalid::Refused { field, .. } => Some(field),
             Invalid::Ambiguous { alias, .. } => Some(alias),
-            Invalid::Missing { field }
+            Invalid::Body { path, .. } => path.as_deref(),
+            Invalid::Unsupported { field, .. } => Some(field),
+            Invalid::Empty { field, .. }
+            | Invalid::Conflict { field, .. }
+            | Invalid::Needs { field, .. }
+            | Invalid::Missing { field }
             | Invalid::OutOfRange { field, .. }
             | Invalid::NotFinite { field } => Some(field),
             Invalid::NotATokenId { .. } => Some("logit_bias"),

@@ -82,11 +82,11 @@ pub(crate) fn typed<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(body).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path == "." {
-            ApiError::invalid(None, format!("invalid request body: {inner}"))
-        } else {
-            ApiError::invalid(Some(&path), format!("{path}: {inner}"))
-        }
+        let path = (path != ".").then_some(path);
+        ApiError::from(Invalid::Body {
+            path,
+            detail: inner.to_string(),
+        })
     })
 }
 
@@ -105,20 +105,21 @@ fn max_tokens(field: &'static str, n: Option<i64>) -> Result<Option<usize>, Inva
     match n {
         Some(n) if n < 1 => Err(Invalid::OutOfRange {
             field,
-            bound: "at least 1",
+            bound: "at least 1".into(),
             got: n.to_string(),
         }),
         n => Ok(n.map(|n| n as usize)),
     }
 }
 
-fn stops(f: &mut SharedFields) -> Result<Vec<String>, ApiError> {
+fn stops(f: &mut SharedFields) -> Result<Vec<String>, Invalid> {
     let stop = f.stop.take().map(|s| s.into_vec()).unwrap_or_default();
     if stop.len() > MAX_STOPS || stop.iter().any(String::is_empty) {
-        return Err(ApiError::invalid(
-            Some("stop"),
-            format!("stop takes at most {MAX_STOPS} non-empty strings, got {stop:?}"),
-        ));
+        return Err(Invalid::OutOfRange {
+            field: "stop",
+            bound: format!("at most {MAX_STOPS} non-empty strings").into(),
+            got: format!("{stop:?}"),
+        });
     }
     Ok(stop)
 }
@@ -129,7 +130,7 @@ fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
     {
         return Err(Invalid::OutOfRange {
             field: "n",
-            bound: "1 (one choice per prompt)",
+            bound: "1 (one choice per prompt)".into(),
             got: n.to_string(),
         }
         .into());
@@ -163,30 +164,32 @@ fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
 }
 
 /// Chat's `logprobs: bool` with `top_logprobs: 0..=20`.
-fn chat_logprobs(on: Option<bool>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+fn chat_logprobs(on: Option<bool>, top: Option<i64>) -> Result<Option<usize>, Invalid> {
     match (on.unwrap_or(false), top) {
-        (false, Some(_)) => Err(ApiError::invalid(
-            Some("top_logprobs"),
-            "top_logprobs needs logprobs: true",
-        )),
-        (true, Some(n)) if !(0..=20).contains(&n) => Err(ApiError::invalid(
-            Some("top_logprobs"),
-            format!("top_logprobs must be between 0 and 20, got {n}"),
-        )),
+        (false, Some(_)) => Err(Invalid::Needs {
+            field: "top_logprobs",
+            needs: "logprobs: true",
+        }),
+        (true, Some(n)) if !(0..=20).contains(&n) => Err(Invalid::OutOfRange {
+            field: "top_logprobs",
+            bound: "between 0 and 20".into(),
+            got: n.to_string(),
+        }),
         (true, n) => Ok(Some(n.unwrap_or(0) as usize)),
         (false, None) => Ok(None),
     }
 }
 
 /// Completions' legacy `logprobs: 0..=5`.
-fn text_logprobs(n: Option<i64>) -> Result<Option<usize>, ApiError> {
+fn text_logprobs(n: Option<i64>) -> Result<Option<usize>, Invalid> {
     match n {
         None => Ok(None),
         Some(n) if (0..=5).contains(&n) => Ok(Some(n as usize)),
-        Some(_) => Err(ApiError::invalid(
-            Some("logprobs"),
-            "logprobs must be an integer between 0 and 5",
-        )),
+        Some(n) => Err(Invalid::OutOfRange {
+            field: "logprobs",
+            bound: "an integer between 0 and 5".into(),
+            got: n.to_string(),
+        }),
     }
 }
 
@@ -204,10 +207,10 @@ fn content_text(field: &str, content: Content) -> Result<String, ApiError> {
             .into_iter()
             .map(|p| match p {
                 ContentPart::Text { text } => Ok(text),
-                ContentPart::NotText => Err(ApiError::invalid(
-                    Some(field),
-                    format!("{field}: only text parts are supported (no images, audio or files)"),
-                )),
+                ContentPart::NotText => Err(ApiError::from(Invalid::Unsupported {
+                    field: field.to_string(),
+                    what: "only text parts are supported (no images, audio or files)",
+                })),
             })
             .collect(),
     }
@@ -265,12 +268,13 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     let messages = match chat.messages {
         Some(m) if !m.is_empty() => m,
         Some(_) => {
-            return Err(ApiError::invalid(
-                Some("messages"),
-                "messages must not be empty",
-            ));
+            return Err(Invalid::Empty {
+                field: "messages",
+                item: "message",
+            }
+            .into());
         }
-        None => return Err(ApiError::invalid(Some("messages"), "messages is required")),
+        None => return Err(Invalid::Missing { field: "messages" }.into()),
     };
     let messages = messages
         .into_iter()
@@ -280,10 +284,11 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     let tools =
         crate::tool_request::tool_request(chat.tools, chat.tool_choice, chat.parallel_tool_calls)?;
     if tools.is_some() && grammar.is_some() {
-        return Err(ApiError::invalid(
-            Some("tools"),
-            "give tools or an output constraint (response_format, grammar, ...), not both",
-        ));
+        return Err(Invalid::Conflict {
+            field: "tools",
+            why: "give tools or an output constraint (response_format, grammar, ...), not both",
+        }
+        .into());
     }
     let mut template_vars = chat.chat_template_kwargs.unwrap_or_default();
     if let Some(e) = chat.reasoning_effort {
@@ -316,13 +321,14 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
     } = common(typed(&o)?, None)?;
     params.logprobs = text_logprobs(text.logprobs)?;
     let prompt = match text.prompt {
-        None => return Err(ApiError::invalid(Some("prompt"), "prompt is required")),
+        None => return Err(Invalid::Missing { field: "prompt" }.into()),
         Some(Prompt::Text(s)) => PromptInput::Text(vec![s]),
         Some(Prompt::Texts(t)) if t.is_empty() => {
-            return Err(ApiError::invalid(
-                Some("prompt"),
-                "prompt must not be an empty list",
-            ));
+            return Err(Invalid::Empty {
+                field: "prompt",
+                item: "prompt",
+            }
+            .into());
         }
         Some(Prompt::Texts(t)) => PromptInput::Text(t),
         Some(Prompt::Tokens(ids)) => PromptInput::Tokens(vec![ids]),

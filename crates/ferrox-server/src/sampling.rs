@@ -75,7 +75,7 @@ impl SamplingFields {
             Some(t) if !(0.0..=bounds.max_temperature).contains(&t) => {
                 return Err(Invalid::OutOfRange {
                     field: "temperature",
-                    bound: bounds.temperature_bound,
+                    bound: bounds.temperature_bound.into(),
                     got: t.to_string(),
                 });
             }
@@ -125,7 +125,7 @@ fn top_k(k: Option<i64>, rule: TopK, default: usize) -> Result<usize, Invalid> {
         (Some(-1 | 0), TopK::ZeroOrMinusOneIsOff) => Ok(0),
         (Some(k), _) => Err(Invalid::OutOfRange {
             field: "top_k",
-            bound,
+            bound: bound.into(),
             got: k.to_string(),
         }),
     }

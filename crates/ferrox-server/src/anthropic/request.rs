@@ -142,10 +142,10 @@ impl Content {
                 .filter(|b| !matches!(b, Block::ToolUse { .. } | Block::ToolResult { .. }))
                 .map(|b| match b {
                     Block::Text { text, .. } => Ok(text.as_str()),
-                    _ => Err(ApiError::invalid(
-                        Some(field),
-                        format!("{field}: only text and tool blocks are supported here (no images or documents)"),
-                    )),
+                    _ => Err(ApiError::from(Invalid::Unsupported {
+                        field: field.to_string(),
+                        what: "only text and tool blocks are supported here (no images or documents)",
+                    })),
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(|parts| parts.concat()),
@@ -222,10 +222,11 @@ fn tool_request(req: &MessagesRequest) -> Result<Option<ToolRequest>, ApiError> 
             ));
         }
         let Some(schema @ Value::Object(_)) = &t.input_schema else {
-            return Err(ApiError::invalid(
-                Some(&field),
-                format!("{field}.input_schema must be a JSON schema object"),
-            ));
+            return Err(Invalid::Unsupported {
+                field,
+                what: "input_schema must be a JSON schema object",
+            }
+            .into());
         };
         tools.push(Tool {
             name: t.name.clone(),
@@ -280,15 +281,17 @@ impl Valid {
 
 pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
     crate::json_body::check_json(body)?;
-    let body: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    let unreadable = |e: serde_json::Error| Invalid::Body {
+        path: None,
+        detail: e.to_string(),
+    };
+    let body: Value = serde_json::from_slice(body).map_err(unreadable)?;
     let fields = crate::field_policy::ANTHROPIC_MESSAGES.apply(body)?;
-    let req: MessagesRequest = serde_json::from_value(Value::Object(fields))
-        .map_err(|e| ApiError::invalid(None, format!("invalid request body: {e}")))?;
+    let req: MessagesRequest = serde_json::from_value(Value::Object(fields)).map_err(unreadable)?;
     if req.max_tokens < 1 {
         return Err(Invalid::OutOfRange {
             field: "max_tokens",
-            bound: "at least 1",
+            bound: "at least 1".into(),
             got: req.max_tokens.to_string(),
         }
         .into());
@@ -296,10 +299,11 @@ pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
     let (messages, prefill) = conversation(&req)?;
     let tools = tool_request(&req)?;
     if tools.is_some() && prefill.is_some() {
-        return Err(ApiError::invalid(
-            Some("messages"),
-            "an assistant prefill cannot be combined with tools",
-        ));
+        return Err(Invalid::Conflict {
+            field: "messages",
+            why: "an assistant prefill cannot be combined with tools",
+        }
+        .into());
     }
     Ok(Valid {
         tools,
@@ -335,10 +339,11 @@ fn sampling(req: &MessagesRequest) -> Result<SamplingParams, Invalid> {
 /// message is the assistant's.
 fn conversation(req: &MessagesRequest) -> Result<(Vec<ChatMessage>, Option<String>), ApiError> {
     if req.messages.is_empty() {
-        return Err(ApiError::invalid(
-            Some("messages"),
-            "messages: at least one message is required",
-        ));
+        return Err(Invalid::Empty {
+            field: "messages",
+            item: "message",
+        }
+        .into());
     }
     let mut out = Vec::with_capacity(req.messages.len() + 1);
     if let Some(system) = &req.system {
