@@ -16,6 +16,7 @@ use ferrox_sampling::grammar::GrammarSpec;
 use ferrox_text::chat::{ChatMessage, TemplateVars};
 
 use crate::error::ApiError;
+use crate::invalid::Invalid;
 use crate::state::AppState;
 use crate::tool_request::{ToolChoice, ToolRequest};
 
@@ -102,7 +103,9 @@ fn tokenize(st: &AppState, g: &Generation) -> Result<Vec<Vec<u32>>, ApiError> {
             let tools = g.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
             let mut ids = st
                 .model_chat_ids_with_tools(messages, tools, vars)
-                .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+                .map_err(|e| Invalid::Template {
+                    detail: e.to_string(),
+                })?;
             if let Some(p) = prefill {
                 ids.extend(st.tokenizer.encode(p, false, true));
             }

@@ -8,6 +8,12 @@ use crate::error::ApiError;
 /// A refused request's cause.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Invalid {
+    #[error("cannot read the request body: {detail}")]
+    Unreadable { detail: String },
+    #[error("the body must be JSON with Content-Type: application/json (the request gave {given})")]
+    ContentType { given: String },
+    #[error("invalid JSON body: {detail}")]
+    NotJson { detail: String },
     #[error("the request body must be a JSON object")]
     NotAnObject,
     /// A field no policy of this route lists; `implemented_on` names a route
@@ -53,6 +59,27 @@ pub enum Invalid {
         field: &'static str,
         needs: &'static str,
     },
+    /// Several output constraints where one may be given.
+    #[error("give one output constraint, not several: {}", given.join(", "))]
+    SeveralConstraints { given: Vec<&'static str> },
+    /// A forced tool that is not among the tools.
+    #[error("tool_choice names {name:?}, which is not in tools")]
+    NotOffered { name: String },
+    /// An output constraint that cannot be compiled, or a model without a
+    /// grammar compiler.
+    #[error("{detail}")]
+    Grammar { detail: String },
+    /// A conversation the chat template cannot render.
+    #[error("{detail}")]
+    Template { detail: String },
+    /// One of Anthropic's server tools (web search, code execution, ...).
+    #[error(
+        "{field}: server tools ({kind}) are not supported here; give a custom tool with an input_schema"
+    )]
+    ServerTool { field: String, kind: String },
+    /// A token id outside the vocabulary.
+    #[error("{field} must be ids below the vocabulary size {vocab}")]
+    NotAToken { field: &'static str, vocab: usize },
     /// A value of a kind this server does not take there.
     #[error("{field}: {what}")]
     Unsupported { field: String, what: &'static str },
@@ -77,11 +104,19 @@ impl Invalid {
     /// The field it names, if any.
     pub fn field(&self) -> Option<&str> {
         match self {
-            Invalid::NotAnObject => None,
+            Invalid::Unreadable { .. }
+            | Invalid::ContentType { .. }
+            | Invalid::NotJson { .. }
+            | Invalid::NotAnObject => None,
+            Invalid::SeveralConstraints { given } => given.get(1).copied(),
+            Invalid::NotOffered { .. } => Some("tool_choice"),
+            Invalid::Grammar { .. } => Some("response_format"),
+            Invalid::Template { .. } => Some("messages"),
             Invalid::UnknownField { field, .. } | Invalid::Refused { field, .. } => Some(field),
             Invalid::Ambiguous { alias, .. } => Some(alias),
             Invalid::Body { path, .. } => path.as_deref(),
-            Invalid::Unsupported { field, .. } => Some(field),
+            Invalid::Unsupported { field, .. } | Invalid::ServerTool { field, .. } => Some(field),
+            Invalid::NotAToken { field, .. } => Some(field),
             Invalid::Empty { field, .. }
             | Invalid::Conflict { field, .. }
             | Invalid::Needs { field, .. }

@@ -12,22 +12,29 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::invalid::Invalid;
 
 /// The body as JSON, or the error naming what is wrong with it (its size was
 /// checked by the `limits::read_body` middleware).
 pub fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let bytes =
-        body.map_err(|e| ApiError::invalid(None, format!("cannot read the request body: {e}")))?;
+    let bytes = body.map_err(|e| Invalid::Unreadable {
+        detail: e.to_string(),
+    })?;
     check_json(&bytes)?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| not_json(e).into())
 }
 
 /// Refuses a body that is not JSON or names a key twice in an object.
 pub fn check_json(bytes: &[u8]) -> Result<(), ApiError> {
     serde_json::from_slice::<NoDuplicateKeys>(bytes)
         .map(|_| ())
-        .map_err(|e| ApiError::invalid(None, format!("invalid JSON body: {e}")))
+        .map_err(|e| not_json(e).into())
+}
+
+fn not_json(e: serde_json::Error) -> Invalid {
+    Invalid::NotJson {
+        detail: e.to_string(),
+    }
 }
 
 /// Refuses a request whose `Content-Type` is not JSON.
@@ -45,12 +52,7 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     } else {
         format!("{given:?}")
     };
-    Err(ApiError::invalid(
-        None,
-        format!(
-            "the body must be JSON with Content-Type: application/json (the request gave {said})"
-        ),
-    ))
+    Err(Invalid::ContentType { given: said }.into())
 }
 
 /// A JSON document walked for duplicate object keys (and nothing kept).

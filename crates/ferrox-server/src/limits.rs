@@ -277,10 +277,10 @@ async fn read_whole(st: &AppState, req: Request) -> Result<Request, ApiError> {
         Ok(Err(e)) if is_length_limit(&e) => Err(too_large(format!(
             "request body too large: over {BODY_READ_LIMIT} bytes"
         ))),
-        Ok(Err(e)) => Err(ApiError::invalid(
-            None,
-            format!("cannot read the request body: {e}"),
-        )),
+        Ok(Err(e)) => Err(crate::invalid::Invalid::Unreadable {
+            detail: e.to_string(),
+        }
+        .into()),
         Ok(Ok(bytes)) if bytes.len() > BODY_LIMIT => Err(too_large(format!(
             "request body too large: {} bytes, the limit is {BODY_LIMIT} bytes",
             bytes.len()

@@ -16,7 +16,9 @@ use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::completions;
 use crate::error::ApiError;
+use crate::invalid::Invalid;
 use crate::json_body::json_body;
+use crate::request::typed;
 use crate::state::{AppState, Phase};
 
 /// Largest request body accepted.
@@ -82,53 +84,55 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// A `/tokenize` body (llama-server's).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenizeBody {
+    content: String,
+    #[serde(default)]
+    add_special: bool,
+    #[serde(default = "yes")]
+    parse_special: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A `/detokenize` body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DetokenizeBody {
+    tokens: Vec<u32>,
+}
+
 async fn tokenize(
     State(st): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let v = json_body(body)?;
-    let content = v
-        .get("content")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid(Some("content"), "content must be a string"))?;
-    let add_special = v
-        .get("add_special")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let parse_special = v
-        .get("parse_special")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
-    Ok(Json(
-        json!({"tokens": st.tokenizer.encode(content, add_special, parse_special)}),
-    ))
+    let b: TokenizeBody = typed(&json_body(body)?)?;
+    let tokens = st
+        .tokenizer
+        .encode(&b.content, b.add_special, b.parse_special);
+    Ok(Json(json!({ "tokens": tokens })))
 }
 
 async fn detokenize(
     State(st): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let v = json_body(body)?;
-    let ids = v
-        .get("tokens")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ApiError::invalid(Some("tokens"), "tokens must be an array of token ids"))?;
+    let b: DetokenizeBody = typed(&json_body(body)?)?;
     let vocab = st.tokenizer.vocab_size();
-    let ids: Vec<u32> = ids
-        .iter()
-        .map(|t| {
-            t.as_u64()
-                .filter(|&n| (n as usize) < vocab)
-                .map(|n| n as u32)
-        })
-        .collect::<Option<_>>()
-        .ok_or_else(|| {
-            ApiError::invalid(
-                Some("tokens"),
-                format!("tokens must be ids below the vocabulary size {vocab}"),
-            )
-        })?;
-    Ok(Json(json!({"content": st.tokenizer.decode(&ids, true)})))
+    if b.tokens.iter().any(|&t| t as usize >= vocab) {
+        return Err(Invalid::NotAToken {
+            field: "tokens",
+            vocab,
+        }
+        .into());
+    }
+    Ok(Json(
+        json!({"content": st.tokenizer.decode(&b.tokens, true)}),
+    ))
 }
 
 async fn not_found(req: Request) -> ApiError {

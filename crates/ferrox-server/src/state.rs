@@ -14,6 +14,7 @@ use ferrox_text::tools::{Tool, ToolFormat};
 
 use crate::auth::ApiKey;
 use crate::error::ApiError;
+use crate::invalid::Invalid;
 use crate::metrics::Metrics;
 
 /// Where the server is in its life (what `/health` reports).
@@ -90,13 +91,18 @@ impl AppState {
         let compiled = match &self.grammars {
             Ok(g) => g.compile(spec),
             Err(e) => {
-                return Err(ApiError::invalid(
-                    Some("response_format"),
-                    format!("structured output is not available for this model: {e}"),
-                ));
+                return Err(Invalid::Grammar {
+                    detail: format!("structured output is not available for this model: {e}"),
+                }
+                .into());
             }
         };
-        compiled.map_err(|e| ApiError::invalid(Some("response_format"), e.to_string()))
+        compiled.map_err(|e| {
+            Invalid::Grammar {
+                detail: e.to_string(),
+            }
+            .into()
+        })
     }
 
     /// Token ids of a conversation rendered by the model's chat template.
@@ -130,10 +136,11 @@ impl AppState {
                 .as_ref()
                 .is_some_and(|t| t.reads("reasoning_effort"))
         {
-            return Err(ApiError::invalid(
-                Some("reasoning_effort"),
-                "this model's chat template has no reasoning_effort knob",
-            ));
+            return Err(Invalid::Unsupported {
+                field: "reasoning_effort".into(),
+                what: "this model's chat template has no reasoning_effort knob",
+            }
+            .into());
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use ferrox_sampling::grammar::GrammarSpec;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::invalid::Invalid;
 use crate::openai::request::{JsonSchemaFormat, ResponseFormat, Schema, SharedFields};
 
 /// The output grammar a request asks for (the constraint fields are taken out
@@ -46,14 +47,8 @@ pub(crate) fn output_grammar(f: &mut SharedFields) -> Result<Option<GrammarSpec>
     match found.len() {
         0 | 1 => Ok(found.pop().map(|(_, g)| g)),
         _ => {
-            let names: Vec<&str> = found.iter().map(|f| f.0).collect();
-            Err(ApiError::invalid(
-                Some(names[1]),
-                format!(
-                    "give one output constraint, not several: {}",
-                    names.join(", ")
-                ),
-            ))
+            let given = found.iter().map(|f| f.0).collect();
+            Err(Invalid::SeveralConstraints { given }.into())
         }
     }
 }
@@ -68,10 +63,11 @@ fn response_format(rf: ResponseFormat) -> Result<Option<GrammarSpec>, ApiError> 
         ResponseFormat::JsonObject { schema: Some(s) } => {
             schema_spec("response_format.schema", s, false).map(Some)
         }
-        ResponseFormat::JsonSchema { json_schema: None } => Err(ApiError::invalid(
-            Some("response_format"),
-            "response_format json_schema needs a json_schema object with a schema",
-        )),
+        ResponseFormat::JsonSchema { json_schema: None } => Err(Invalid::Needs {
+            field: "response_format",
+            needs: "a json_schema object with a schema when its type is json_schema",
+        }
+        .into()),
         ResponseFormat::JsonSchema {
             json_schema: Some(JsonSchemaFormat { schema, strict, .. }),
         } => match schema {
@@ -93,13 +89,16 @@ fn schema_spec(field: &str, s: Schema, strict: bool) -> Result<GrammarSpec, ApiE
         Schema::Object(o) => Value::Object(o),
         Schema::AnyValue(true) => Value::Bool(true),
         Schema::AnyValue(false) => {
-            return Err(ApiError::invalid(
-                Some(field),
-                format!("{field}: the schema false allows no output at all"),
-            ));
+            return Err(Invalid::Unsupported {
+                field: field.to_string(),
+                what: "the schema false allows no output at all",
+            }
+            .into());
         }
-        Schema::Text(t) => serde_json::from_str(&t)
-            .map_err(|e| ApiError::invalid(Some(field), format!("{field} is not JSON: {e}")))?,
+        Schema::Text(t) => serde_json::from_str(&t).map_err(|e| Invalid::Body {
+            path: Some(field.to_string()),
+            detail: format!("not JSON: {e}"),
+        })?,
     };
     Ok(GrammarSpec::JsonSchema { schema, strict })
 }
@@ -107,10 +106,11 @@ fn schema_spec(field: &str, s: Schema, strict: bool) -> Result<GrammarSpec, ApiE
 /// vLLM's `guided_choice`: the output is exactly one of the strings.
 fn choice_grammar(choices: &[String]) -> Result<GrammarSpec, ApiError> {
     if choices.is_empty() {
-        return Err(ApiError::invalid(
-            Some("guided_choice"),
-            "guided_choice must list at least one string",
-        ));
+        return Err(Invalid::Empty {
+            field: "guided_choice",
+            item: "string",
+        }
+        .into());
     }
     let alternatives: Vec<String> = choices
         .iter()

@@ -6,6 +6,7 @@ use ferrox_text::tools::{Tool, ToolCall};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::invalid::Invalid;
 use crate::openai::request::{Arguments, ToolCallIn, ToolChoiceIn, ToolDef};
 
 /// What the model may or must do with the tools.
@@ -42,18 +43,16 @@ impl ToolRequest {
             && !tools.is_empty()
             && !tools.iter().any(|t| &t.name == name)
         {
-            return Err(ApiError::invalid(
-                Some("tool_choice"),
-                format!("tool_choice names {name:?}, which is not in tools"),
-            ));
+            return Err(Invalid::NotOffered { name: name.clone() }.into());
         }
         if tools.is_empty() {
             return match choice {
                 ToolChoice::Auto => Ok(None),
-                _ => Err(ApiError::invalid(
-                    Some("tool_choice"),
-                    "tool_choice requires a tool call, but no tools are given",
-                )),
+                _ => Err(Invalid::Needs {
+                    field: "tool_choice",
+                    needs: "tools: it requires a tool call, but no tools are given",
+                }
+                .into()),
             };
         }
         Ok(Some(ToolRequest {
@@ -96,18 +95,22 @@ pub fn tool_request(
             "auto" => ToolChoice::Auto,
             "required" => ToolChoice::Required,
             other => {
-                return Err(ApiError::invalid(
-                    Some("tool_choice"),
-                    format!("tool_choice {other:?} is not none, auto, required or a function"),
-                ));
+                return Err(Invalid::OutOfRange {
+                    field: "tool_choice",
+                    bound: "none, auto, required or a function".into(),
+                    got: format!("{other:?}"),
+                }
+                .into());
             }
         },
         Some(ToolChoiceIn::Named(n)) if n.kind == "function" => ToolChoice::Named(n.function.name),
         Some(ToolChoiceIn::Named(n)) => {
-            return Err(ApiError::invalid(
-                Some("tool_choice"),
-                format!("tool_choice.type must be \"function\", got {:?}", n.kind),
-            ));
+            return Err(Invalid::OutOfRange {
+                field: "tool_choice",
+                bound: "of type \"function\"".into(),
+                got: format!("{:?}", n.kind),
+            }
+            .into());
         }
     };
     ToolRequest::new(tools, choice, parallel.unwrap_or(true))
@@ -115,23 +118,26 @@ pub fn tool_request(
 
 fn tool(field: &str, t: ToolDef) -> Result<Tool, ApiError> {
     if t.kind != "function" {
-        return Err(ApiError::invalid(
-            Some(field),
-            format!("{field}.type must be \"function\" (the only kind of tool)"),
-        ));
+        return Err(Invalid::Unsupported {
+            field: field.to_string(),
+            what: "type must be \"function\" (the only kind of tool)",
+        }
+        .into());
     }
-    let f = t.function.ok_or_else(|| {
-        ApiError::invalid(Some(field), format!("{field}.function must be an object"))
+    let f = t.function.ok_or_else(|| Invalid::Unsupported {
+        field: field.to_string(),
+        what: "function must be an object",
     })?;
     let valid_name = !f.name.is_empty()
         && f.name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !valid_name {
-        return Err(ApiError::invalid(
-            Some(field),
-            format!("{field}.function.name must be a name of letters, digits, _ and -"),
-        ));
+        return Err(Invalid::Unsupported {
+            field: field.to_string(),
+            what: "function.name must be a name of letters, digits, _ and -",
+        }
+        .into());
     }
     Ok(Tool {
         name: f.name,
@@ -152,11 +158,9 @@ pub fn message_tool_calls(field: &str, calls: Vec<ToolCallIn>) -> Result<Vec<Too
         .map(|(i, c)| {
             let f = format!("{field}[{i}]");
             let arguments = match c.function.arguments {
-                Arguments::Json(s) => serde_json::from_str(&s).map_err(|e| {
-                    ApiError::invalid(
-                        Some(&f),
-                        format!("{f}: function.arguments is not JSON: {e}"),
-                    )
+                Arguments::Json(s) => serde_json::from_str(&s).map_err(|e| Invalid::Body {
+                    path: Some(f.clone()),
+                    detail: format!("function.arguments is not JSON: {e}"),
                 })?,
                 Arguments::Object(o) => Value::Object(o),
             };

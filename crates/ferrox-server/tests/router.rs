@@ -479,3 +479,47 @@ async fn bodies_must_be_declared_json_without_duplicate_keys() {
         assert!(text.contains("duplicate key"), "{path}: {text}");
     }
 }
+
+/// llama-server's `/tokenize` and `/detokenize` round-trip; a missing field, an
+/// unknown one and an id outside the vocabulary are 400s naming their field.
+#[tokio::test]
+async fn tokenize_and_detokenize_round_trip_and_refuse_by_name() {
+    let (status, body) = post(app(usize::MAX), "/tokenize", r#"{"content": "hi!"}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let tokens = serde_json::from_str::<serde_json::Value>(&body).unwrap()["tokens"].clone();
+    assert!(!tokens.as_array().unwrap().is_empty(), "{body}");
+    let (status, body) = post(
+        app(usize::MAX),
+        "/detokenize",
+        &serde_json::json!({ "tokens": tokens }).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["content"],
+        "hi!"
+    );
+    for (path, body, param) in [
+        ("/tokenize", r#"{}"#, serde_json::Value::Null),
+        (
+            "/tokenize",
+            r#"{"content": "a", "mood": 1}"#,
+            serde_json::json!("mood"),
+        ),
+        (
+            "/tokenize",
+            r#"{"content": 5}"#,
+            serde_json::json!("content"),
+        ),
+        (
+            "/detokenize",
+            r#"{"tokens": [99999]}"#,
+            serde_json::json!("tokens"),
+        ),
+    ] {
+        let (status, answer) = post(app(usize::MAX), path, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {body}: {answer}");
+        let e: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(e["error"]["param"], param, "{path} {body}: {answer}");
+    }
+}

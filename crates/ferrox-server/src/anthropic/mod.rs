@@ -305,8 +305,9 @@ async fn handle(
             "the server is shutting down and takes no new requests; retry elsewhere or later",
         ));
     }
-    let bytes =
-        body.map_err(|e| ApiError::invalid(None, format!("cannot read the request body: {e}")))?;
+    let bytes = body.map_err(|e| crate::invalid::Invalid::Unreadable {
+        detail: e.to_string(),
+    })?;
     let req = parse(&bytes)?;
     if !st.serves(&req.model) {
         return Err(ApiError::model_not_found(&req.model, &st.model_id));

@@ -212,14 +212,12 @@ fn tool_request(req: &MessagesRequest) -> Result<Option<ToolRequest>, ApiError> 
     let mut tools = Vec::with_capacity(req.tools.len());
     for (i, t) in req.tools.iter().enumerate() {
         let field = format!("tools.{i}");
-        if t.kind.as_deref().is_some_and(|k| k != "custom") {
-            return Err(ApiError::invalid(
-                Some(&field),
-                format!(
-                    "{field}: server tools ({}) are not supported here; give a custom tool with an input_schema",
-                    t.kind.as_deref().unwrap_or_default()
-                ),
-            ));
+        if let Some(kind) = t.kind.as_ref().filter(|k| *k != "custom") {
+            return Err(Invalid::ServerTool {
+                field,
+                kind: kind.clone(),
+            }
+            .into());
         }
         let Some(schema @ Value::Object(_)) = &t.input_schema else {
             return Err(Invalid::Unsupported {
