@@ -30,9 +30,10 @@ pub struct ServeArgs {
     /// else ~/.cache/ferrox/models); Hub models in the Hugging Face cache (HF_HOME).
     #[arg(short, long, env = "FERROX_MODEL", value_name = "MODEL")]
     pub model: Option<String>,
-    /// Another name clients may use for the model (repeatable; the variable takes
-    /// a comma-separated list). The id `/v1/models` reports is the catalog name or
-    /// the GGUF's `general.name`.
+    /// Another name `/v1/models/{id}` finds the model by (repeatable; the
+    /// variable takes a comma-separated list). The id `/v1/models` reports is the
+    /// catalog name or the file's stem; a request may name any model, and the
+    /// served one answers.
     #[arg(
         long = "alias",
         value_name = "NAME",
@@ -273,7 +274,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let config = a.engine.config(&shape)?;
         let kv_peak = kv_peak_bytes(&shape, &config)?;
         let tokenizer = Arc::new(model.tokenizer.clone());
-        let model_id = ferrox_hub::model_ref::model_id(a.model.as_deref(), model.transformer.file(), &path);
+        let model_id = ferrox_hub::model_ref::model_id(a.model.as_deref(), &path);
         let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut aliases = a.aliases.clone();

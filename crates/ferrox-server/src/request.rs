@@ -57,7 +57,6 @@ impl From<ValidRequest> for Generation {
 /// A request that passed validation.
 #[derive(Debug, Clone)]
 pub struct ValidRequest {
-    pub model: Option<String>,
     pub prompt: PromptInput,
     /// `max_tokens` / `max_completion_tokens`, if given.
     pub max_tokens: Option<usize>,
@@ -97,7 +96,6 @@ struct Common {
     max_tokens: Option<usize>,
     stream: bool,
     include_usage: bool,
-    model: Option<String>,
 }
 
 /// `max_completion_tokens` (chat's newer name) or `max_tokens`: at least 1.
@@ -159,7 +157,6 @@ fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false),
-        model: f.model,
     })
 }
 
@@ -262,7 +259,6 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         max_tokens,
         stream,
         include_usage,
-        model,
     } = common(typed(&o)?, max)?;
     params.logprobs = chat_logprobs(chat.logprobs, chat.top_logprobs)?;
     let messages = match chat.messages {
@@ -295,7 +291,6 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         template_vars.insert("reasoning_effort".into(), e.as_str().into());
     }
     Ok(ValidRequest {
-        model,
         prompt: PromptInput::Chat(messages),
         max_tokens,
         params,
@@ -317,7 +312,6 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         max_tokens,
         stream,
         include_usage,
-        model,
     } = common(typed(&o)?, None)?;
     params.logprobs = text_logprobs(text.logprobs)?;
     let prompt = match text.prompt {
@@ -335,7 +329,6 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         Some(Prompt::TokenLists(lists)) => PromptInput::Tokens(lists),
     };
     Ok(ValidRequest {
-        model,
         prompt,
         max_tokens,
         params,

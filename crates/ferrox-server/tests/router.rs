@@ -42,12 +42,6 @@ async fn errors_have_the_openai_shape() {
             "invalid_request_error",
         ),
         (
-            "/v1/completions",
-            r#"{"prompt": "a", "model": "other"}"#,
-            StatusCode::NOT_FOUND,
-            "model_not_found",
-        ),
-        (
             "/v1/chat/completions",
             r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
             StatusCode::BAD_REQUEST,
@@ -522,4 +516,21 @@ async fn tokenize_and_detokenize_round_trip_and_refuse_by_name() {
         let e: serde_json::Value = serde_json::from_str(&answer).unwrap();
         assert_eq!(e["error"]["param"], param, "{path} {body}: {answer}");
     }
+}
+
+/// One model served: any `model` a client sends is answered, and the answer
+/// names the model that answered (llama-server's way).
+#[tokio::test]
+async fn any_model_name_is_answered_by_the_one_served_model() {
+    let (status, body) = post(
+        app(usize::MAX),
+        "/v1/completions",
+        r#"{"prompt": "a", "model": "gpt-9", "max_tokens": 2}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let models = get(app(usize::MAX), "/v1/models").await;
+    let served: serde_json::Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(v["model"], served["data"][0]["id"], "{body}");
 }

@@ -309,9 +309,6 @@ async fn handle(
         detail: e.to_string(),
     })?;
     let req = parse(&bytes)?;
-    if !st.serves(&req.model) {
-        return Err(ApiError::model_not_found(&req.model, &st.model_id));
-    }
     let tools = req.tools.as_ref().map(|_| st.tool_format());
     let (streaming, stops) = (req.stream, req.params.stop.clone());
     let prepared = generation::prepare(&st, req.generation()).await?;

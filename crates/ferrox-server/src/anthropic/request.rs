@@ -20,6 +20,8 @@ use serde_json::Value;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MessagesRequest {
+    /// Required by the API; whatever it names, the one served model answers.
+    #[expect(dead_code, reason = "required, checked for its type only")]
     model: String,
     max_tokens: i64,
     messages: Vec<InputMessage>,
@@ -251,7 +253,6 @@ fn tool_request(req: &MessagesRequest) -> Result<Option<ToolRequest>, ApiError> 
 
 /// A validated request: the conversation, an assistant prefill, the parameters.
 pub(super) struct Valid {
-    pub(super) model: String,
     pub(super) messages: Vec<ChatMessage>,
     pub(super) prefill: Option<String>,
     pub(super) params: GenerationParams,
@@ -314,7 +315,6 @@ pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
             ignore_eos: false,
             grammar: None,
         },
-        model: req.model,
         messages,
         prefill,
         stream: req.stream,

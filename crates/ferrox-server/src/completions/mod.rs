@@ -75,11 +75,6 @@ async fn handle(
         Kind::Chat => parse_chat(&v)?,
         Kind::Text => parse_completion(&v)?,
     };
-    if let Some(m) = &req.model
-        && !st.serves(m)
-    {
-        return Err(ApiError::model_not_found(m, &st.model_id));
-    }
     let (stream, include_usage) = (req.stream, req.include_usage);
     let tools = req.tools.as_ref().map(|_| st.tool_format());
     let prepared = generation::prepare(&st, Generation::from(req)).await?;

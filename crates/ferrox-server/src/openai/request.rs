@@ -17,6 +17,8 @@ use serde_json::{Map, Value};
 /// The fields chat and completions share.
 #[derive(Debug, Default, Deserialize)]
 pub struct SharedFields {
+    /// Whatever it names, the one served model answers (llama-server's way);
+    /// read only to refuse a value that is not a string.
     pub model: Option<String>,
     pub max_tokens: Option<i64>,
     pub temperature: Option<f64>,
