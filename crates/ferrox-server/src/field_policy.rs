@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::invalid::Invalid;
 
 /// What a route does with a field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Field {
     Implemented,
     /// Another server's name for this implemented field.
@@ -20,6 +20,27 @@ pub enum Field {
     NoOp,
     /// Refused, for this reason, unless `null` or `false`.
     Refused(&'static str),
+    /// Accepted at the value that is ferrox's behaviour (then it changes
+    /// nothing), or `null`; any other value is refused for this reason.
+    Default(Fixed, &'static str),
+}
+
+/// The value a [`Field::Default`] field may take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fixed {
+    Bool(bool),
+    Number(f64),
+}
+
+impl Fixed {
+    fn admits(self, v: &Value) -> bool {
+        match (self, v) {
+            (_, Value::Null) => true,
+            (Fixed::Bool(b), Value::Bool(v)) => b == *v,
+            (Fixed::Number(n), Value::Number(v)) => v.as_f64() == Some(n),
+            _ => false,
+        }
+    }
 }
 
 type Table = &'static [(&'static str, Field)];
@@ -60,6 +81,7 @@ const OPENAI_COMMON: Table = &[
     ("guided_regex", Implemented),
     ("guided_grammar", Implemented),
     ("guided_choice", Implemented),
+    ("repeat_last_n", Implemented),
     ("n_predict", Alias("max_tokens")),
     ("repeat_penalty", Alias("repetition_penalty")),
     // One user, no stored completions, one service tier, an automatic prefix
@@ -71,14 +93,88 @@ const OPENAI_COMMON: Table = &[
     ("prompt_cache_key", NoOp),
     ("safety_identifier", NoOp),
     ("cache_prompt", NoOp),
+    // llama-server's slot: the prefix cache finds a request's pages in any.
+    ("id_slot", NoOp),
+    // One model, always loaded.
+    ("keep_alive", NoOp),
+    // Read only by samplers that must be off here (DRY, XTC, mirostat).
+    ("dry_base", NoOp),
+    ("dry_allowed_length", NoOp),
+    ("dry_penalty_last_n", NoOp),
+    ("dry_sequence_breakers", NoOp),
+    ("xtc_threshold", NoOp),
+    ("mirostat_tau", NoOp),
+    ("mirostat_eta", NoOp),
+    // Routers' and other servers' switches, at the value ferrox behaves by.
+    (
+        "skip_special_tokens",
+        Default(
+            Fixed::Bool(true),
+            "special tokens are always left out of the text",
+        ),
+    ),
+    (
+        "no_stop_trim",
+        Default(
+            Fixed::Bool(false),
+            "a matched stop string is always trimmed from the text",
+        ),
+    ),
+    (
+        "separate_reasoning",
+        Default(
+            Fixed::Bool(true),
+            "reasoning is always separated into reasoning_content",
+        ),
+    ),
+    (
+        "include_reasoning",
+        Default(
+            Fixed::Bool(true),
+            "reasoning is always returned as reasoning_content",
+        ),
+    ),
+    (
+        "stream_reasoning",
+        Default(Fixed::Bool(true), "reasoning is always streamed"),
+    ),
+    (
+        "return_hidden_states",
+        Default(Fixed::Bool(false), "hidden states are not returned"),
+    ),
+    (
+        "return_progress",
+        Default(Fixed::Bool(false), "prompt progress is not reported"),
+    ),
+    (
+        "dry_multiplier",
+        Default(Fixed::Number(0.0), "DRY sampling is not implemented"),
+    ),
+    (
+        "xtc_probability",
+        Default(Fixed::Number(0.0), "XTC sampling is not implemented"),
+    ),
+    (
+        "top_n_sigma",
+        Default(
+            Fixed::Number(-1.0),
+            "top-n-sigma sampling is not implemented",
+        ),
+    ),
     ("echo", Refused("echo is not supported")),
     ("best_of", Refused("best_of is not supported")),
     (
         "typical_p",
-        Refused("typical_p sampling is not implemented"),
+        Default(Fixed::Number(1.0), "typical_p sampling is not implemented"),
     ),
-    ("mirostat", Refused("mirostat sampling is not implemented")),
-    ("tfs_z", Refused("tail-free sampling is not implemented")),
+    (
+        "mirostat",
+        Default(Fixed::Number(0.0), "mirostat sampling is not implemented"),
+    ),
+    (
+        "tfs_z",
+        Default(Fixed::Number(1.0), "tail-free sampling is not implemented"),
+    ),
     (
         "functions",
         Refused("the legacy functions field is not supported; use tools"),
@@ -107,6 +203,7 @@ const CHAT: Table = &[
     ("parallel_tool_calls", Implemented),
     ("chat_template_kwargs", Implemented),
     ("reasoning_effort", Implemented),
+    ("continue_final_message", Implemented),
 ];
 
 const COMPLETIONS: Table = &[("prompt", Implemented)];
@@ -193,6 +290,8 @@ impl Policy {
                 Some(NoOp) | Some(Alias(_)) => {}
                 Some(Refused(_)) if value.is_null() || value == Value::Bool(false) => {}
                 Some(Refused(why)) => return Err(Invalid::Refused { field: key, why }),
+                Some(Default(fixed, _)) if fixed.admits(&value) => {}
+                Some(Default(_, why)) => return Err(Invalid::Refused { field: key, why }),
                 None => {
                     let implemented_on = ROUTES
                         .iter()
@@ -249,6 +348,7 @@ mod tests {
     fn every_refused_and_unknown_field_is_named() {
         for p in ROUTES {
             for (field, _) in p.entries().filter(|(_, f)| matches!(f, Refused(_))) {
+                // `1` is neither null nor false.
                 let e = run(p, json!({ field: 1 })).unwrap_err();
                 assert!(matches!(e, Invalid::Refused { .. }), "{e}");
                 assert_eq!(e.field(), Some(field));
@@ -269,6 +369,19 @@ mod tests {
             let e = run(policy, json!({ field: 1 })).unwrap_err();
             assert_eq!(e.field(), Some(field));
             assert!(e.to_string().contains(says), "{e}");
+        }
+        // A switch at ferrox's value passes and is gone; another value is
+        // refused naming it.
+        for p in ROUTES {
+            for (field, fixed, other) in p.entries().filter_map(|(f, p)| match p {
+                Default(Fixed::Bool(b), _) => Some((f, json!(b), json!(!b))),
+                Default(Fixed::Number(n), _) => Some((f, json!(n as i64), json!(n + 0.5))),
+                _ => None,
+            }) {
+                assert_eq!(run(p, json!({ field: fixed })), Ok(Map::new()), "{field}");
+                let e = run(p, json!({ field: other })).unwrap_err();
+                assert!(matches!(e, Invalid::Refused { .. }), "{field}: {e}");
+            }
         }
         // No-ops, nulls and `false` for a refused feature pass, and are gone.
         let o = run(

@@ -39,7 +39,7 @@ impl From<ValidRequest> for Generation {
             PromptInput::Chat(messages) => generation::Prompt::Chat {
                 messages,
                 vars: r.template_vars,
-                prefill: None,
+                prefill: r.prefill,
             },
             PromptInput::Text(texts) => generation::Prompt::Text(texts),
             PromptInput::Tokens(ids) => generation::Prompt::Tokens(ids),
@@ -58,6 +58,8 @@ impl From<ValidRequest> for Generation {
 #[derive(Debug, Clone)]
 pub struct ValidRequest {
     pub prompt: PromptInput,
+    /// The start of the answer, continued as is (`continue_final_message`).
+    pub prefill: Option<String>,
     /// `max_tokens` / `max_completion_tokens`, if given.
     pub max_tokens: Option<usize>,
     /// Generation parameters (`max_tokens` filled in once the prompt is tokenized).
@@ -248,6 +250,19 @@ fn chat_message(i: usize, m: Message) -> Result<ChatMessage, ApiError> {
     })
 }
 
+/// The last message, the assistant's, taken off to be continued.
+fn final_message(messages: &mut Vec<ChatMessage>) -> Result<String, Invalid> {
+    match messages.last() {
+        Some(m) if m.role == "assistant" && m.tool_calls.is_empty() => {
+            Ok(messages.pop().expect("a last message").content)
+        }
+        _ => Err(Invalid::Needs {
+            field: "continue_final_message",
+            needs: "a last message from the assistant, without tool calls",
+        }),
+    }
+}
+
 /// Validates a `/v1/chat/completions` body.
 pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     let o = policed(&field_policy::CHAT_COMPLETIONS, body)?;
@@ -272,13 +287,24 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         }
         None => return Err(Invalid::Missing { field: "messages" }.into()),
     };
-    let messages = messages
+    let mut messages = messages
         .into_iter()
         .enumerate()
         .map(|(i, m)| chat_message(i, m))
         .collect::<Result<Vec<_>, _>>()?;
+    let prefill = match chat.continue_final_message {
+        Some(true) => Some(final_message(&mut messages)?),
+        _ => None,
+    };
     let tools =
         crate::tool_request::tool_request(chat.tools, chat.tool_choice, chat.parallel_tool_calls)?;
+    if tools.is_some() && prefill.is_some() {
+        return Err(Invalid::Conflict {
+            field: "continue_final_message",
+            why: "an assistant prefill cannot be combined with tools",
+        }
+        .into());
+    }
     if tools.is_some() && grammar.is_some() {
         return Err(Invalid::Conflict {
             field: "tools",
@@ -292,6 +318,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
     }
     Ok(ValidRequest {
         prompt: PromptInput::Chat(messages),
+        prefill,
         max_tokens,
         params,
         stream,
@@ -330,6 +357,7 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
     };
     Ok(ValidRequest {
         prompt,
+        prefill: None,
         max_tokens,
         params,
         stream,
@@ -498,6 +526,72 @@ mod tests {
         );
         assert!(p(json!([1, "a"])).is_err());
         assert!(p(json!([-1])).is_err());
+    }
+
+    /// What routers and other servers' clients add (vllm-router, SillyTavern,
+    /// Open WebUI) passes at ferrox's own behaviour and is refused by name
+    /// away from it.
+    #[test]
+    fn interop_fields_pass_at_ferrox_values_and_are_refused_away_from_them() {
+        let body = json!({
+            "messages": [{"role": "user", "content": "hi"}],
+            "skip_special_tokens": true, "no_stop_trim": false, "continue_final_message": false,
+            "separate_reasoning": true, "include_reasoning": true, "stream_reasoning": true,
+            "return_hidden_states": false, "return_progress": false, "dry_multiplier": 0,
+            "dry_base": 1.75, "dry_sequence_breakers": ["\n"], "xtc_probability": 0.0,
+            "xtc_threshold": 0.1, "typical_p": 1, "tfs_z": 1.0, "mirostat": 0, "top_n_sigma": -1,
+            "id_slot": -1, "keep_alive": "5m", "repeat_last_n": 128
+        });
+        let r = parse_chat(&body).unwrap();
+        assert_eq!(r.params.sampling.penalty_last_n, 128);
+        for (field, value) in [
+            ("no_stop_trim", json!(true)),
+            ("skip_special_tokens", json!(false)),
+            ("dry_multiplier", json!(0.8)),
+            ("typical_p", json!(0.9)),
+            ("return_hidden_states", json!(true)),
+        ] {
+            let mut b = body.clone();
+            b[field] = value;
+            assert_eq!(param_of(parse_chat(&b)).as_deref(), Some(field));
+        }
+        let mut b = body.clone();
+        b["repeat_last_n"] = json!(-1);
+        assert_eq!(
+            parse_chat(&b).unwrap().params.sampling.penalty_last_n,
+            usize::MAX
+        );
+        b["repeat_last_n"] = json!(-2);
+        assert_eq!(param_of(parse_chat(&b)).as_deref(), Some("repeat_last_n"));
+    }
+
+    /// vLLM's `continue_final_message`: the assistant's last message is the
+    /// start of the answer.
+    #[test]
+    fn continue_final_message_makes_the_last_message_a_prefill() {
+        let body = json!({
+            "messages": [{"role": "user", "content": "Capital of France?"},
+                         {"role": "assistant", "content": "The capital is"}],
+            "continue_final_message": true
+        });
+        let r = parse_chat(&body).unwrap();
+        assert_eq!(r.prefill.as_deref(), Some("The capital is"));
+        let PromptInput::Chat(m) = &r.prompt else {
+            panic!("a chat prompt")
+        };
+        assert_eq!(m.len(), 1);
+        let mut b = body.clone();
+        b["messages"] = json!([{"role": "user", "content": "x"}]);
+        assert_eq!(
+            param_of(parse_chat(&b)).as_deref(),
+            Some("continue_final_message")
+        );
+        b = body.clone();
+        b["tools"] = json!([{"type": "function", "function": {"name": "f"}}]);
+        assert_eq!(
+            param_of(parse_chat(&b)).as_deref(),
+            Some("continue_final_message")
+        );
     }
 
     #[test]

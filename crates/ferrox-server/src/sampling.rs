@@ -21,6 +21,8 @@ pub struct SamplingFields {
     /// Token id (as a string key) to bias.
     pub logit_bias: Option<BTreeMap<String, f64>>,
     pub seed: Option<i64>,
+    /// Tokens the penalties look back over: -1 the whole context, 0 none.
+    pub penalty_last_n: Option<i64>,
 }
 
 /// How `top_k` reads.
@@ -99,7 +101,7 @@ impl SamplingFields {
             repetition_penalty: finite("repetition_penalty", self.repetition_penalty, 1.0)?,
             logit_bias,
             seed: self.seed.map_or_else(clock_seed, |s| s as u64),
-            ..d
+            penalty_last_n: penalty_last_n(self.penalty_last_n, d.penalty_last_n)?,
         };
         s.validate().map_err(Invalid::Sampling)?;
         Ok(s)
@@ -127,6 +129,19 @@ fn top_k(k: Option<i64>, rule: TopK, default: usize) -> Result<usize, Invalid> {
             field: "top_k",
             bound: bound.into(),
             got: k.to_string(),
+        }),
+    }
+}
+
+fn penalty_last_n(n: Option<i64>, default: usize) -> Result<usize, Invalid> {
+    match n {
+        None => Ok(default),
+        Some(-1) => Ok(usize::MAX),
+        Some(n) if n >= 0 => Ok(n as usize),
+        Some(n) => Err(Invalid::OutOfRange {
+            field: "repeat_last_n",
+            bound: "a count, or -1 for the whole context".into(),
+            got: n.to_string(),
         }),
     }
 }

@@ -29,6 +29,9 @@ pub struct SharedFields {
     pub frequency_penalty: Option<f64>,
     pub repetition_penalty: Option<f64>,
     pub seed: Option<i64>,
+    /// llama-server's `repeat_last_n`: tokens the penalties look back over
+    /// (-1: the whole context, 0: none).
+    pub repeat_last_n: Option<i64>,
     pub stop: Option<Stop>,
     pub stop_token_ids: Option<Vec<u32>>,
     pub stream: Option<bool>,
@@ -62,6 +65,7 @@ impl SharedFields {
             repetition_penalty: self.repetition_penalty,
             logit_bias: self.logit_bias.clone(),
             seed: self.seed,
+            penalty_last_n: self.repeat_last_n,
         }
     }
 }
@@ -137,6 +141,8 @@ pub struct ChatFields {
     /// Variables for the chat template (`{"enable_thinking": false}`).
     pub chat_template_kwargs: Option<Map<String, Value>>,
     pub reasoning_effort: Option<ReasoningEffort>,
+    /// vLLM's: the last message is the assistant's, and the answer continues it.
+    pub continue_final_message: Option<bool>,
 }
 
 /// The fields only completions takes.
