@@ -22,6 +22,44 @@ pub fn count_knob(
     }
 }
 
+/// llama-server's and llama-cli's flags for where a model comes from and runs.
+#[derive(Args, Debug, Clone)]
+pub struct LlamaHabits {
+    /// A Hugging Face Hub model, `USER/REPO[:QUANT]` (llama-server's `-hf`): the
+    /// same as `-m hf.co/USER/REPO[:QUANT]`.
+    #[arg(
+        long = "hf-repo",
+        visible_alias = "hf",
+        value_name = "USER/REPO[:QUANT]"
+    )]
+    pub hf_repo: Option<String>,
+    /// Layers to offload to a GPU (llama.cpp's `-ngl`): accepted, and changes
+    /// nothing, since ferrox runs on the CPU.
+    #[arg(
+        long = "n-gpu-layers",
+        visible_alias = "gpu-layers",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub n_gpu_layers: Option<String>,
+}
+
+impl LlamaHabits {
+    /// The model argument these flags make of `model`: `-hf` names a Hub
+    /// model; given with `-m` as well, it is an error. `-ngl` is noted.
+    pub fn model(&self, model: Option<String>) -> Result<Option<String>, String> {
+        if let Some(n) = &self.n_gpu_layers {
+            eprintln!("note: -ngl {n} changes nothing: ferrox runs on the CPU");
+        }
+        match (&self.hf_repo, model) {
+            (None, m) => Ok(m),
+            (Some(_), Some(m)) => Err(format!("give -m {m} or -hf, not both")),
+            (Some(r), None) if r.starts_with("hf.co/") => Ok(Some(r.clone())),
+            (Some(r), None) => Ok(Some(format!("hf.co/{r}"))),
+        }
+    }
+}
+
 /// The activation path of the forward pass.
 #[derive(Args, Debug, Clone)]
 pub struct ActivationArgs {
@@ -46,8 +84,8 @@ pub struct KvArgs {
     /// KV memory budget (e.g. 2GiB, 512MiB) [default: 1GiB].
     #[arg(long, env = "FERROX_CB_KV_MEMORY", value_name = "SIZE")]
     pub kv_memory: Option<String>,
-    /// Requests in flight at once.
-    #[arg(long, env = "FERROX_CB_MAX_SEQS", value_parser = count_knob("FERROX_CB_MAX_SEQS"), default_value_t = defaults::MAX_SEQS, value_name = "N")]
+    /// Requests in flight at once (llama-server's `-np` / `--parallel`).
+    #[arg(long, visible_alias = "parallel", env = "FERROX_CB_MAX_SEQS", value_parser = count_knob("FERROX_CB_MAX_SEQS"), default_value_t = defaults::MAX_SEQS, value_name = "N")]
     pub max_seqs: usize,
     /// Token budget of one step (prefill chunk).
     #[arg(long, env = "FERROX_CB_PREFILL_CHUNK", value_parser = count_knob("FERROX_CB_PREFILL_CHUNK"), default_value_t = defaults::PREFILL_CHUNK, value_name = "N")]
@@ -66,8 +104,10 @@ pub struct EngineArgs {
     /// KV blocks in the pool (instead of --kv-memory).
     #[arg(long, env = "FERROX_CB_KV_BLOCKS", value_parser = count_knob("FERROX_CB_KV_BLOCKS"), conflicts_with = "kv_memory", value_name = "N")]
     pub kv_blocks: Option<usize>,
-    /// Longest request in positions (prompt + max_tokens) [default: the model's context].
-    #[arg(long, env = "FERROX_CB_MAX_CONTEXT", value_parser = count_knob("FERROX_CB_MAX_CONTEXT"), value_name = "N")]
+    /// Longest request in positions (prompt + max_tokens) [default: the model's
+    /// context]. llama-server's `-c` / `--ctx-size` (there the KV of all slots
+    /// together; here one request's, the KV pool being --kv-memory).
+    #[arg(short = 'c', long, visible_alias = "ctx-size", env = "FERROX_CB_MAX_CONTEXT", value_parser = count_knob("FERROX_CB_MAX_CONTEXT"), value_name = "N")]
     pub max_context: Option<usize>,
     /// Turn off the shared-prefix KV cache (on by default: prompts that start like
     /// an earlier one reuse its KV pages instead of running them again).

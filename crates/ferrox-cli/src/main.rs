@@ -102,12 +102,15 @@ fn main() {
     }
 }
 
-/// llama-cli's single-dash long flags, `-cnv` and `-no-cnv`, as ferrox spells them
-/// (clap would read `-cnv` as `-c nv`).
+/// llama.cpp's single-dash long flags as ferrox spells them (clap would read
+/// `-hf` as `-h -f` and `-cnv` as `-c nv`).
 fn llama_cli_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     args.map(|a| match a.to_str() {
         Some("-cnv") => "--cnv".into(),
         Some("-no-cnv") => "--no-cnv".into(),
+        Some("-hf" | "-hfr") => "--hf-repo".into(),
+        Some("-ngl") => "--n-gpu-layers".into(),
+        Some("-np") => "--parallel".into(),
         _ => a,
     })
     .collect()
@@ -182,9 +185,27 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             tokenize_cmd::detokenize(&model_ref::resolve(model.as_deref())?, !skip_special)?;
         }
-        Command::Serve(args) => serve_cmd::serve(args)?,
-        Command::Run(args) => run_cmd::run(args)?,
-        Command::Chat(args) => chat_cmd::chat(args)?,
+        Command::Serve(mut args) => {
+            args.model = args
+                .habits
+                .model(args.model.take())
+                .map_err(anyhow::Error::msg)?;
+            serve_cmd::serve(args)?
+        }
+        Command::Run(mut args) => {
+            args.model = args
+                .habits
+                .model(args.model.take())
+                .map_err(anyhow::Error::msg)?;
+            run_cmd::run(args)?
+        }
+        Command::Chat(mut args) => {
+            args.model = args
+                .habits
+                .model(args.model.take())
+                .map_err(anyhow::Error::msg)?;
+            chat_cmd::chat(args)?
+        }
         Command::Bench(args) => bench_cmd::bench(args)?,
         Command::BenchServe(args) => bench_serve::bench_serve(args)?,
         Command::Models => {

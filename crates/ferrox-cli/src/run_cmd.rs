@@ -39,6 +39,8 @@ pub struct RunArgs {
     /// Activation path.
     #[command(flatten)]
     pub path: crate::knobs::ActivationArgs,
+    #[command(flatten)]
+    pub habits: crate::knobs::LlamaHabits,
     /// Temperature (0: greedy).
     #[arg(long, default_value_t = 0.8)]
     pub temp: f32,

@@ -124,6 +124,8 @@ pub struct ServeArgs {
     pub request_timeout: u64,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub habits: crate::knobs::LlamaHabits,
 }
 
 /// What the KV pool will take once every page has been touched (memory is

@@ -714,3 +714,35 @@ fn serve_refuses_setups_that_would_fail_later() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// llama-server's and llama-cli's habits: `-ngl` is accepted with a note,
+/// `-hf USER/REPO` names a Hub model (and not with `-m` too), and `serve`
+/// takes `-c` and `-np` (checked by their own bounds).
+#[test]
+fn llama_cpp_flags_are_understood() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny_gguf(dir.path());
+    let o = ferrox(
+        &[
+            "run", "-m", &p, "-p", "abc", "-n", "2", "--temp", "0", "--no-cnv", "-ngl", "99",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("-ngl 99 changes nothing"),
+        "{}",
+        stderr(&o)
+    );
+    let o = ferrox(&["run", "-m", &p, "-hf", "a/b", "-p", "hi"], &[]);
+    assert!(stderr(&o).contains("not both"), "{}", stderr(&o));
+    for (flag, named) in [("-c", "--max-context"), ("-np", "--max-seqs")] {
+        let o = ferrox(&["serve", "-m", &p, flag, "0"], &[]);
+        assert!(!o.status.success());
+        assert!(
+            stderr(&o).contains(named) || stderr(&o).contains("positive"),
+            "{flag}: {}",
+            stderr(&o)
+        );
+    }
+}

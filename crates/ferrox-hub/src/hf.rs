@@ -37,8 +37,10 @@ pub enum HfError {
         "{file} is one part of a split GGUF; ferrox loads single-file GGUFs only (merge the parts with llama-gguf-split --merge)"
     )]
     Split { file: String },
+    /// The Hub client's error, whose message already carries its causes (so
+    /// it is not also given as a source, which would print them twice).
     #[error("Hugging Face Hub: {0}")]
-    Api(#[from] ApiError),
+    Api(ApiError),
     #[error("{file}: sha256 {got} does not match the Hub's {want}; the download was deleted")]
     Checksum {
         file: String,
@@ -50,6 +52,12 @@ pub enum HfError {
         path: String,
         source: std::io::Error,
     },
+}
+
+impl From<ApiError> for HfError {
+    fn from(e: ApiError) -> HfError {
+        HfError::Api(e)
+    }
 }
 
 /// A model on the Hub.
