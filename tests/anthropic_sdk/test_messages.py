@@ -91,6 +91,20 @@ def system_and_prefill(s):
     assert p.content[0].text and p.usage.input_tokens > b.usage.input_tokens, p
 
 
+@check("count_tokens counts what a message's prompt takes, system prompt and tools included")
+def count_tokens(s):
+    c = client(s)
+    for extra in ({}, {"system": "Answer in one word."}, {"tools": [WEATHER]}):
+        n = c.messages.count_tokens(model=MODEL, messages=QUESTION, **extra).input_tokens
+        m = c.messages.create(model=MODEL, max_tokens=1, messages=QUESTION, **extra)
+        assert n == m.usage.input_tokens + m.usage.cache_read_input_tokens, (extra, n, m.usage)
+    try:
+        c.messages.count_tokens(model=MODEL, messages=QUESTION, extra_body={"max_tokens": 4})
+        raise AssertionError("max_tokens accepted by count_tokens")
+    except anthropic.BadRequestError as e:
+        assert "max_tokens" in e.body["error"]["message"], e.body
+
+
 @check("any model name is answered by the served model; errors have Anthropic's types: bad max_tokens, server tools, temperature")
 def errors(s):
     c = client(s)
@@ -152,7 +166,7 @@ def api_key(_):
 def main():
     s = Server()
     try:
-        for t in (plain, streamed, stop_sequence, system_and_prefill, errors, tool_use):
+        for t in (plain, streamed, stop_sequence, system_and_prefill, count_tokens, errors, tool_use):
             t(s)
     finally:
         s.stop()

@@ -208,16 +208,11 @@ const CHAT: Table = &[
 
 const COMPLETIONS: Table = &[("prompt", Implemented)];
 
-const MESSAGES: Table = &[
+/// The prompt of a Messages request, shared by `count_tokens`.
+const MESSAGES_PROMPT: Table = &[
     ("model", Implemented),
-    ("max_tokens", Implemented),
     ("messages", Implemented),
     ("system", Implemented),
-    ("stop_sequences", Implemented),
-    ("temperature", Implemented),
-    ("top_p", Implemented),
-    ("top_k", Implemented),
-    ("stream", Implemented),
     ("tools", Implemented),
     ("tool_choice", Implemented),
     // Nothing here varies by them: one user, one tier, one speed, one place,
@@ -235,6 +230,16 @@ const MESSAGES: Table = &[
     ("container", Refused("container is not supported")),
 ];
 
+/// What a Messages request adds to its prompt: how to generate.
+const MESSAGES_GENERATION: Table = &[
+    ("max_tokens", Implemented),
+    ("stop_sequences", Implemented),
+    ("temperature", Implemented),
+    ("top_p", Implemented),
+    ("top_k", Implemented),
+    ("stream", Implemented),
+];
+
 pub const CHAT_COMPLETIONS: Policy = Policy {
     route: "/v1/chat/completions",
     tables: &[OPENAI_COMMON, CHAT],
@@ -247,11 +252,21 @@ pub const TEXT_COMPLETIONS: Policy = Policy {
 
 pub const ANTHROPIC_MESSAGES: Policy = Policy {
     route: "/v1/messages",
-    tables: &[MESSAGES],
+    tables: &[MESSAGES_PROMPT, MESSAGES_GENERATION],
+};
+
+pub const ANTHROPIC_COUNT_TOKENS: Policy = Policy {
+    route: "/v1/messages/count_tokens",
+    tables: &[MESSAGES_PROMPT],
 };
 
 /// Every route's policy, for the hint of an unknown field.
-const ROUTES: [Policy; 3] = [CHAT_COMPLETIONS, TEXT_COMPLETIONS, ANTHROPIC_MESSAGES];
+const ROUTES: [Policy; 4] = [
+    CHAT_COMPLETIONS,
+    TEXT_COMPLETIONS,
+    ANTHROPIC_MESSAGES,
+    ANTHROPIC_COUNT_TOKENS,
+];
 
 impl Policy {
     /// What the route does with `field` (`None`: unknown).
@@ -261,6 +276,26 @@ impl Policy {
 
     fn entries(&self) -> impl Iterator<Item = (&'static str, Field)> {
         self.tables.iter().flat_map(|t| t.iter().copied())
+    }
+
+    /// Another route that implements `field`, the one whose path shares most
+    /// with this one's (`max_tokens` on `count_tokens` belongs to
+    /// `/v1/messages`, not to `/v1/chat/completions`).
+    fn nearest_route_with(&self, field: &str) -> Option<&'static str> {
+        let shared = |r: &str| {
+            r.bytes()
+                .zip(self.route.bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        ROUTES
+            .iter()
+            .filter(|p| p.route != self.route && p.field(field) == Some(Implemented))
+            .fold(None, |best: Option<&Policy>, p| match best {
+                Some(b) if shared(b.route) >= shared(p.route) => Some(b),
+                _ => Some(p),
+            })
+            .map(|p| p.route)
     }
 
     /// Checks `body` against the policy: aliases rewritten to their fields
@@ -293,10 +328,7 @@ impl Policy {
                 Some(Default(fixed, _)) if fixed.admits(&value) => {}
                 Some(Default(_, why)) => return Err(Invalid::Refused { field: key, why }),
                 None => {
-                    let implemented_on = ROUTES
-                        .iter()
-                        .find(|p| p.route != self.route && p.field(&key) == Some(Implemented))
-                        .map(|p| p.route);
+                    let implemented_on = self.nearest_route_with(&key);
                     return Err(Invalid::UnknownField {
                         field: key,
                         implemented_on,

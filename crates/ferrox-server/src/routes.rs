@@ -193,6 +193,10 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::text))
         .route("/v1/messages", post(crate::anthropic::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(crate::anthropic::count_tokens),
+        )
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route("/tokenize", post(tokenize))

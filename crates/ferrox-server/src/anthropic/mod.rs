@@ -296,6 +296,29 @@ pub async fn messages(
     }
 }
 
+/// `POST /v1/messages/count_tokens`: the tokens the conversation, with its
+/// system prompt and tools, takes as a prompt (`{"input_tokens": N}`).
+pub async fn count_tokens(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let counted = async {
+        let bytes = body.map_err(|e| crate::invalid::Invalid::Unreadable {
+            detail: e.to_string(),
+        })?;
+        let valid = request::parse_count(&bytes)?;
+        let prepared = generation::prepare(&st, valid.generation()).await?;
+        Ok::<_, ApiError>(prepared.prompts[0].len())
+    };
+    match counted.await {
+        Ok(n) => axum::Json(serde_json::json!({ "input_tokens": n })).into_response(),
+        Err(e) => {
+            st.metrics.refused(e.code);
+            AnthropicError(e).into_response()
+        }
+    }
+}
+
 async fn handle(
     st: Arc<AppState>,
     body: Result<Bytes, BytesRejection>,

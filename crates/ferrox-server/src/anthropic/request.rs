@@ -23,7 +23,9 @@ struct MessagesRequest {
     /// Required by the API; whatever it names, the one served model answers.
     #[expect(dead_code, reason = "required, checked for its type only")]
     model: String,
-    max_tokens: i64,
+    /// Required by `/v1/messages`; `count_tokens` takes none.
+    #[serde(default)]
+    max_tokens: Option<i64>,
     messages: Vec<InputMessage>,
     #[serde(default)]
     system: Option<Content>,
@@ -278,23 +280,48 @@ impl Valid {
     }
 }
 
+/// A `/v1/messages` body, validated.
 pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
+    let req = read(&crate::field_policy::ANTHROPIC_MESSAGES, body)?;
+    let max_tokens = match req.max_tokens {
+        None => {
+            return Err(Invalid::Missing {
+                field: "max_tokens",
+            }
+            .into());
+        }
+        Some(n) if n < 1 => {
+            return Err(Invalid::OutOfRange {
+                field: "max_tokens",
+                bound: "at least 1".into(),
+                got: n.to_string(),
+            }
+            .into());
+        }
+        Some(n) => n as usize,
+    };
+    valid(req, max_tokens)
+}
+
+/// A `/v1/messages/count_tokens` body (the conversation and tools, no
+/// generation fields), validated as the prompt of a one-token answer.
+pub(super) fn parse_count(body: &[u8]) -> Result<Valid, ApiError> {
+    valid(read(&crate::field_policy::ANTHROPIC_COUNT_TOKENS, body)?, 1)
+}
+
+/// `body` through `policy` into the typed request.
+fn read(policy: &crate::field_policy::Policy, body: &[u8]) -> Result<MessagesRequest, ApiError> {
     crate::json_body::check_json(body)?;
     let unreadable = |e: serde_json::Error| Invalid::Body {
         path: None,
         detail: e.to_string(),
     };
     let body: Value = serde_json::from_slice(body).map_err(unreadable)?;
-    let fields = crate::field_policy::ANTHROPIC_MESSAGES.apply(body)?;
-    let req: MessagesRequest = serde_json::from_value(Value::Object(fields)).map_err(unreadable)?;
-    if req.max_tokens < 1 {
-        return Err(Invalid::OutOfRange {
-            field: "max_tokens",
-            bound: "at least 1".into(),
-            got: req.max_tokens.to_string(),
-        }
-        .into());
-    }
+    let fields = policy.apply(body)?;
+    Ok(serde_json::from_value(Value::Object(fields)).map_err(unreadable)?)
+}
+
+fn valid(req: MessagesRequest, max_tokens: usize) -> Result<Valid, ApiError> {
     let (messages, prefill) = conversation(&req)?;
     let tools = tool_request(&req)?;
     if tools.is_some() && prefill.is_some() {
@@ -307,7 +334,7 @@ pub(super) fn parse(body: &[u8]) -> Result<Valid, ApiError> {
     Ok(Valid {
         tools,
         params: GenerationParams {
-            max_tokens: req.max_tokens as usize,
+            max_tokens,
             sampling: sampling(&req)?,
             stop: req.stop_sequences.clone(),
             stop_token_ids: Vec::new(),

@@ -1,6 +1,6 @@
 //! The Messages layer's parsing, error shapes and stop reasons.
 
-use super::request::{Valid, parse};
+use super::request::{Valid, parse, parse_count};
 use super::*;
 
 fn parsed(body: &str) -> Result<Valid, ApiError> {
@@ -117,4 +117,22 @@ fn stop_reasons_name_the_matched_sequence() {
         ("max_tokens", None)
     );
     assert_eq!(stop_reason(FinishReason::Stop, &stops), ("end_turn", None));
+}
+
+#[test]
+fn count_tokens_takes_the_prompt_fields_only() {
+    let ok = r#"{"model": "m", "system": "s", "messages": [{"role": "user", "content": "x"}]}"#;
+    assert!(parse_count(ok.as_bytes()).is_ok());
+    let e = parse(ok.as_bytes()).err().expect("max_tokens is required");
+    assert_eq!(e.param.as_deref(), Some("max_tokens"));
+    let with_max =
+        r#"{"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}"#;
+    let e = parse_count(with_max.as_bytes())
+        .err()
+        .expect("no max_tokens");
+    assert!(
+        e.message.contains("belongs to /v1/messages"),
+        "{}",
+        e.message
+    );
 }
