@@ -93,6 +93,24 @@ struct TokenizeBody {
     add_special: bool,
     #[serde(default = "yes")]
     parse_special: bool,
+    /// Each token as `{"id", "piece"}`: the piece a string when it is UTF-8,
+    /// else its bytes.
+    #[serde(default)]
+    with_pieces: bool,
+}
+
+/// A token with its piece (`/tokenize` with `with_pieces`).
+#[derive(serde::Serialize)]
+struct TokenPiece {
+    id: u32,
+    piece: Piece,
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Piece {
+    Text(String),
+    Bytes(Vec<u8>),
 }
 
 fn yes() -> bool {
@@ -114,7 +132,21 @@ async fn tokenize(
     let tokens = st
         .tokenizer
         .encode(&b.content, b.add_special, b.parse_special);
-    Ok(Json(json!({ "tokens": tokens })))
+    if !b.with_pieces {
+        return Ok(Json(json!({ "tokens": tokens })));
+    }
+    let pieces: Vec<TokenPiece> = tokens
+        .into_iter()
+        .map(|id| {
+            let bytes = st.tokenizer.token_bytes(id, true).into_owned();
+            let piece = match String::from_utf8(bytes) {
+                Ok(s) => Piece::Text(s),
+                Err(e) => Piece::Bytes(e.into_bytes()),
+            };
+            TokenPiece { id, piece }
+        })
+        .collect();
+    Ok(Json(json!({ "tokens": pieces })))
 }
 
 async fn detokenize(

@@ -493,6 +493,28 @@ async fn tokenize_and_detokenize_round_trip_and_refuse_by_name() {
         serde_json::from_str::<serde_json::Value>(&body).unwrap()["content"],
         "hi!"
     );
+    let (status, body) = post(
+        app(usize::MAX),
+        "/tokenize",
+        r#"{"content": "hi!", "with_pieces": true}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let pieces = serde_json::from_str::<serde_json::Value>(&body).unwrap()["tokens"].clone();
+    let ids: Vec<_> = pieces
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].clone())
+        .collect();
+    assert_eq!(serde_json::Value::from(ids), tokens, "{body}");
+    let text: String = pieces
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["piece"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "hi!");
     for (path, body, param) in [
         ("/tokenize", r#"{}"#, serde_json::Value::Null),
         (
