@@ -276,6 +276,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let config = a.engine.config(&shape)?;
         let kv_peak = kv_peak_bytes(&shape, &config)?;
         let tokenizer = Arc::new(model.tokenizer.clone());
+        let facts = ferrox_server::props::ServerFacts {
+            model_path: path.display().to_string(),
+            total_slots: config.max_seqs,
+            chat_template: model.transformer.file().header().metadata.string_opt("tokenizer.chat_template")?,
+        };
         let model_id = ferrox_hub::model_ref::model_id(a.model.as_deref(), &path);
         let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -297,6 +302,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             log_prompts: a.log_prompts,
             tally: Default::default(),
             grammars,
+            facts,
         });
         let webui = !a.no_webui;
         loaded.cancel();

@@ -36,6 +36,7 @@ pub mod json_body;
 pub mod limits;
 pub mod metrics;
 pub mod openai;
+pub mod props;
 pub mod request;
 pub mod request_log;
 pub mod routes;

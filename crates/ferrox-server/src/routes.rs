@@ -231,6 +231,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         )
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
+        .route("/props", get(crate::props::props))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));

@@ -77,6 +77,8 @@ pub struct AppState {
     pub tally: crate::request_log::Tally,
     /// The grammar compiler for structured output, or why this model has none.
     pub grammars: Result<Grammars, GrammarError>,
+    /// What `/props` reports of how the server was started.
+    pub facts: crate::props::ServerFacts,
 }
 
 impl AppState {

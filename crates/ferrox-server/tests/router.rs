@@ -556,3 +556,18 @@ async fn any_model_name_is_answered_by_the_one_served_model() {
     let served: serde_json::Value = serde_json::from_str(&models).unwrap();
     assert_eq!(v["model"], served["data"][0]["id"], "{body}");
 }
+
+/// llama-server's `GET /props`: the context per request, the slots, the
+/// default sampling in its names, and the chat template.
+#[tokio::test]
+async fn props_reports_the_context_slots_and_default_sampling() {
+    let body = get(app(usize::MAX), "/props").await;
+    let p: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let settings = &p["default_generation_settings"];
+    assert!(settings["n_ctx"].as_u64().unwrap() > 0, "{body}");
+    assert!(p["total_slots"].as_u64().unwrap() >= 1, "{body}");
+    assert_eq!(settings["params"]["top_k"], 40, "{body}");
+    assert_eq!(settings["params"]["n_predict"], -1, "{body}");
+    assert_eq!(p["model_path"], "tiny.gguf", "{body}");
+    assert_eq!(p["modalities"]["vision"], false, "{body}");
+}

@@ -125,5 +125,10 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         log_prompts: setup.log_prompts,
         tally: Default::default(),
         grammars,
+        facts: ferrox_server::props::ServerFacts {
+            model_path: "tiny.gguf".into(),
+            total_slots: setup.max_seqs,
+            chat_template: setup.chat_template.map(String::from),
+        },
     })
 }
