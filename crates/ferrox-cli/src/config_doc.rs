@@ -73,7 +73,8 @@ fn render_command(out: &mut String, cmd: &Command) {
     }
 }
 
-/// `-m, --model MODEL`: every spelling, then the value's name when it takes one.
+/// `-m, --model MODEL`: every spelling (visible aliases too), then the value's
+/// name when it takes one.
 fn flag_cell(a: &clap::Arg) -> String {
     let mut names = Vec::new();
     if let Some(s) = a.get_short() {
@@ -82,6 +83,12 @@ fn flag_cell(a: &clap::Arg) -> String {
     if let Some(l) = a.get_long() {
         names.push(format!("--{l}"));
     }
+    names.extend(
+        a.get_visible_aliases()
+            .into_iter()
+            .flatten()
+            .map(|l| format!("--{l}")),
+    );
     let takes_value =
         a.get_action().takes_values() && a.get_num_args().is_none_or(|n| n.max_values() > 0);
     let value = match a.get_value_names() {
