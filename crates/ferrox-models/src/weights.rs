@@ -1,14 +1,16 @@
 //! The tensors of a transformer, checked once, at load, against the
-//! architecture's tensor manifest ([`Manifest`]), then read by name.
+//! architecture's tensor manifest ([`Manifest`], by [`tensors::check`]), then
+//! read by name.
 //!
-//! Invariants: every matrix's shape is checked here (`[cols = in, rows = out]` in
-//! ggml order), so the forward pass never meets a mismatched weight; fused
-//! matrices (Phi-3's `attn_qkv` and gate-up `ffn_up`) are split into row ranges of
-//! the same bytes, so the forward pass sees one shape of layer; norm vectors and
-//! biases are small and kept as f32; matrices stay quantized in the mmap and are
-//! reached through [`TensorRef`] offsets. Every tensor of the file must be used:
-//! one that is not means the file holds something ferrox would ignore, and it is
-//! refused by name rather than run wrong.
+//! Invariants: every matrix's shape is checked against the manifest before
+//! anything is read (`[cols = in, rows = out]` in ggml order), so the forward
+//! pass never meets a mismatched weight; fused matrices (Phi-3's `attn_qkv` and
+//! gate-up `ffn_up`) are split into row ranges of the same bytes, so the forward
+//! pass sees one shape of layer; norm vectors and biases are small and kept as
+//! f32; matrices stay quantized in the mmap and are reached through
+//! [`TensorRef`] offsets. A tensor the manifest does not list means the file
+//! holds something ferrox would ignore, and it is refused by name rather than
+//! run wrong.
 
 use ferrox_core::DType;
 use ferrox_core::kernels::reference;
