@@ -1,16 +1,11 @@
 //! Qwen3 (dense): per-head QK-norm, no biases.
 
-use ferrox_core::ops::rope::RopeStyle;
-
 use super::parts::*;
 use super::tensors::{Manifest, names};
-use super::{ArchSpec, llama};
+use super::{ArchSpec, qwen2};
 
-pub const SPEC: ArchSpec = ArchSpec {
-    rope_style: RopeStyle::Neox,
-    default_rope_base: 1_000_000.0,
-    ..llama::SPEC
-};
+/// Qwen2's table: what sets Qwen3 apart is in its tensors.
+pub const SPEC: ArchSpec = qwen2::SPEC;
 
 pub const TENSORS: Manifest = Manifest {
     before_layers: &[TOKEN_EMBD],
