@@ -45,18 +45,22 @@ pub struct LlamaHabits {
 }
 
 impl LlamaHabits {
-    /// The model argument these flags make of `model`: `-hf` names a Hub
-    /// model; given with `-m` as well, it is an error. `-ngl` is noted.
-    pub fn model(&self, model: Option<String>) -> Result<Option<String>, String> {
+    /// Makes `model` what these flags say: `-hf` names a Hub model (an error
+    /// beside `-m`); `-ngl` is noted.
+    pub fn apply(&self, model: &mut Option<String>) -> anyhow::Result<()> {
         if let Some(n) = &self.n_gpu_layers {
             eprintln!("note: -ngl {n} changes nothing: ferrox runs on the CPU");
         }
-        match (&self.hf_repo, model) {
-            (None, m) => Ok(m),
-            (Some(_), Some(m)) => Err(format!("give -m {m} or -hf, not both")),
-            (Some(r), None) if r.starts_with("hf.co/") => Ok(Some(r.clone())),
-            (Some(r), None) => Ok(Some(format!("hf.co/{r}"))),
+        if let Some(r) = &self.hf_repo {
+            if let Some(m) = model {
+                anyhow::bail!("give -m {m} or -hf, not both");
+            }
+            *model = Some(match r.starts_with("hf.co/") {
+                true => r.clone(),
+                false => format!("hf.co/{r}"),
+            });
         }
+        Ok(())
     }
 }
 

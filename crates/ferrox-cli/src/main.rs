@@ -186,24 +186,15 @@ fn run(cli: Cli) -> Result<()> {
             tokenize_cmd::detokenize(&model_ref::resolve(model.as_deref())?, !skip_special)?;
         }
         Command::Serve(mut args) => {
-            args.model = args
-                .habits
-                .model(args.model.take())
-                .map_err(anyhow::Error::msg)?;
+            args.habits.apply(&mut args.model)?;
             serve_cmd::serve(args)?
         }
         Command::Run(mut args) => {
-            args.model = args
-                .habits
-                .model(args.model.take())
-                .map_err(anyhow::Error::msg)?;
+            args.habits.apply(&mut args.model)?;
             run_cmd::run(args)?
         }
         Command::Chat(mut args) => {
-            args.model = args
-                .habits
-                .model(args.model.take())
-                .map_err(anyhow::Error::msg)?;
+            args.habits.apply(&mut args.model)?;
             chat_cmd::chat(args)?
         }
         Command::Bench(args) => bench_cmd::bench(args)?,

@@ -165,7 +165,6 @@ async fn collect(
     };
     let mut total = Usage::default();
     answers.iter().for_each(|a| add_usage(&mut total, &a.usage));
-    let st = &*st;
     let usage = CompletionUsage::from(&total);
     let (model, created) = (st.model_id.as_str(), now());
     match kind {
@@ -179,7 +178,7 @@ async fn collect(
             choices: answers
                 .into_iter()
                 .enumerate()
-                .map(|(i, a)| chunks::chat_choice(st, i, a))
+                .map(|(i, a)| chunks::chat_choice(&st, i, a))
                 .collect(),
             usage,
         })
@@ -194,7 +193,7 @@ async fn collect(
             choices: answers
                 .into_iter()
                 .enumerate()
-                .map(|(i, a)| chunks::text_choice(st, i, a))
+                .map(|(i, a)| chunks::text_choice(&st, i, a))
                 .collect(),
             usage: Some(usage),
         })
