@@ -280,6 +280,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             model_path: path.display().to_string(),
             total_slots: config.max_seqs,
             chat_template: model.transformer.file().header().metadata.string_opt("tokenizer.chat_template")?,
+            card: ferrox_server::model_card::ModelCard::of(model.transformer.file(), ferrox_hub::model_ref::known_sha256(&path)),
         };
         let model_id = ferrox_hub::model_ref::model_id(a.model.as_deref(), &path);
         let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;

@@ -12,6 +12,7 @@
 mod cursor;
 pub mod error;
 pub mod file;
+pub mod file_type;
 pub mod metadata;
 pub mod parse;
 pub mod tensor;
@@ -20,6 +21,7 @@ pub mod writer;
 
 pub use error::{GgufError, Result};
 pub use file::GgufFile;
+pub use file_type::file_type_name;
 pub use metadata::Metadata;
 pub use parse::Gguf;
 pub use tensor::{TensorInfo, TensorView};

@@ -234,6 +234,17 @@ pub fn fetch(r: &HfRef) -> Result<PathBuf, HfError> {
     Ok(path)
 }
 
+/// The local path of `r` when it is in the Hub cache (nothing is fetched).
+pub fn cached(r: &HfRef) -> Option<PathBuf> {
+    let file = match &r.pick {
+        Pick::File(f) => f.clone(),
+        pick => choose(&r.repo, pick, &cached_files(&r.repo)).ok()?,
+    };
+    cache()
+        .repo(Repo::new(r.repo.clone(), RepoType::Model))
+        .get(&file)
+}
+
 fn api() -> Result<hf_hub::api::sync::Api, HfError> {
     let token = std::env::var("HF_TOKEN")
         .ok()

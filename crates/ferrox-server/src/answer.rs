@@ -9,8 +9,8 @@
 //! requests.
 
 use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
-use ferrox_text::reasoning::{self, Thinking};
-use ferrox_text::tools::{ToolCall, ToolFormat};
+use ferrox_text::reasoning::{self, ReasoningStream, Thinking};
+use ferrox_text::tools::{ToolCall, ToolFormat, ToolStream};
 
 use crate::error::ApiError;
 use crate::limits::{request_timeout, within_request_timeout};
@@ -141,5 +141,65 @@ fn take_apart(shape: Shape, g: Gathered, ids: &mut dyn FnMut() -> String) -> Ans
         finish: g.finish,
         usage: g.usage,
         logprobs: g.logprobs,
+    }
+}
+
+/// What a piece of a streamed answer shows: thinking, and answer text.
+#[derive(Default, Debug, PartialEq)]
+pub struct Pieces {
+    pub reasoning: String,
+    pub text: String,
+}
+
+/// A streamed answer taken apart as it comes, by its [`Shape`]: thinking split
+/// off, and text that may be a tool call held back until the end.
+pub struct Splitter {
+    thinking: Option<ReasoningStream>,
+    held: Option<ToolStream>,
+}
+
+impl Splitter {
+    pub fn new(shape: Shape) -> Splitter {
+        Splitter {
+            thinking: shape.thinking.map(ReasoningStream::new),
+            held: shape.tools.map(ToolStream::new),
+        }
+    }
+
+    /// The thinking and the text `piece` lets show now.
+    pub fn push(&mut self, piece: &str) -> Pieces {
+        let (reasoning, text) = match &mut self.thinking {
+            Some(t) => t.push(piece),
+            None => (String::new(), piece.to_string()),
+        };
+        let text = match &mut self.held {
+            Some(h) => h.push(&text),
+            None => text,
+        };
+        Pieces { reasoning, text }
+    }
+
+    /// The answer's `last` piece and its end: everything still to show, and
+    /// the calls (new ids from `ids`).
+    pub fn finish(
+        &mut self,
+        last: &str,
+        ids: &mut dyn FnMut() -> String,
+    ) -> (Pieces, Vec<ToolCall>) {
+        let (reasoning, text) = match self.thinking.take() {
+            Some(mut t) => {
+                let (mut r, mut c) = t.push(last);
+                let (r2, c2) = t.finish();
+                r.push_str(&r2);
+                c.push_str(&c2);
+                (r, c)
+            }
+            None => (String::new(), last.to_string()),
+        };
+        let (text, calls) = match self.held.take() {
+            Some(h) => h.finish_with(&text, ids),
+            None => (text, Vec::new()),
+        };
+        (Pieces { reasoning, text }, calls)
     }
 }

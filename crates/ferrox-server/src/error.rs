@@ -66,10 +66,12 @@ impl ApiError {
     }
 
     /// This error in the shape of the API at `path`: Anthropic's on
-    /// `/v1/messages`, OpenAI's elsewhere.
+    /// `/v1/messages`, Ollama's on `/api/`, OpenAI's elsewhere.
     pub fn response_for(self, path: &str) -> Response {
         if path.starts_with("/v1/messages") {
             crate::anthropic::AnthropicError(self).into_response()
+        } else if crate::ollama::owns(path) {
+            crate::ollama::OllamaError(self).into_response()
         } else {
             self.into_response()
         }

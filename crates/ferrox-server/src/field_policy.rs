@@ -240,6 +240,92 @@ const MESSAGES_GENERATION: Table = &[
     ("stream", Implemented),
 ];
 
+/// What Ollama's `/api/chat` and `/api/generate` share.
+const OLLAMA_COMMON: Table = &[
+    ("model", Implemented),
+    ("stream", Implemented),
+    ("format", Implemented),
+    ("options", Implemented),
+    ("think", Implemented),
+    ("logprobs", Implemented),
+    ("top_logprobs", Implemented),
+    // One model, loaded for the server's life.
+    ("keep_alive", NoOp),
+];
+
+const OLLAMA_CHAT_FIELDS: Table = &[("messages", Implemented), ("tools", Implemented)];
+
+const OLLAMA_GENERATE_FIELDS: Table = &[
+    ("prompt", Implemented),
+    ("system", Implemented),
+    ("raw", Implemented),
+    ("context", Implemented),
+    (
+        "template",
+        Refused("Go templates are not supported; the model's own chat template is used"),
+    ),
+    (
+        "suffix",
+        Refused("suffix (fill-in-the-middle) is not supported"),
+    ),
+    (
+        "images",
+        Refused("images are not supported: the models here take text only"),
+    ),
+    ("width", Refused("image generation is not supported")),
+    ("height", Refused("image generation is not supported")),
+    ("steps", Refused("image generation is not supported")),
+];
+
+/// Ollama's `options`: the sampler's, the context's, and the runner's (set
+/// when the server starts here, so they change nothing per request).
+const OLLAMA_OPTIONS_FIELDS: Table = &[
+    ("num_predict", Implemented),
+    ("num_ctx", Implemented),
+    ("temperature", Implemented),
+    ("top_k", Implemented),
+    ("top_p", Implemented),
+    ("min_p", Implemented),
+    ("seed", Implemented),
+    ("stop", Implemented),
+    ("repeat_penalty", Implemented),
+    ("repeat_last_n", Implemented),
+    ("presence_penalty", Implemented),
+    ("frequency_penalty", Implemented),
+    (
+        "typical_p",
+        Default(Fixed::Number(1.0), "typical_p sampling is not implemented"),
+    ),
+    (
+        "tfs_z",
+        Default(Fixed::Number(1.0), "tail-free sampling is not implemented"),
+    ),
+    (
+        "mirostat",
+        Default(Fixed::Number(0.0), "mirostat sampling is not implemented"),
+    ),
+    ("mirostat_tau", NoOp),
+    ("mirostat_eta", NoOp),
+    // Ollama ignores it too.
+    ("penalize_newline", NoOp),
+    // The context is never shifted here: a request that does not fit is refused.
+    ("num_keep", NoOp),
+    // The runner's settings: threads, batch, memory mapping and GPUs are fixed
+    // when `ferrox serve` starts.
+    ("numa", NoOp),
+    ("num_batch", NoOp),
+    ("num_gpu", NoOp),
+    ("main_gpu", NoOp),
+    ("low_vram", NoOp),
+    ("f16_kv", NoOp),
+    ("logits_all", NoOp),
+    ("vocab_only", NoOp),
+    ("use_mmap", NoOp),
+    ("use_mlock", NoOp),
+    ("embedding_only", NoOp),
+    ("num_thread", NoOp),
+];
+
 pub const CHAT_COMPLETIONS: Policy = Policy {
     route: "/v1/chat/completions",
     tables: &[OPENAI_COMMON, CHAT],
@@ -260,12 +346,30 @@ pub const ANTHROPIC_COUNT_TOKENS: Policy = Policy {
     tables: &[MESSAGES_PROMPT],
 };
 
+pub const OLLAMA_CHAT: Policy = Policy {
+    route: "/api/chat",
+    tables: &[OLLAMA_COMMON, OLLAMA_CHAT_FIELDS],
+};
+
+pub const OLLAMA_GENERATE: Policy = Policy {
+    route: "/api/generate",
+    tables: &[OLLAMA_COMMON, OLLAMA_GENERATE_FIELDS],
+};
+
+/// The `options` object of Ollama's routes (its errors name `options.FIELD`).
+pub const OLLAMA_OPTIONS: Policy = Policy {
+    route: "options",
+    tables: &[OLLAMA_OPTIONS_FIELDS],
+};
+
 /// Every route's policy, for the hint of an unknown field.
-const ROUTES: [Policy; 4] = [
+const ROUTES: [Policy; 6] = [
     CHAT_COMPLETIONS,
     TEXT_COMPLETIONS,
     ANTHROPIC_MESSAGES,
     ANTHROPIC_COUNT_TOKENS,
+    OLLAMA_CHAT,
+    OLLAMA_GENERATE,
 ];
 
 impl Policy {
@@ -351,7 +455,7 @@ mod tests {
 
     #[test]
     fn each_field_is_declared_once_per_route() {
-        for p in ROUTES {
+        for p in ROUTES.into_iter().chain([OLLAMA_OPTIONS]) {
             let mut names: Vec<&str> = p.entries().map(|(f, _)| f).collect();
             let n = names.len();
             names.sort();
@@ -378,7 +482,7 @@ mod tests {
 
     #[test]
     fn every_refused_and_unknown_field_is_named() {
-        for p in ROUTES {
+        for p in ROUTES.into_iter().chain([OLLAMA_OPTIONS]) {
             for (field, _) in p.entries().filter(|(_, f)| matches!(f, Refused(_))) {
                 // `1` is neither null nor false.
                 let e = run(p, json!({ field: 1 })).unwrap_err();
@@ -404,7 +508,7 @@ mod tests {
         }
         // A switch at ferrox's value passes and is gone; another value is
         // refused naming it.
-        for p in ROUTES {
+        for p in ROUTES.into_iter().chain([OLLAMA_OPTIONS]) {
             for (field, fixed, other) in p.entries().filter_map(|(f, p)| match p {
                 Default(Fixed::Bool(b), _) => Some((f, json!(b), json!(!b))),
                 Default(Fixed::Number(n), _) => Some((f, json!(n as i64), json!(n + 0.5))),

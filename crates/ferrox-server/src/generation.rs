@@ -36,6 +36,25 @@ pub enum Prompt {
     Text(Vec<String>),
     /// Prompts given as token ids, one engine request each.
     Tokens(Vec<Vec<u32>>),
+    /// A prompt after the token ids of an earlier exchange (Ollama's
+    /// `context`), without a second BOS.
+    Continued {
+        context: Vec<u32>,
+        then: Box<Prompt>,
+    },
+}
+
+impl Prompt {
+    /// This prompt after the token ids `context` (an earlier exchange).
+    pub fn after(self, context: Vec<u32>) -> Prompt {
+        if context.is_empty() {
+            return self;
+        }
+        Prompt::Continued {
+            context,
+            then: Box::new(self),
+        }
+    }
 }
 
 /// What a request asks the engine for, whatever its API.
@@ -52,6 +71,16 @@ pub struct Generation {
     /// Tokens to generate; `None`: what the context leaves, capped at
     /// `--default-max-tokens`.
     pub max_tokens: Option<usize>,
+    /// A context smaller than the server's for this request (Ollama's
+    /// `num_ctx`): prompt and answer must fit in it.
+    pub context: Option<RequestContext>,
+}
+
+/// A request's own context size, and the field that set it.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestContext {
+    pub tokens: usize,
+    pub field: &'static str,
 }
 
 /// A generation with its prompts tokenized and its grammar compiled.
@@ -60,6 +89,7 @@ pub struct Prepared {
     pub prompts: Vec<Vec<u32>>,
     params: GenerationParams,
     max_tokens: Option<usize>,
+    context: Option<RequestContext>,
 }
 
 /// Renders and tokenizes the prompts and compiles the output grammar on a
@@ -88,19 +118,28 @@ fn prepare_blocking(st: &AppState, mut g: Generation) -> Result<Prepared, ApiErr
         prompts,
         params: g.params,
         max_tokens: g.max_tokens,
+        context: g.context,
     })
 }
 
 /// The token ids of each prompt.
 fn tokenize(st: &AppState, g: &Generation) -> Result<Vec<Vec<u32>>, ApiError> {
-    Ok(match &g.prompt {
+    tokenize_prompt(st, &g.prompt, g.tools.as_ref())
+}
+
+fn tokenize_prompt(
+    st: &AppState,
+    prompt: &Prompt,
+    tools: Option<&ToolRequest>,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    Ok(match prompt {
         Prompt::Chat {
             messages,
             vars,
             prefill,
         } => {
             st.check_template_vars(vars)?;
-            let tools = g.tools.as_ref().map_or(&[][..], |t| &t.tools[..]);
+            let tools = tools.map_or(&[][..], |t| &t.tools[..]);
             let mut ids = st
                 .model_chat_ids_with_tools(messages, tools, vars)
                 .map_err(|e| Invalid::Template {
@@ -116,6 +155,14 @@ fn tokenize(st: &AppState, g: &Generation) -> Result<Vec<Vec<u32>>, ApiError> {
             .map(|t| st.tokenizer.encode(t, true, true))
             .collect(),
         Prompt::Tokens(ids) => ids.clone(),
+        Prompt::Continued { context, then } => tokenize_prompt(st, then, tools)?
+            .into_iter()
+            .map(|ids| {
+                let bos = st.tokenizer.bos();
+                let skip = usize::from(bos.is_some() && ids.first().copied() == bos);
+                context.iter().chain(&ids[skip..]).copied().collect()
+            })
+            .collect(),
     })
 }
 
@@ -130,7 +177,8 @@ impl Prepared {
     /// Submits every prompt; on a refusal, the ones already submitted are
     /// dropped (cancelled) and the refusal is answered.
     pub fn submit(self, st: &AppState) -> Result<Submitted, ApiError> {
-        let limit = st.engine.ceiling().max_context as usize;
+        let ceiling = st.engine.ceiling().max_context as usize;
+        let limit = self.context.map_or(ceiling, |c| c.tokens.min(ceiling));
         let mut out = Submitted {
             streams: Vec::with_capacity(self.prompts.len()),
             prompt_lens: Vec::with_capacity(self.prompts.len()),
@@ -140,11 +188,20 @@ impl Prepared {
             // Without max_tokens: up to what the context leaves, capped so that
             // a request does not reserve a whole context of KV blocks (SPEC S7)
             // by default.
-            params.max_tokens = self.max_tokens.unwrap_or_else(|| {
-                limit
-                    .saturating_sub(p.len().max(1))
-                    .clamp(1, st.default_max_tokens.max(1))
-            });
+            let left = limit.saturating_sub(p.len().max(1));
+            params.max_tokens = match (self.max_tokens, self.context) {
+                (_, Some(c)) if left == 0 && limit < ceiling => {
+                    return Err(Invalid::OverContext {
+                        field: c.field,
+                        prompt: p.len(),
+                        limit,
+                    }
+                    .into());
+                }
+                (Some(n), Some(_)) => n.min(left),
+                (Some(n), None) => n,
+                (None, _) => left.clamp(1, st.default_max_tokens.max(1)),
+            };
             let n = p.len();
             let stream = st
                 .engine

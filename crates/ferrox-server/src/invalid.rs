@@ -23,6 +23,10 @@ pub enum Invalid {
         field: String,
         implemented_on: Option<&'static str>,
     },
+    /// A sampler field given at the top of an Ollama request, where Ollama's
+    /// API takes it inside `options`.
+    #[error("{field} goes inside options in Ollama's API (\"options\": {{\"{field}\": ...}})")]
+    OutsideOptions { field: String },
     /// A field this server refuses, with the reason.
     #[error("{why} by this server")]
     Refused { field: String, why: &'static str },
@@ -90,6 +94,15 @@ pub enum Invalid {
         bound: Cow<'static, str>,
         got: String,
     },
+    /// A prompt that fills the context a request asked for.
+    #[error(
+        "the prompt's {prompt} tokens leave no room to answer in the {limit}-token context {field} asks for"
+    )]
+    OverContext {
+        field: &'static str,
+        prompt: usize,
+        limit: usize,
+    },
     #[error("{field} must be a finite number")]
     NotFinite { field: &'static str },
     /// Outside the sampler's own bounds.
@@ -112,7 +125,9 @@ impl Invalid {
             Invalid::NotOffered { .. } => Some("tool_choice"),
             Invalid::Grammar { .. } => Some("response_format"),
             Invalid::Template { .. } => Some("messages"),
-            Invalid::UnknownField { field, .. } | Invalid::Refused { field, .. } => Some(field),
+            Invalid::UnknownField { field, .. }
+            | Invalid::Refused { field, .. }
+            | Invalid::OutsideOptions { field } => Some(field),
             Invalid::Ambiguous { alias, .. } => Some(alias),
             Invalid::Body { path, .. } => path.as_deref(),
             Invalid::Unsupported { field, .. } | Invalid::ServerTool { field, .. } => Some(field),
@@ -122,9 +137,32 @@ impl Invalid {
             | Invalid::Needs { field, .. }
             | Invalid::Missing { field }
             | Invalid::OutOfRange { field, .. }
-            | Invalid::NotFinite { field } => Some(field),
+            | Invalid::NotFinite { field }
+            | Invalid::OverContext { field, .. } => Some(field),
             Invalid::NotATokenId { .. } => Some("logit_bias"),
             Invalid::Sampling(e) => Some(e.field()),
+        }
+    }
+}
+
+impl Invalid {
+    /// This cause with the field it names taken as a field of the object
+    /// `parent` (`temperature` becomes `options.temperature`).
+    pub fn within(self, parent: &str) -> Invalid {
+        let nest = |f: String| format!("{parent}.{f}");
+        match self {
+            Invalid::UnknownField {
+                field,
+                implemented_on,
+            } => Invalid::UnknownField {
+                field: nest(field),
+                implemented_on,
+            },
+            Invalid::Refused { field, why } => Invalid::Refused {
+                field: nest(field),
+                why,
+            },
+            other => other,
         }
     }
 }

@@ -15,6 +15,8 @@
 //!   tools, grammar and sampling, prepared and submitted.
 //! * [`completions`]: chat and text completions, JSON and SSE.
 //! * [`anthropic`]: Anthropic's Messages API (`POST /v1/messages`), JSON and SSE.
+//! * [`ollama`]: Ollama's API (`/api/chat`, `/api/generate`, the model routes), NDJSON.
+//! * [`model_card`]: what the served model's file says of itself.
 //! * [`routes`]: the router, models, health, tokenize, metrics.
 //! * [`auth`]: the API key (case-insensitive scheme, constant-time comparison).
 //! * [`metrics`]: Prometheus text (S19).
@@ -35,6 +37,8 @@ pub mod invalid;
 pub mod json_body;
 pub mod limits;
 pub mod metrics;
+pub mod model_card;
+pub mod ollama;
 pub mod openai;
 pub mod props;
 pub mod request;

@@ -245,7 +245,9 @@ pub async fn read_body(State(st): State<Arc<AppState>>, req: Request, next: Next
 }
 
 async fn read_whole(st: &AppState, req: Request) -> Result<Request, ApiError> {
-    if req.method() == axum::http::Method::POST {
+    // Ollama's API reads JSON whatever the Content-Type (its examples use
+    // `curl -d`, which says form data).
+    if req.method() == axum::http::Method::POST && !crate::ollama::owns(req.uri().path()) {
         crate::json_body::check_content_type(req.headers())?;
     }
     let declared = req

@@ -20,6 +20,8 @@ pub struct ServerFacts {
     pub total_slots: usize,
     /// The model's Jinja chat template, as the file gives it.
     pub chat_template: Option<String>,
+    /// What the model file says of itself.
+    pub card: crate::model_card::ModelCard,
 }
 
 #[derive(Serialize)]

@@ -50,6 +50,7 @@ impl From<ValidRequest> for Generation {
             grammar: r.grammar,
             params: r.params,
             max_tokens: r.max_tokens,
+            context: None,
         }
     }
 }

@@ -28,6 +28,8 @@ pub enum Route {
     ChatCompletions,
     Completions,
     Messages,
+    OllamaChat,
+    OllamaGenerate,
 }
 
 impl Route {
@@ -36,6 +38,8 @@ impl Route {
             Route::ChatCompletions => "/v1/chat/completions",
             Route::Completions => "/v1/completions",
             Route::Messages => "/v1/messages",
+            Route::OllamaChat => "/api/chat",
+            Route::OllamaGenerate => "/api/generate",
         }
     }
 }

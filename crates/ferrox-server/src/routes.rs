@@ -167,13 +167,14 @@ async fn detokenize(
     ))
 }
 
-async fn not_found(req: Request) -> ApiError {
+async fn not_found(req: Request) -> Response {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         "not_found",
         format!("no route for {} {}", req.method(), req.uri().path()),
     )
+    .response_for(req.uri().path())
 }
 
 /// 405 in the shape of the route's API (axum's own has no body).
@@ -186,10 +187,11 @@ async fn method_not_allowed(req: Request) -> Response {
         format!("{} is not allowed on {path}", req.method()),
     )
     .response_for(&path);
-    let allow = if path.starts_with("/v1/models") || path == "/health" || path == "/metrics" {
-        "GET"
-    } else {
-        "POST"
+    let allow = match path.as_str() {
+        "/health" | "/metrics" | "/api/tags" | "/api/ps" | "/api/version" => "GET",
+        "/api/delete" => "DELETE",
+        p if p.starts_with("/v1/models") => "GET",
+        _ => "POST",
     };
     r.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));
@@ -234,6 +236,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/props", get(crate::props::props))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .merge(crate::ollama::routes())
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));
     let page = if st.webui {
         crate::webui::routes()
@@ -280,7 +283,7 @@ fn cors(origins: &[String]) -> CorsLayer {
     };
     CorsLayer::new()
         .allow_origin(allow)
-        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
         .allow_headers(AllowHeaders::mirror_request())
         .max_age(std::time::Duration::from_secs(600))
 }

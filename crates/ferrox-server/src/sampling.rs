@@ -68,6 +68,24 @@ pub const ANTHROPIC: Bounds = Bounds {
     },
 };
 
+/// Ollama's `options`: any non-negative temperature, and the defaults its
+/// documentation gives (temperature 0.8, top-k 40, top-p 0.9, repeat penalty
+/// 1.1 over the last 64 tokens, no min-p).
+pub const OLLAMA: Bounds = Bounds {
+    max_temperature: f64::MAX,
+    temperature_bound: "at least 0",
+    top_k: TopK::ZeroOrMinusOneIsOff,
+    defaults: || SamplingParams {
+        temperature: 0.8,
+        top_k: 40,
+        top_p: 0.9,
+        min_p: 0.0,
+        repetition_penalty: 1.1,
+        penalty_last_n: 64,
+        ..SamplingParams::default()
+    },
+};
+
 impl SamplingFields {
     /// The sampler these fields ask for, within `bounds`; a request without a
     /// seed gets one from the clock.
@@ -96,9 +114,21 @@ impl SamplingFields {
             top_k: top_k(self.top_k, bounds.top_k, d.top_k)?,
             top_p: finite("top_p", self.top_p, d.top_p)?,
             min_p: finite("min_p", self.min_p, d.min_p)?,
-            presence_penalty: finite("presence_penalty", self.presence_penalty, 0.0)?,
-            frequency_penalty: finite("frequency_penalty", self.frequency_penalty, 0.0)?,
-            repetition_penalty: finite("repetition_penalty", self.repetition_penalty, 1.0)?,
+            presence_penalty: finite(
+                "presence_penalty",
+                self.presence_penalty,
+                d.presence_penalty,
+            )?,
+            frequency_penalty: finite(
+                "frequency_penalty",
+                self.frequency_penalty,
+                d.frequency_penalty,
+            )?,
+            repetition_penalty: finite(
+                "repetition_penalty",
+                self.repetition_penalty,
+                d.repetition_penalty,
+            )?,
             logit_bias,
             seed: self.seed.map_or_else(clock_seed, |s| s as u64),
             penalty_last_n: penalty_last_n(self.penalty_last_n, d.penalty_last_n)?,

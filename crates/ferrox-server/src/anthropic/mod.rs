@@ -36,12 +36,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
-use ferrox_text::tools::{ToolCall, ToolFormat, ToolStream};
+use ferrox_text::tools::{ToolCall, ToolFormat};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::answer::Shape;
+use crate::answer::{Pieces, Shape, Splitter};
 use crate::error::ApiError;
 use crate::generation;
 use crate::limits::request_timeout;
@@ -443,7 +443,8 @@ fn opening(id: &str, model: &str, prompt_tokens: usize) -> Vec<SseEvent> {
 /// call is held back and the calls become `tool_use` blocks at the end.
 struct Streamer {
     stops: Vec<String>,
-    held: Option<ToolStream>,
+    split: Splitter,
+    tools: Option<ToolFormat>,
 }
 
 impl Streamer {
@@ -460,10 +461,7 @@ impl Streamer {
         match e {
             Event::Admitted => Vec::new(),
             Event::Token { text, .. } => {
-                let text = match &mut self.held {
-                    Some(h) => h.push(&text),
-                    None => text,
-                };
+                let text = self.split.push(&text).text;
                 (!text.is_empty())
                     .then(|| Self::text_delta(&text))
                     .into_iter()
@@ -479,13 +477,11 @@ impl Streamer {
     }
 
     fn finished(&mut self, reason: FinishReason, usage: &Usage, text: String) -> Vec<SseEvent> {
-        let (text, calls) = match self.held.take() {
-            Some(h) => {
-                let mut ids = tool_use_ids(h.format());
-                h.finish_with(&text, &mut ids)
-            }
-            None => (text, Vec::new()),
+        let mut ids: Box<dyn FnMut() -> String> = match self.tools {
+            Some(f) => Box::new(tool_use_ids(f)),
+            None => Box::new(String::new),
         };
+        let (Pieces { text, .. }, calls) = self.split.finish(&text, &mut ids);
         let (mut stop_reason, stop_sequence) = stop_reason(reason, &self.stops);
         let mut out: Vec<SseEvent> = (!text.is_empty())
             .then(|| Self::text_delta(&text))
@@ -553,7 +549,11 @@ fn sse(
     let head = opening(&answer.id, &st.model_id, prompt_tokens);
     let mut streamer = Streamer {
         stops: answer.stops,
-        held: answer.tools.map(ToolStream::new),
+        split: Splitter::new(Shape {
+            tools: answer.tools,
+            thinking: None,
+        }),
+        tools: answer.tools,
     };
     let limit = st.limits.request_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));

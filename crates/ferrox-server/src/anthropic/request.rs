@@ -276,6 +276,7 @@ impl Valid {
             grammar: None,
             max_tokens: Some(self.params.max_tokens),
             params: self.params,
+            context: None,
         }
     }
 }

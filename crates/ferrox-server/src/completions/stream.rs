@@ -15,13 +15,12 @@ use std::time::Duration;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
-use ferrox_text::reasoning::ReasoningStream;
-use ferrox_text::tools::ToolStream;
+use ferrox_text::tools::ToolFormat;
 use futures_util::stream::{self, Stream, StreamExt};
 
 use super::chunks::Chunks;
 use super::{Kind, add_usage, call_ids, now};
-use crate::answer::{LoggedToken, Shape};
+use crate::answer::{LoggedToken, Pieces, Shape, Splitter};
 use crate::error::ApiError;
 use crate::limits::request_timeout;
 use crate::request_log::{RequestLog, SharedLog};
@@ -32,22 +31,23 @@ struct ChoiceStream {
     index: usize,
     /// Whether its first chunk (the one with `role`) went out.
     announced: bool,
-    /// With tools: the text that may be a call, held back.
-    held: Option<ToolStream>,
-    /// A thinking model's thinking, split from the answer.
-    thinking: Option<ReasoningStream>,
+    /// The answer taken apart: thinking split off, calls held back (chat only).
+    split: Splitter,
+    /// The tool-call format, when tools are on offer (chat only).
+    tools: Option<ToolFormat>,
 }
 
 impl ChoiceStream {
     fn new(index: usize, kind: Kind, shape: Shape) -> ChoiceStream {
+        let shape = Shape {
+            tools: shape.tools.filter(|_| kind == Kind::Chat),
+            ..shape
+        };
         ChoiceStream {
             index,
             announced: kind == Kind::Text,
-            held: shape
-                .tools
-                .filter(|_| kind == Kind::Chat)
-                .map(ToolStream::new),
-            thinking: shape.thinking.map(ReasoningStream::new),
+            split: Splitter::new(shape),
+            tools: shape.tools,
         }
     }
 
@@ -76,21 +76,11 @@ impl ChoiceStream {
     ) -> Vec<String> {
         let mut chunks = Vec::new();
         let mut first = self.first();
-        let text = match &mut self.thinking {
-            Some(t) => {
-                let (reasoning, content) = t.push(&text);
-                if !reasoning.is_empty() {
-                    chunks.push(out.reasoning(self.index, reasoning, first));
-                    first = false;
-                }
-                content
-            }
-            None => text,
-        };
-        let text = match &mut self.held {
-            Some(h) => h.push(&text),
-            None => text,
-        };
+        let Pieces { reasoning, text } = self.split.push(&text);
+        if !reasoning.is_empty() {
+            chunks.push(out.reasoning(self.index, reasoning, first));
+            first = false;
+        }
         if first || !text.is_empty() || logprob.is_some() {
             let token = logprob.map(|logprob| LoggedToken {
                 id,
@@ -113,25 +103,15 @@ impl ChoiceStream {
     ) -> Vec<String> {
         let mut chunks = Vec::new();
         let mut first = self.first();
-        let text = match self.thinking.take() {
-            Some(mut t) => {
-                let (r, c) = t.push(&text);
-                let (r2, c2) = t.finish();
-                if !(r.is_empty() && r2.is_empty()) {
-                    chunks.push(out.reasoning(self.index, r + &r2, first));
-                    first = false;
-                }
-                c + &c2
-            }
-            None => text,
-        };
-        let (text, calls) = match self.held.take() {
-            Some(h) => {
-                let mut ids = call_ids(h.format());
-                h.finish_with(&text, &mut ids)
-            }
-            None => (text, Vec::new()),
-        };
+        let mut ids = self
+            .tools
+            .map(call_ids)
+            .unwrap_or_else(|| Box::new(String::new));
+        let (Pieces { reasoning, text }, calls) = self.split.finish(&text, &mut ids);
+        if !reasoning.is_empty() {
+            chunks.push(out.reasoning(self.index, reasoning, first));
+            first = false;
+        }
         if !text.is_empty() {
             chunks.push(out.content(st, self.index, text, first, None));
         }

@@ -129,6 +129,7 @@ pub fn state(setup: Setup) -> Arc<AppState> {
             model_path: "tiny.gguf".into(),
             total_slots: setup.max_seqs,
             chat_template: setup.chat_template.map(String::from),
+            card: Default::default(),
         },
     })
 }
