@@ -11,6 +11,7 @@
 use ferrox_engine::{Event, FinishReason, RequestStream, TokenLogprob, Usage};
 use ferrox_text::reasoning::{self, ReasoningStream, Thinking};
 use ferrox_text::tools::{ToolCall, ToolFormat, ToolStream};
+use futures_util::stream::{self, Stream, StreamExt};
 
 use crate::error::ApiError;
 use crate::limits::{request_timeout, within_request_timeout};
@@ -202,4 +203,16 @@ impl Splitter {
         };
         (Pieces { reasoning, text }, calls)
     }
+}
+
+/// Every stream's events, tagged with its index, as they come.
+pub fn merged(streams: Vec<RequestStream>) -> impl Stream<Item = (usize, Event)> {
+    stream::select_all(streams.into_iter().enumerate().map(|(i, s)| {
+        stream::unfold(Some(s), move |s| async move {
+            let mut s = s?;
+            let e = s.recv().await?;
+            Some(((i, e), Some(s)))
+        })
+        .boxed()
+    }))
 }

@@ -188,10 +188,6 @@ const OPENAI_COMMON: Table = &[
     ("prediction", Refused("predicted outputs are not supported")),
     ("web_search_options", Refused("web search is not supported")),
     ("verbosity", Refused("verbosity is not supported")),
-    (
-        "suffix",
-        Refused("suffix (fill-in-the-middle) is not supported"),
-    ),
 ];
 
 const CHAT: Table = &[
@@ -206,7 +202,7 @@ const CHAT: Table = &[
     ("continue_final_message", Implemented),
 ];
 
-const COMPLETIONS: Table = &[("prompt", Implemented)];
+const COMPLETIONS: Table = &[("prompt", Implemented), ("suffix", Implemented)];
 
 /// The prompt of a Messages request, shared by `count_tokens`.
 const MESSAGES_PROMPT: Table = &[
@@ -326,6 +322,67 @@ const OLLAMA_OPTIONS_FIELDS: Table = &[
     ("num_thread", NoOp),
 ];
 
+/// What llama-server's `/completion` and `/infill` add to the OpenAI fields.
+const NATIVE_FIELDS: Table = &[
+    ("n_probs", Implemented),
+    ("return_tokens", Implemented),
+    ("samplers", Implemented),
+    // The context is never shifted, caches are found by prefix, and SSE pings
+    // are the server's.
+    ("n_keep", NoOp),
+    ("n_discard", NoOp),
+    ("n_cache_reuse", NoOp),
+    ("dynatemp_exponent", NoOp),
+    ("sse_ping_interval", NoOp),
+    (
+        "min_keep",
+        Default(Fixed::Number(0.0), "min_keep is not implemented"),
+    ),
+    (
+        "n_indent",
+        Default(Fixed::Number(0.0), "n_indent is not implemented"),
+    ),
+    (
+        "n_cmpl",
+        Default(Fixed::Number(1.0), "one completion is made per prompt"),
+    ),
+    (
+        "dynatemp_range",
+        Default(Fixed::Number(0.0), "dynamic temperature is not implemented"),
+    ),
+    (
+        "t_max_predict_ms",
+        Default(
+            Fixed::Number(0.0),
+            "a prediction time limit is not implemented (--request-timeout bounds a request)",
+        ),
+    ),
+    (
+        "post_sampling_probs",
+        Default(
+            Fixed::Bool(false),
+            "post-sampling probabilities are not reported (n_probs reports the model's log-probabilities)",
+        ),
+    ),
+    (
+        "timings_per_token",
+        Default(Fixed::Bool(false), "timings come with the last chunk only"),
+    ),
+    (
+        "response_fields",
+        Refused("response_fields is not supported"),
+    ),
+    ("lora", Refused("LoRA adapters are not supported")),
+];
+
+/// `/infill`'s parts of the code.
+const INFILL_FIELDS: Table = &[
+    ("prompt", Implemented),
+    ("input_prefix", Implemented),
+    ("input_suffix", Implemented),
+    ("input_extra", Implemented),
+];
+
 pub const CHAT_COMPLETIONS: Policy = Policy {
     route: "/v1/chat/completions",
     tables: &[OPENAI_COMMON, CHAT],
@@ -362,14 +419,26 @@ pub const OLLAMA_OPTIONS: Policy = Policy {
     tables: &[OLLAMA_OPTIONS_FIELDS],
 };
 
+pub const NATIVE_COMPLETION: Policy = Policy {
+    route: "/completion",
+    tables: &[OPENAI_COMMON, COMPLETIONS, NATIVE_FIELDS],
+};
+
+pub const NATIVE_INFILL: Policy = Policy {
+    route: "/infill",
+    tables: &[OPENAI_COMMON, NATIVE_FIELDS, INFILL_FIELDS],
+};
+
 /// Every route's policy, for the hint of an unknown field.
-const ROUTES: [Policy; 6] = [
+const ROUTES: [Policy; 8] = [
     CHAT_COMPLETIONS,
     TEXT_COMPLETIONS,
     ANTHROPIC_MESSAGES,
     ANTHROPIC_COUNT_TOKENS,
     OLLAMA_CHAT,
     OLLAMA_GENERATE,
+    NATIVE_COMPLETION,
+    NATIVE_INFILL,
 ];
 
 impl Policy {

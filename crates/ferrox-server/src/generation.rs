@@ -14,6 +14,7 @@ use std::sync::Arc;
 use ferrox_engine::{GenerationParams, RequestStream};
 use ferrox_sampling::grammar::GrammarSpec;
 use ferrox_text::chat::{ChatMessage, TemplateVars};
+use ferrox_text::fim::{self, Infill};
 
 use crate::error::ApiError;
 use crate::invalid::Invalid;
@@ -42,6 +43,10 @@ pub enum Prompt {
         context: Vec<u32>,
         then: Box<Prompt>,
     },
+    /// Fill-in-the-middle, built as llama-server builds it; `field` names
+    /// the request's field that asked for it (refused for a model without
+    /// FIM tokens).
+    Infill { infill: Infill, field: &'static str },
 }
 
 impl Prompt {
@@ -124,14 +129,15 @@ fn prepare_blocking(st: &AppState, mut g: Generation) -> Result<Prepared, ApiErr
 
 /// The token ids of each prompt.
 fn tokenize(st: &AppState, g: &Generation) -> Result<Vec<Vec<u32>>, ApiError> {
-    tokenize_prompt(st, &g.prompt, g.tools.as_ref())
+    tokenize_prompt(st, &g.prompt, g)
 }
 
 fn tokenize_prompt(
     st: &AppState,
     prompt: &Prompt,
-    tools: Option<&ToolRequest>,
+    g: &Generation,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
+    let tools = g.tools.as_ref();
     Ok(match prompt {
         Prompt::Chat {
             messages,
@@ -155,7 +161,20 @@ fn tokenize_prompt(
             .map(|t| st.tokenizer.encode(t, true, true))
             .collect(),
         Prompt::Tokens(ids) => ids.clone(),
-        Prompt::Continued { context, then } => tokenize_prompt(st, then, tools)?
+        Prompt::Infill { infill, field } => {
+            let room = fim::Room {
+                batch: INFILL_BATCH,
+                context: context_limit(st, g.context),
+                answer: g.max_tokens,
+            };
+            vec![
+                fim::prompt_ids(&st.tokenizer, infill, room).map_err(|e| Invalid::NoFim {
+                    field,
+                    detail: e.to_string(),
+                })?,
+            ]
+        }
+        Prompt::Continued { context, then } => tokenize_prompt(st, then, g)?
             .into_iter()
             .map(|ids| {
                 let bos = st.tokenizer.bos();
@@ -164,6 +183,16 @@ fn tokenize_prompt(
             })
             .collect(),
     })
+}
+
+/// The batch llama-server trims an infill prompt to (its `-b` default).
+const INFILL_BATCH: usize = 2048;
+
+/// The positions one request may use: the server's context, or a smaller one
+/// the request asks for.
+fn context_limit(st: &AppState, asked: Option<RequestContext>) -> usize {
+    let ceiling = st.engine.ceiling().max_context as usize;
+    asked.map_or(ceiling, |c| c.tokens.min(ceiling))
 }
 
 /// The engine requests of one generation, one per prompt.
@@ -178,7 +207,7 @@ impl Prepared {
     /// dropped (cancelled) and the refusal is answered.
     pub fn submit(self, st: &AppState) -> Result<Submitted, ApiError> {
         let ceiling = st.engine.ceiling().max_context as usize;
-        let limit = self.context.map_or(ceiling, |c| c.tokens.min(ceiling));
+        let limit = context_limit(st, self.context);
         let mut out = Submitted {
             streams: Vec::with_capacity(self.prompts.len()),
             prompt_lens: Vec::with_capacity(self.prompts.len()),

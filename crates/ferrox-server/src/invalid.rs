@@ -94,6 +94,9 @@ pub enum Invalid {
         bound: Cow<'static, str>,
         got: String,
     },
+    /// Fill-in-the-middle asked of a model without its tokens.
+    #[error("{field}: {detail}")]
+    NoFim { field: &'static str, detail: String },
     /// A prompt that fills the context a request asked for.
     #[error(
         "the prompt's {prompt} tokens leave no room to answer in the {limit}-token context {field} asks for"
@@ -138,7 +141,8 @@ impl Invalid {
             | Invalid::Missing { field }
             | Invalid::OutOfRange { field, .. }
             | Invalid::NotFinite { field }
-            | Invalid::OverContext { field, .. } => Some(field),
+            | Invalid::OverContext { field, .. }
+            | Invalid::NoFim { field, .. } => Some(field),
             Invalid::NotATokenId { .. } => Some("logit_bias"),
             Invalid::Sampling(e) => Some(e.field()),
         }

@@ -15,6 +15,7 @@
 //!   tools, grammar and sampling, prepared and submitted.
 //! * [`completions`]: chat and text completions, JSON and SSE.
 //! * [`anthropic`]: Anthropic's Messages API (`POST /v1/messages`), JSON and SSE.
+//! * [`native`]: llama-server's own `/completion`, `/infill` and `/slots`.
 //! * [`ollama`]: Ollama's API (`/api/chat`, `/api/generate`, the model routes), NDJSON.
 //! * [`model_card`]: what the served model's file says of itself.
 //! * [`routes`]: the router, models, health, tokenize, metrics.
@@ -38,6 +39,7 @@ pub mod json_body;
 pub mod limits;
 pub mod metrics;
 pub mod model_card;
+pub mod native;
 pub mod ollama;
 pub mod openai;
 pub mod props;

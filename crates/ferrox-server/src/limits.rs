@@ -319,3 +319,16 @@ pub(crate) async fn within_request_timeout<T>(
         Some(l) => tokio::time::timeout(l, answer).await.map_err(|_| l),
     }
 }
+
+/// Sleeps out a stream's request deadline (forever without one), then marks
+/// the stream timed out.
+pub(crate) async fn deadline(
+    limit: Option<Duration>,
+    timed_out: Arc<std::sync::atomic::AtomicBool>,
+) {
+    match limit {
+        Some(l) => tokio::time::sleep(l).await,
+        None => std::future::pending().await,
+    }
+    timed_out.store(true, Ordering::Release);
+}

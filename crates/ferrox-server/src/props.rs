@@ -36,7 +36,7 @@ struct Props<'a> {
 }
 
 #[derive(Serialize)]
-struct Settings {
+pub(crate) struct Settings {
     id: usize,
     id_task: i64,
     n_ctx: u64,
@@ -46,10 +46,11 @@ struct Settings {
     prompt: &'static str,
 }
 
-/// The sampling a request that gives none gets, in llama-server's names.
+/// A request's sampling in llama-server's names (`generation_settings`).
 #[derive(Serialize)]
-struct Params {
+pub(crate) struct Params {
     n_predict: i64,
+    seed: u64,
     temperature: f32,
     top_k: usize,
     top_p: f32,
@@ -62,13 +63,72 @@ struct Params {
     frequency_penalty: f32,
     dry_multiplier: f32,
     mirostat: u8,
-    stop: [&'static str; 0],
+    stop: Vec<String>,
     max_tokens: usize,
     ignore_eos: bool,
     stream: bool,
     n_probs: usize,
     /// The order ferrox applies them in.
     samplers: [&'static str; 5],
+}
+
+impl Settings {
+    /// Slot `id` of the server, with the default sampling.
+    pub(crate) fn slot(st: &AppState, id: usize, is_processing: bool) -> Settings {
+        Settings {
+            id,
+            id_task: -1,
+            n_ctx: st.engine.ceiling().max_context,
+            speculative: false,
+            is_processing,
+            params: Params::of(
+                &SamplingParams::default(),
+                &Asked::default(),
+                st.default_max_tokens,
+            ),
+            prompt: "",
+        }
+    }
+}
+
+/// What a request asked for beside its sampler.
+#[derive(Default)]
+pub(crate) struct Asked {
+    /// `None`: no limit (-1).
+    pub n_predict: Option<usize>,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    pub n_probs: usize,
+}
+
+impl Params {
+    /// `s` and `asked` in llama-server's names; `max_tokens` is what a
+    /// request without a limit gets.
+    pub(crate) fn of(s: &SamplingParams, asked: &Asked, max_tokens: usize) -> Params {
+        Params {
+            n_predict: asked.n_predict.map_or(-1, |n| n as i64),
+            seed: s.seed,
+            temperature: s.temperature,
+            top_k: s.top_k,
+            top_p: s.top_p,
+            min_p: s.min_p,
+            xtc_probability: 0.0,
+            typical_p: 1.0,
+            repeat_last_n: s.penalty_last_n,
+            repeat_penalty: s.repetition_penalty,
+            presence_penalty: s.presence_penalty,
+            frequency_penalty: s.frequency_penalty,
+            dry_multiplier: 0.0,
+            mirostat: 0,
+            stop: asked.stop.clone(),
+            max_tokens: asked.n_predict.unwrap_or(max_tokens),
+            ignore_eos: asked.ignore_eos,
+            stream: asked.stream,
+            n_probs: asked.n_probs,
+            samplers: ["penalties", "top_k", "top_p", "min_p", "temperature"],
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -79,38 +139,9 @@ struct Modalities {
 
 /// `GET /props`.
 pub async fn props(State(st): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let d = SamplingParams::default();
     let facts = &st.facts;
     let props = Props {
-        default_generation_settings: Settings {
-            id: 0,
-            id_task: -1,
-            n_ctx: st.engine.ceiling().max_context,
-            speculative: false,
-            is_processing: st.engine.stats().running > 0,
-            params: Params {
-                n_predict: -1,
-                temperature: d.temperature,
-                top_k: d.top_k,
-                top_p: d.top_p,
-                min_p: d.min_p,
-                xtc_probability: 0.0,
-                typical_p: 1.0,
-                repeat_last_n: d.penalty_last_n,
-                repeat_penalty: d.repetition_penalty,
-                presence_penalty: d.presence_penalty,
-                frequency_penalty: d.frequency_penalty,
-                dry_multiplier: 0.0,
-                mirostat: 0,
-                stop: [],
-                max_tokens: st.default_max_tokens,
-                ignore_eos: false,
-                stream: false,
-                n_probs: 0,
-                samplers: ["penalties", "top_k", "top_p", "min_p", "temperature"],
-            },
-            prompt: "",
-        },
+        default_generation_settings: Settings::slot(&st, 0, st.engine.stats().running > 0),
         total_slots: facts.total_slots,
         model_path: &facts.model_path,
         chat_template: facts.chat_template.as_deref().unwrap_or(""),

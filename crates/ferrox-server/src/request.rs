@@ -11,6 +11,7 @@
 use ferrox_engine::GenerationParams;
 use ferrox_sampling::grammar::GrammarSpec;
 use ferrox_text::chat::{ChatMessage, TemplateVars};
+use ferrox_text::fim::Infill;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -31,6 +32,8 @@ pub enum PromptInput {
     Text(Vec<String>),
     /// One or more prompts given as token ids.
     Tokens(Vec<Vec<u32>>),
+    /// Fill-in-the-middle; `field` names what asked for it.
+    Infill { infill: Infill, field: &'static str },
 }
 
 impl From<ValidRequest> for Generation {
@@ -43,6 +46,7 @@ impl From<ValidRequest> for Generation {
             },
             PromptInput::Text(texts) => generation::Prompt::Text(texts),
             PromptInput::Tokens(ids) => generation::Prompt::Tokens(ids),
+            PromptInput::Infill { infill, field } => generation::Prompt::Infill { infill, field },
         };
         Generation {
             prompt,
@@ -195,7 +199,7 @@ fn text_logprobs(n: Option<i64>) -> Result<Option<usize>, Invalid> {
 
 /// The body after the route's field policy (aliases rewritten, no-ops gone,
 /// no unknown fields left).
-fn policed(policy: &Policy, body: &Value) -> Result<Value, ApiError> {
+pub(crate) fn policed(policy: &Policy, body: &Value) -> Result<Value, ApiError> {
     Ok(Value::Object(policy.apply(body.clone())?))
 }
 
@@ -332,15 +336,19 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
 
 /// Validates a `/v1/completions` body.
 pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
-    let o = policed(&field_policy::TEXT_COMPLETIONS, body)?;
-    let text: CompletionFields = typed(&o)?;
+    completion_of(&policed(&field_policy::TEXT_COMPLETIONS, body)?)
+}
+
+/// Validates a completions body its route's policy has passed.
+pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
+    let text: CompletionFields = typed(o)?;
     let Common {
         mut params,
         grammar,
         max_tokens,
         stream,
         include_usage,
-    } = common(typed(&o)?, None)?;
+    } = common(typed(o)?, None)?;
     params.logprobs = text_logprobs(text.logprobs)?;
     let prompt = match text.prompt {
         None => return Err(Invalid::Missing { field: "prompt" }.into()),
@@ -355,6 +363,24 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
         Some(Prompt::Texts(t)) => PromptInput::Text(t),
         Some(Prompt::Tokens(ids)) => PromptInput::Tokens(vec![ids]),
         Some(Prompt::TokenLists(lists)) => PromptInput::Tokens(lists),
+    };
+    let prompt = match (prompt, text.suffix) {
+        (p, None) => p,
+        (PromptInput::Text(mut t), Some(suffix)) if t.len() == 1 => PromptInput::Infill {
+            infill: Infill {
+                prefix: t.remove(0),
+                suffix,
+                ..Infill::default()
+            },
+            field: "suffix",
+        },
+        (_, Some(_)) => {
+            return Err(Invalid::Needs {
+                field: "suffix",
+                needs: "one prompt given as a string (the code before the suffix)",
+            }
+            .into());
+        }
     };
     Ok(ValidRequest {
         prompt,

@@ -30,6 +30,8 @@ pub enum Route {
     Messages,
     OllamaChat,
     OllamaGenerate,
+    Completion,
+    Infill,
 }
 
 impl Route {
@@ -40,6 +42,8 @@ impl Route {
             Route::Messages => "/v1/messages",
             Route::OllamaChat => "/api/chat",
             Route::OllamaGenerate => "/api/generate",
+            Route::Completion => "/completion",
+            Route::Infill => "/infill",
         }
     }
 }

@@ -188,7 +188,9 @@ async fn method_not_allowed(req: Request) -> Response {
     )
     .response_for(&path);
     let allow = match path.as_str() {
-        "/health" | "/metrics" | "/api/tags" | "/api/ps" | "/api/version" => "GET",
+        "/health" | "/metrics" | "/slots" | "/props" | "/api/tags" | "/api/ps" | "/api/version" => {
+            "GET"
+        }
         "/api/delete" => "DELETE",
         p if p.starts_with("/v1/models") => "GET",
         _ => "POST",
@@ -237,6 +239,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .merge(crate::ollama::routes())
+        .merge(crate::native::routes())
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));
     let page = if st.webui {
         crate::webui::routes()

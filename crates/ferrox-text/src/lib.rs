@@ -6,12 +6,14 @@
 //!   `transformers`, and the built-in formats for files without one.
 //! * [`tools`]: the tool-call formats models write, parsed from their output.
 //! * [`reasoning`]: where a reasoning model's thinking starts and ends.
+//! * [`fim`]: fill-in-the-middle prompts, as llama-server builds them.
 //!
 //! Nothing here knows the transformer: a vocabulary and a template are all it
 //! reads.
 
 pub mod chat;
 pub mod error;
+pub mod fim;
 pub mod reasoning;
 pub mod tokenizer;
 pub mod tools;

@@ -97,6 +97,16 @@ fn gemma4_vectors() {
     check("gemma-4");
 }
 
+#[test]
+fn starcoder_vectors() {
+    check("starcoder");
+}
+
+#[test]
+fn refact_vectors() {
+    check("refact");
+}
+
 /// The corpus of our own (`scripts/tokenizers/corpus.jsonl`: several scripts,
 /// combining marks, emoji, code, whitespace runs) against llama-tokenize's ids
 /// for it (`tests/golden/tokenize-vocab-NAME.jsonl`, by

@@ -20,9 +20,10 @@ use futures_util::stream::{self, Stream, StreamExt};
 
 use super::chunks::Chunks;
 use super::{Kind, add_usage, call_ids, now};
+use crate::answer::merged;
 use crate::answer::{LoggedToken, Pieces, Shape, Splitter};
 use crate::error::ApiError;
-use crate::limits::request_timeout;
+use crate::limits::{deadline, request_timeout};
 use crate::request_log::{RequestLog, SharedLog};
 use crate::state::AppState;
 
@@ -187,27 +188,6 @@ fn stream_tail(
         _ => "[DONE]".to_string(),
     };
     Some(Ok(SseEvent::default().data(data)))
-}
-
-/// Every stream's events, tagged with its choice index, as they come.
-fn merged(streams: Vec<RequestStream>) -> impl Stream<Item = (usize, Event)> {
-    stream::select_all(streams.into_iter().enumerate().map(|(i, s)| {
-        stream::unfold(Some(s), move |s| async move {
-            let mut s = s?;
-            let e = s.recv().await?;
-            Some(((i, e), Some(s)))
-        })
-        .boxed()
-    }))
-}
-
-/// Sleeps out the request deadline, then marks the stream timed out.
-async fn deadline(limit: Option<Duration>, timed_out: Arc<AtomicBool>) {
-    match limit {
-        Some(l) => tokio::time::sleep(l).await,
-        None => std::future::pending().await,
-    }
-    timed_out.store(true, Ordering::Release);
 }
 
 /// The SSE response of `streams`.

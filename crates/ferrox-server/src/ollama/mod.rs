@@ -38,7 +38,7 @@ use crate::answer::Shape;
 use crate::error::ApiError;
 use crate::generation;
 use crate::invalid::Invalid;
-use crate::limits::{request_timeout, within_request_timeout};
+use crate::limits::{deadline, request_timeout, within_request_timeout};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::{AppState, Phase};
 use reply::{Kind, Turn, Whole};
@@ -207,21 +207,13 @@ fn ndjson(
 ) -> Response {
     let limit = st.limits.request_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));
-    let timed_out_set = Arc::clone(&timed_out);
-    let deadline = async move {
-        match limit {
-            Some(l) => tokio::time::sleep(l).await,
-            None => std::future::pending().await,
-        }
-        timed_out_set.store(true, Ordering::Release);
-    };
     let log = log.shared();
     let log_tail = log.clone();
     let lines = stream::unfold(stream, |mut s| async move {
         let e = s.recv().await?;
         Some((e, s))
     })
-    .take_until(deadline)
+    .take_until(deadline(limit, Arc::clone(&timed_out)))
     .flat_map(move |e| {
         log.on_event(0, &e);
         let lines = turn

@@ -6,6 +6,7 @@
 use ferrox_engine::GenerationParams;
 use ferrox_sampling::grammar::GrammarSpec;
 use ferrox_text::chat::{ChatMessage, TemplateVars};
+use ferrox_text::fim::Infill;
 use ferrox_text::tools::ToolCall;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -68,6 +69,9 @@ struct GenerateBody {
     /// The token ids a previous answer returned, continued.
     #[serde(default)]
     context: Option<Vec<u32>>,
+    /// The code after the answer: fill-in-the-middle with `prompt` before it.
+    #[serde(default)]
+    suffix: Option<String>,
 }
 
 /// `format`: `"json"` (any JSON value Ollama means an object), `""` (none), or a
@@ -208,8 +212,18 @@ pub(super) fn parse_generate(st: &AppState, body: &Value) -> Result<Valid, ApiEr
     }
     let mut valid = common(st, b.common, false)?;
     let context = b.context.unwrap_or_default();
-    let load_only = prompt.is_empty() && context.is_empty();
-    valid.generation.prompt = if raw {
+    let load_only = prompt.is_empty() && context.is_empty() && b.suffix.is_none();
+    valid.generation.prompt = if let Some(suffix) = b.suffix {
+        Prompt::Infill {
+            infill: Infill {
+                prefix: prompt,
+                suffix,
+                ..Infill::default()
+            },
+            field: "suffix",
+        }
+        .after(context)
+    } else if raw {
         let mut ids = context;
         ids.extend(st.tokenizer.encode(&prompt, ids.is_empty(), true));
         Prompt::Tokens(vec![ids])

@@ -151,6 +151,8 @@ pub struct CompletionFields {
     pub prompt: Option<Prompt>,
     /// The legacy `logprobs`: how many alternatives per token.
     pub logprobs: Option<i64>,
+    /// The text after the completion: fill-in-the-middle.
+    pub suffix: Option<String>,
 }
 
 /// A completions prompt: text, texts, token ids, or lists of token ids.

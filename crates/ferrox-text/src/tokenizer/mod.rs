@@ -90,6 +90,7 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     end_of_generation: Vec<u32>,
+    fim: specials::FimTokens,
 }
 
 /// What the vocabulary's special tokens depend on besides their types.
@@ -133,7 +134,7 @@ impl Tokenizer {
     pub fn from_metadata(m: &Metadata) -> Result<Tokenizer, TextError> {
         let model = m.str("tokenizer.ggml.model")?;
         let n = m.string_array("tokenizer.ggml.tokens")?.len();
-        let (vocab, end_of_generation) = Vocab::from_metadata(m, &vocab_facts(m, n)?)?;
+        let (vocab, end_of_generation, fim) = Vocab::from_metadata(m, &vocab_facts(m, n)?)?;
         let algorithm = match model {
             "llama" => Algorithm::SentencePiece {
                 add_space_prefix: m
@@ -193,6 +194,7 @@ impl Tokenizer {
                     .unwrap_or(bos_by_default),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
             end_of_generation,
+            fim,
         })
     }
 
@@ -222,6 +224,12 @@ impl Tokenizer {
     /// End-of-sequence token.
     pub fn eos(&self) -> Option<u32> {
         self.eos
+    }
+
+    /// The fill-in-the-middle tokens, declared or found by text as llama.cpp
+    /// finds them.
+    pub fn fim(&self) -> specials::FimTokens {
+        self.fim
     }
 
     /// Whether encoding with specials adds BOS.

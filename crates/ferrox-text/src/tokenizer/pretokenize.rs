@@ -15,7 +15,8 @@
 //!   collapsed text an upper letter is any letter but `a-z` and a lower one any
 //!   but `A-Z`; `\p{N}{1,3}`; ` ?[^\s\p{L}\p{N}]+[\r\n/]*`; then llama3's
 //!   whitespace rules
-//! * `smollm`: every digit its own piece (`\p{N}`), then gpt2 on the rest.
+//! * `smollm` (also `starcoder` and `refact`, which llama.cpp splits alike):
+//!   every digit its own piece (`\p{N}`), then gpt2 on the rest.
 //! * `gemma4`: runs of non-newlines and runs of newlines (`[^\n]+|[\n]+`); the
 //!   BPE then merges over a whole line (SentencePiece-style BPE).
 //!
@@ -39,8 +40,7 @@ pub enum PreTokenizer {
 
 impl PreTokenizer {
     /// Names accepted in `tokenizer.ggml.pre`, for error messages.
-    pub const NAMES: &'static str =
-        "gpt2, default, llama3, llama-bpe, qwen2, qwen35, smollm, gemma4, gpt-4o";
+    pub const NAMES: &'static str = "gpt2, default, llama3, llama-bpe, qwen2, qwen35, smollm, starcoder, refact, gemma4, gpt-4o";
 
     /// The pre-tokenizer named by `tokenizer.ggml.pre`.
     pub fn from_name(name: &str) -> Result<PreTokenizer, TextError> {
@@ -50,7 +50,7 @@ impl PreTokenizer {
             "qwen2" => PreTokenizer::Qwen2,
             "qwen35" => PreTokenizer::Qwen35,
             "gemma4" => PreTokenizer::Gemma4,
-            "smollm" => PreTokenizer::SmolLm,
+            "smollm" | "starcoder" | "refact" => PreTokenizer::SmolLm,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
             _ => {
                 return Err(TextError::InvalidMetadata {

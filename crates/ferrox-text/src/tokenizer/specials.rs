@@ -168,6 +168,23 @@ pub struct SpecialTokens {
     pub matched: Vec<Special>,
     /// Tokens that end generation, sorted.
     pub end_of_generation: Vec<u32>,
+    pub fim: FimTokens,
+}
+
+/// A vocabulary's fill-in-the-middle tokens, declared or found by text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FimTokens {
+    /// Before the code's prefix.
+    pub pre: Option<u32>,
+    /// Before its suffix.
+    pub suf: Option<u32>,
+    /// Where the middle is generated.
+    pub mid: Option<u32>,
+    pub pad: Option<u32>,
+    /// Before a repository's name (repo-level FIM).
+    pub rep: Option<u32>,
+    /// Before each file of a repository.
+    pub sep: Option<u32>,
 }
 
 #[derive(Copy, Clone, Debug, Default)]
@@ -208,7 +225,8 @@ impl SpecialTokens {
             .map(|id| Attr::of(vocab.token_type(id).unwrap_or(TokenType::Normal)))
             .collect();
         let mut ends: Vec<u32> = facts.declared_ends.clone();
-        for (role, declared) in FIM_ROLES.iter().zip(facts.declared_fim) {
+        let mut fim = [None; 6];
+        for ((role, declared), slot) in FIM_ROLES.iter().zip(facts.declared_fim).zip(&mut fim) {
             let found = declared.or_else(|| {
                 let id = role.texts.iter().filter_map(|t| vocab.id_of(t)).min()?;
                 attrs[id as usize].control = true;
@@ -217,7 +235,9 @@ impl SpecialTokens {
             if role.ends {
                 ends.extend(found);
             }
+            *slot = found;
         }
+        let [pre, suf, mid, pad, rep, sep] = fim;
         for id in END_OF_GENERATION_TEXTS
             .iter()
             .filter_map(|t| vocab.id_of(t))
@@ -255,6 +275,14 @@ impl SpecialTokens {
         SpecialTokens {
             matched: matched(vocab, &attrs),
             end_of_generation: ends,
+            fim: FimTokens {
+                pre,
+                suf,
+                mid,
+                pad,
+                rep,
+                sep,
+            },
         }
     }
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use ferrox_gguf::Metadata;
 
-use super::specials::{Special, SpecialTokens, VocabFacts};
+use super::specials::{FimTokens, Special, SpecialTokens, VocabFacts};
 use crate::error::TextError;
 
 /// GGUF `tokenizer.ggml.token_type` values.
@@ -68,7 +68,10 @@ impl Vocab {
     /// Reads the vocabulary arrays of `m`.
     /// Its special tokens follow llama.cpp's rules given `facts`; the tokens
     /// that end generation come with it.
-    pub fn from_metadata(m: &Metadata, facts: &VocabFacts) -> Result<(Vocab, Vec<u32>), TextError> {
+    pub fn from_metadata(
+        m: &Metadata,
+        facts: &VocabFacts,
+    ) -> Result<(Vocab, Vec<u32>, FimTokens), TextError> {
         let pieces = m.string_array("tokenizer.ggml.tokens")?.to_vec();
         let n = pieces.len();
         let bad = |key: &str, len: usize| TextError::InvalidMetadata {
@@ -103,13 +106,13 @@ impl Vocab {
     }
 
     /// A vocabulary from its parts, its special tokens derived with `facts`,
-    /// and the tokens that end generation.
+    /// the tokens that end generation, and the fill-in-the-middle tokens.
     fn with_facts(
         pieces: Vec<String>,
         types: Vec<TokenType>,
         scores: Vec<f32>,
         facts: &VocabFacts,
-    ) -> (Vocab, Vec<u32>) {
+    ) -> (Vocab, Vec<u32>, FimTokens) {
         let mut by_piece = HashMap::with_capacity(pieces.len());
         for (i, p) in pieces.iter().enumerate() {
             by_piece.entry(p.clone()).or_insert(i as u32);
@@ -125,7 +128,7 @@ impl Vocab {
         };
         let specials = SpecialTokens::derive(&vocab, facts);
         vocab.specials = specials.matched;
-        (vocab, specials.end_of_generation)
+        (vocab, specials.end_of_generation, specials.fim)
     }
 
     /// Number of tokens.
