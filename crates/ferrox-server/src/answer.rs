@@ -216,3 +216,12 @@ pub fn merged(streams: Vec<RequestStream>) -> impl Stream<Item = (usize, Event)>
         .boxed()
     }))
 }
+
+/// Fresh call ids in `format`'s style.
+pub fn call_ids(format: ToolFormat) -> Box<dyn FnMut() -> String + Send> {
+    let mut n = 0;
+    Box::new(move || {
+        n += 1;
+        format.call_id(n)
+    })
+}

@@ -30,6 +30,7 @@ pub enum Field {
 pub enum Fixed {
     Bool(bool),
     Number(f64),
+    Text(&'static str),
 }
 
 impl Fixed {
@@ -38,6 +39,7 @@ impl Fixed {
             (_, Value::Null) => true,
             (Fixed::Bool(b), Value::Bool(v)) => b == *v,
             (Fixed::Number(n), Value::Number(v)) => v.as_f64() == Some(n),
+            (Fixed::Text(t), Value::String(v)) => t == v,
             _ => false,
         }
     }
@@ -383,6 +385,69 @@ const INFILL_FIELDS: Table = &[
     ("input_extra", Implemented),
 ];
 
+/// OpenAI's Responses API.
+const RESPONSES_FIELDS: Table = &[
+    ("model", Implemented),
+    ("input", Implemented),
+    ("instructions", Implemented),
+    ("max_output_tokens", Implemented),
+    ("temperature", Implemented),
+    ("top_p", Implemented),
+    ("top_k", Implemented),
+    ("min_p", Implemented),
+    ("seed", Implemented),
+    ("stream", Implemented),
+    ("tools", Implemented),
+    ("tool_choice", Implemented),
+    ("parallel_tool_calls", Implemented),
+    ("text", Implemented),
+    ("reasoning", Implemented),
+    // One user, nothing stored, one tier, an automatic prefix cache; the
+    // outputs `include` may ask for are there or do not exist here.
+    ("store", NoOp),
+    ("metadata", NoOp),
+    ("user", NoOp),
+    ("service_tier", NoOp),
+    ("prompt_cache_key", NoOp),
+    ("prompt_cache_retention", NoOp),
+    ("safety_identifier", NoOp),
+    ("include", NoOp),
+    ("stream_options", NoOp),
+    // It limits built-in tool calls, which do not exist here.
+    ("max_tool_calls", NoOp),
+    (
+        "truncation",
+        Default(
+            Fixed::Text("disabled"),
+            "an input is never truncated here; one that does not fit is refused",
+        ),
+    ),
+    (
+        "previous_response_id",
+        Refused(
+            "previous_response_id is not supported (responses are not stored here; send the whole conversation in input)",
+        ),
+    ),
+    (
+        "conversation",
+        Refused(
+            "conversation is not supported (conversations are not stored here; send the whole conversation in input)",
+        ),
+    ),
+    (
+        "background",
+        Refused("background responses are not supported"),
+    ),
+    (
+        "prompt",
+        Refused("stored prompt templates are not supported"),
+    ),
+    (
+        "top_logprobs",
+        Refused("log-probabilities are not returned on /v1/responses"),
+    ),
+];
+
 pub const CHAT_COMPLETIONS: Policy = Policy {
     route: "/v1/chat/completions",
     tables: &[OPENAI_COMMON, CHAT],
@@ -429,8 +494,13 @@ pub const NATIVE_INFILL: Policy = Policy {
     tables: &[OPENAI_COMMON, NATIVE_FIELDS, INFILL_FIELDS],
 };
 
+pub const RESPONSES: Policy = Policy {
+    route: "/v1/responses",
+    tables: &[RESPONSES_FIELDS],
+};
+
 /// Every route's policy, for the hint of an unknown field.
-const ROUTES: [Policy; 8] = [
+const ROUTES: [Policy; 9] = [
     CHAT_COMPLETIONS,
     TEXT_COMPLETIONS,
     ANTHROPIC_MESSAGES,
@@ -439,6 +509,7 @@ const ROUTES: [Policy; 8] = [
     OLLAMA_GENERATE,
     NATIVE_COMPLETION,
     NATIVE_INFILL,
+    RESPONSES,
 ];
 
 impl Policy {
@@ -581,6 +652,7 @@ mod tests {
             for (field, fixed, other) in p.entries().filter_map(|(f, p)| match p {
                 Default(Fixed::Bool(b), _) => Some((f, json!(b), json!(!b))),
                 Default(Fixed::Number(n), _) => Some((f, json!(n as i64), json!(n + 0.5))),
+                Default(Fixed::Text(t), _) => Some((f, json!(t), json!(format!("not {t}")))),
                 _ => None,
             }) {
                 assert_eq!(run(p, json!({ field: fixed })), Ok(Map::new()), "{field}");

@@ -18,6 +18,7 @@
 //! * [`native`]: llama-server's own `/completion`, `/infill` and `/slots`.
 //! * [`ollama`]: Ollama's API (`/api/chat`, `/api/generate`, the model routes), NDJSON.
 //! * [`model_card`]: what the served model's file says of itself.
+//! * [`responses`]: OpenAI's Responses API (`POST /v1/responses`), JSON and SSE.
 //! * [`routes`]: the router, models, health, tokenize, metrics.
 //! * [`auth`]: the API key (case-insensitive scheme, constant-time comparison).
 //! * [`metrics`]: Prometheus text (S19).
@@ -45,6 +46,7 @@ pub mod openai;
 pub mod props;
 pub mod request;
 pub mod request_log;
+pub mod responses;
 pub mod routes;
 pub mod sampling;
 pub mod serve;

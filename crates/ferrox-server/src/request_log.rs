@@ -32,6 +32,7 @@ pub enum Route {
     OllamaGenerate,
     Completion,
     Infill,
+    Responses,
 }
 
 impl Route {
@@ -44,6 +45,7 @@ impl Route {
             Route::OllamaGenerate => "/api/generate",
             Route::Completion => "/completion",
             Route::Infill => "/infill",
+            Route::Responses => "/v1/responses",
         }
     }
 }

@@ -229,6 +229,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::text))
         .route("/v1/messages", post(crate::anthropic::messages))
+        .route("/v1/responses", post(crate::responses::responses))
         .route(
             "/v1/messages/count_tokens",
             post(crate::anthropic::count_tokens),

@@ -17,13 +17,12 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{RequestStream, Usage};
-use ferrox_text::tools::ToolFormat;
 
 use crate::openai::response::{
     ChatCompletion, ChatObject, CompletionUsage, Header, TextCompletion, TextObject,
 };
 
-use crate::answer::{self, Shape};
+use crate::answer::{self, Shape, call_ids};
 use crate::error::ApiError;
 use crate::generation::{self, Generation};
 use crate::json_body::json_body;
@@ -129,15 +128,6 @@ pub async fn text(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     answer(st, Kind::Text, body).await
-}
-
-/// Fresh call ids in `format`'s style.
-fn call_ids(format: ToolFormat) -> Box<dyn FnMut() -> String + Send> {
-    let mut n = 0;
-    Box::new(move || {
-        n += 1;
-        format.call_id(n)
-    })
 }
 
 fn add_usage(total: &mut Usage, u: &Usage) {

@@ -19,9 +19,9 @@ use ferrox_text::tools::ToolFormat;
 use futures_util::stream::{self, Stream, StreamExt};
 
 use super::chunks::Chunks;
-use super::{Kind, add_usage, call_ids, now};
+use super::{Kind, add_usage, now};
 use crate::answer::merged;
-use crate::answer::{LoggedToken, Pieces, Shape, Splitter};
+use crate::answer::{LoggedToken, Pieces, Shape, Splitter, call_ids};
 use crate::error::ApiError;
 use crate::limits::{deadline, request_timeout};
 use crate::request_log::{RequestLog, SharedLog};
