@@ -202,6 +202,7 @@ const CHAT: Table = &[
     ("chat_template_kwargs", Implemented),
     ("reasoning_effort", Implemented),
     ("continue_final_message", Implemented),
+    ("add_generation_prompt", Implemented),
 ];
 
 const COMPLETIONS: Table = &[("prompt", Implemented), ("suffix", Implemented)];

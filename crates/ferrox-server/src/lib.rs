@@ -3,6 +3,7 @@
 //! * [`json_body`]: strict JSON bodies (content type, no duplicate keys).
 //! * [`field_policy`]: each route's fields, each declared once: implemented,
 //!   alias, no-op or refused.
+//! * [`input_tokens`]: prompts without generation: token counts, `/apply-template`.
 //! * [`invalid`]: the typed causes of a 400.
 //! * [`answer`]: the one typed answer every API renders, gathered from the engine.
 //! * [`sampling`]: the one sampling validator, with each API's bounds.
@@ -35,6 +36,7 @@ pub mod completions;
 pub mod error;
 pub mod field_policy;
 pub mod generation;
+pub mod input_tokens;
 pub mod invalid;
 pub mod json_body;
 pub mod limits;

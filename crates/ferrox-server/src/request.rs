@@ -297,6 +297,23 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         .enumerate()
         .map(|(i, m)| chat_message(i, m))
         .collect::<Result<Vec<_>, _>>()?;
+    match (chat.add_generation_prompt, chat.continue_final_message) {
+        (Some(true), Some(true)) => {
+            return Err(Invalid::Conflict {
+                field: "add_generation_prompt",
+                why: "add_generation_prompt and continue_final_message cannot both be true",
+            }
+            .into());
+        }
+        (Some(false), c) if c != Some(true) => {
+            return Err(Invalid::Needs {
+                field: "add_generation_prompt",
+                needs: "continue_final_message: true (a prompt that does not open the assistant's turn continues its last message)",
+            }
+            .into());
+        }
+        _ => {}
+    }
     let prefill = match chat.continue_final_message {
         Some(true) => Some(final_message(&mut messages)?),
         _ => None,

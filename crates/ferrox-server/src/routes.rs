@@ -188,11 +188,10 @@ async fn method_not_allowed(req: Request) -> Response {
     )
     .response_for(&path);
     let allow = match path.as_str() {
-        "/health" | "/metrics" | "/slots" | "/props" | "/api/tags" | "/api/ps" | "/api/version" => {
-            "GET"
-        }
+        "/health" | "/v1/health" | "/metrics" | "/slots" | "/props" | "/api/tags" | "/api/ps"
+        | "/api/version" => "GET",
         "/api/delete" => "DELETE",
-        p if p.starts_with("/v1/models") => "GET",
+        p if p.starts_with("/v1/models") || p == "/models" => "GET",
         _ => "POST",
     };
     r.headers_mut()
@@ -227,6 +226,18 @@ const ANTHROPIC_KEY_HEADER: &str = "x-api-key";
 pub fn router(st: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(completions::chat))
+        // llama-server's spellings without the version.
+        .route("/chat/completions", post(completions::chat))
+        .route("/responses", post(crate::responses::responses))
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(crate::input_tokens::chat),
+        )
+        .route(
+            "/v1/responses/input_tokens",
+            post(crate::input_tokens::responses),
+        )
+        .route("/apply-template", post(crate::input_tokens::apply_template))
         .route("/v1/completions", post(completions::text))
         .route("/v1/messages", post(crate::anthropic::messages))
         .route("/v1/responses", post(crate::responses::responses))
@@ -235,6 +246,7 @@ pub fn router(st: Arc<AppState>) -> Router {
             post(crate::anthropic::count_tokens),
         )
         .route("/v1/models", get(models))
+        .route("/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route("/props", get(crate::props::props))
         .route("/tokenize", post(tokenize))
@@ -251,6 +263,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .merge(api)
         .merge(page)
         .route("/health", get(health))
+        .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -91,6 +91,15 @@ async fn llama_server_spellings_are_read_as_it_reads_them() {
     let v = json_of(&text);
     assert_eq!(v.as_array().map(Vec::len), Some(2), "{text}");
     assert_eq!(v[1]["index"], 1);
+    // Prompt objects, id lists beside text, and text keys in a logit_bias map.
+    let (s, text) = post(
+        "/completion",
+        json!({"prompt": [[1, 2], "ab", {"prompt_string": "cd"}], "max_tokens": 1,
+               "logit_bias": {"ab": -100, "5": 2}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    assert_eq!(json_of(&text).as_array().map(Vec::len), Some(3), "{text}");
     for (body, field) in [
         (
             json!({"prompt": "a", "samplers": ["temperature", "top_k"]}),
@@ -106,7 +115,11 @@ async fn llama_server_spellings_are_read_as_it_reads_them() {
             json!({"prompt": "a", "post_sampling_probs": true}),
             "post_sampling_probs",
         ),
-        (json!({"prompt": [1, {}]}), "prompt"),
+        (json!({"prompt": [1, {}]}), "prompt[0]"),
+        (
+            json!({"prompt": {"prompt_string": "a", "multimodal_data": ["aGk="]}}),
+            "prompt.multimodal_data",
+        ),
         (json!({"prompt": [1, "a", {}]}), "prompt[2]"),
     ] {
         let (s, text) = post("/completion", body.clone()).await;
@@ -155,4 +168,68 @@ async fn slots_list_every_sequence_the_engine_decodes_at_once() {
             .iter()
             .all(|s| s["is_processing"] == false && s["n_ctx"].is_u64())
     );
+}
+
+#[tokio::test]
+async fn prompts_are_counted_and_rendered_without_generating() {
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let (s, text) = post("/v1/chat/completions/input_tokens", chat.clone()).await;
+    // The tiny model has no chat template: both routes refuse as chat does.
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{text}");
+    let (s, text) = post("/v1/responses/input_tokens", json!({"input": "hi"})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{text}");
+    let st = state(Setup {
+        chat_template: Some(
+            "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+        ),
+        ..Setup::default()
+    });
+    let call = |path: &str, body: Value| {
+        let req = Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        router(std::sync::Arc::clone(&st)).oneshot(req)
+    };
+    let r = call("/apply-template", chat.clone()).await.unwrap();
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        json_of(std::str::from_utf8(&bytes).unwrap())["prompt"],
+        "<user>hi<assistant>"
+    );
+    let r = call("/v1/chat/completions/input_tokens", chat)
+        .await
+        .unwrap();
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    let counted = json_of(std::str::from_utf8(&bytes).unwrap());
+    assert_eq!(counted["object"], "response.input_tokens");
+    let n = counted["input_tokens"].as_u64().unwrap();
+    let r = call("/v1/responses/input_tokens", json!({"input": "hi"}))
+        .await
+        .unwrap();
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        json_of(std::str::from_utf8(&bytes).unwrap())["input_tokens"],
+        n
+    );
+    // vLLM's add_generation_prompt: false only to continue the last message.
+    let r = call(
+        "/apply-template",
+        json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}],
+               "add_generation_prompt": false, "continue_final_message": true}),
+    )
+    .await
+    .unwrap();
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        json_of(std::str::from_utf8(&bytes).unwrap())["prompt"],
+        "<user>hi<assistant>Hel"
+    );
+    let r = call(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": false}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 }

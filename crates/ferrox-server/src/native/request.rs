@@ -82,13 +82,13 @@ pub(super) fn parse(st: &AppState, kind: Kind, body: &Value) -> Result<Native, A
             o.remove(field);
         }
     }
-    if let Some(pairs) = o.get("logit_bias").filter(|b| b.is_array()) {
-        let map = logit_bias_pairs(st, pairs)?;
+    if let Some(bias) = o.get("logit_bias").filter(|b| !b.is_null()) {
+        let map = logit_bias(st, bias)?;
         o.insert("logit_bias".into(), Value::Object(map));
     }
     if kind == Kind::Completion
         && let Some(p) = o.get("prompt")
-        && let Some(ids) = mixed_prompt(st, p)?
+        && let Some(ids) = prompt_ids(st, p)?
     {
         o.insert("prompt".into(), ids);
     }
@@ -171,28 +171,45 @@ fn infill_of(f: InfillFields) -> Infill {
     }
 }
 
-/// llama-server's `logit_bias` pairs as OpenAI's map: a text's every token
-/// gets the bias, and `false` bans (the lowest bias, -100).
-fn logit_bias_pairs(st: &AppState, pairs: &Value) -> Result<Map<String, Value>, ApiError> {
+/// llama-server's `logit_bias` as OpenAI's map of token ids: pairs
+/// (`[[id or text, bias or false], ...]`) or a map whose keys may be text; a
+/// text's every token gets the bias, and `false` bans (the lowest bias, -100).
+fn logit_bias(st: &AppState, given: &Value) -> Result<Map<String, Value>, ApiError> {
     let bad = |detail: &str| Invalid::Body {
         path: Some("logit_bias".into()),
         detail: detail.into(),
     };
+    let entries: Vec<(Value, Value)> = match given {
+        Value::Array(pairs) => pairs
+            .iter()
+            .map(|pair| match pair.as_array().map(Vec::as_slice) {
+                Some([key, bias]) => Ok((key.clone(), bias.clone())),
+                _ => Err(bad("each entry must be [token id or text, bias or false]")),
+            })
+            .collect::<Result<_, _>>()?,
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                let key = k
+                    .parse::<u64>()
+                    .map_or_else(|_| Value::from(k.as_str()), Value::from);
+                (key, v.clone())
+            })
+            .collect(),
+        _ => return Err(bad("expected a list of pairs or an object").into()),
+    };
     let mut map = Map::new();
-    for pair in pairs.as_array().into_iter().flatten() {
-        let [key, bias] = pair.as_array().map(Vec::as_slice).unwrap_or_default() else {
-            return Err(bad("each entry must be [token id or text, bias or false]").into());
-        };
+    for (key, bias) in entries {
         let bias = match bias {
             Value::Bool(false) => Value::from(-100.0),
-            b if b.is_number() => b.clone(),
+            b if b.is_number() => b,
             _ => return Err(bad("a bias must be a number or false").into()),
         };
         let ids = match key {
             Value::Number(n) => {
                 vec![n.as_u64().ok_or_else(|| bad("a token id is a count"))? as u32]
             }
-            Value::String(text) => st.tokenizer.encode(text, false, false),
+            Value::String(text) => st.tokenizer.encode(&text, false, false),
             _ => return Err(bad("a key must be a token id or a text").into()),
         };
         for id in ids {
@@ -202,41 +219,69 @@ fn logit_bias_pairs(st: &AppState, pairs: &Value) -> Result<Map<String, Value>, 
     Ok(map)
 }
 
-/// A prompt that mixes token ids and text (`[12, "text", 34]`), or a list of
-/// prompts one of which does, as token ids: text is tokenized with special
-/// tokens, and BOS comes first when the prompt starts with text (as
-/// llama-server does); `None` for any other prompt.
-fn mixed_prompt(st: &AppState, p: &Value) -> Result<Option<Value>, ApiError> {
-    let Some(items) = p.as_array() else {
-        return Ok(None);
-    };
-    let is_mixed = |v: &[Value]| v.iter().any(Value::is_string) && v.iter().any(Value::is_number);
-    if is_mixed(items) {
-        return Ok(Some(mixed_ids(st, items)?.into()));
+/// A prompt in one of llama-server's forms OpenAI's route does not take, as
+/// token ids: a sequence mixing ids and text (`[12, "text", 34]`), a
+/// `{"prompt_string": ...}` object, or a list of prompts mixing these with
+/// text and id lists. Text is tokenized with special tokens, BOS first when a
+/// prompt starts with text (as llama-server does). `None` for the forms
+/// OpenAI's route reads.
+fn prompt_ids(st: &AppState, p: &Value) -> Result<Option<Value>, ApiError> {
+    match p {
+        Value::Object(_) => Ok(Some(one_prompt(st, p, "prompt")?.into())),
+        Value::Array(items) => {
+            let is_mixed = items.iter().any(Value::is_string) && items.iter().any(Value::is_number);
+            if is_mixed {
+                return Ok(Some(mixed_ids(st, items, "prompt")?.into()));
+            }
+            let nested = items.iter().any(|i| i.is_array() || i.is_object());
+            let plain_lists = items
+                .iter()
+                .all(|i| i.as_array().is_some_and(|a| a.iter().all(Value::is_number)));
+            if !nested || plain_lists {
+                return Ok(None);
+            }
+            let lists = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| one_prompt(st, item, &format!("prompt[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Some(lists.into()))
+        }
+        _ => Ok(None),
     }
-    if items
-        .iter()
-        .filter_map(Value::as_array)
-        .any(|a| is_mixed(a))
-    {
-        let lists = items
-            .iter()
-            .map(|i| match i {
-                Value::Array(a) => mixed_ids(st, a),
-                Value::String(s) => Ok(st.tokenizer.encode(s, true, true)),
-                _ => Err(Invalid::Body {
-                    path: Some("prompt".into()),
-                    detail: "each prompt must be text or a list of token ids and text".into(),
-                }
-                .into()),
-            })
-            .collect::<Result<Vec<_>, ApiError>>()?;
-        return Ok(Some(lists.into()));
-    }
-    Ok(None)
 }
 
-fn mixed_ids(st: &AppState, items: &[Value]) -> Result<Vec<u32>, ApiError> {
+/// One prompt of a list, as token ids; `field` names it in errors.
+fn one_prompt(st: &AppState, p: &Value, field: &str) -> Result<Vec<u32>, ApiError> {
+    match p {
+        Value::String(s) => Ok(st.tokenizer.encode(s, true, true)),
+        Value::Array(items) => mixed_ids(st, items, field),
+        Value::Object(o) => {
+            if o.get("multimodal_data").is_some_and(|m| !m.is_null()) {
+                return Err(Invalid::Unsupported {
+                    field: format!("{field}.multimodal_data"),
+                    what: "images and audio are not supported: the models here take text only",
+                }
+                .into());
+            }
+            match o.get("prompt_string") {
+                Some(Value::String(s)) => Ok(st.tokenizer.encode(s, true, true)),
+                _ => Err(Invalid::Body {
+                    path: Some(field.to_string()),
+                    detail: "a prompt object needs a prompt_string".into(),
+                }
+                .into()),
+            }
+        }
+        _ => Err(Invalid::Body {
+            path: Some(field.to_string()),
+            detail: "expected text, token ids and text, or a prompt object".into(),
+        }
+        .into()),
+    }
+}
+
+fn mixed_ids(st: &AppState, items: &[Value], field: &str) -> Result<Vec<u32>, ApiError> {
     let mut ids = Vec::new();
     for (i, item) in items.iter().enumerate() {
         match item {
@@ -246,7 +291,7 @@ fn mixed_ids(st: &AppState, items: &[Value]) -> Result<Vec<u32>, ApiError> {
             }
             _ => {
                 return Err(Invalid::Body {
-                    path: Some(format!("prompt[{i}]")),
+                    path: Some(format!("{field}[{i}]")),
                     detail: "expected a token id or text".into(),
                 }
                 .into());

@@ -143,6 +143,9 @@ pub struct ChatFields {
     pub reasoning_effort: Option<ReasoningEffort>,
     /// vLLM's: the last message is the assistant's, and the answer continues it.
     pub continue_final_message: Option<bool>,
+    /// vLLM's: whether the prompt opens the assistant's turn (only `false`
+    /// with `continue_final_message`).
+    pub add_generation_prompt: Option<bool>,
 }
 
 /// The fields only completions takes.

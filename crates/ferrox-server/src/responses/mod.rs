@@ -241,6 +241,11 @@ fn status_of(reason: FinishReason) -> &'static str {
     }
 }
 
+/// What a `/v1/responses` body asks the engine for (for counting its input).
+pub(crate) fn generation_of(body: &Value) -> Result<generation::Generation, ApiError> {
+    Ok(request::parse(body)?.generation)
+}
+
 /// `POST /v1/responses`.
 pub async fn responses(
     State(st): State<Arc<AppState>>,
