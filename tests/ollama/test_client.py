@@ -28,8 +28,8 @@ def client(s):
     return ollama.Client(host=s.base, timeout=120)
 
 
-def openai_answer(s, messages, max_tokens=16):
-    r = s.client.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0)
+def openai_answer(s, messages, max_tokens=16, model=MODEL):
+    r = s.client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0)
     return r.choices[0].message.content
 
 
@@ -183,6 +183,58 @@ def delete(_):
         shutil.rmtree(cache)
 
 
+def models_dir():
+    """A folder holding both real models (hard links: no copies)."""
+    folder = tempfile.mkdtemp()
+    cache = os.path.expanduser("~/.cache/ferrox/models")
+    for f in ("SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"):
+        os.link(os.path.join(cache, f), os.path.join(folder, f))
+    return folder
+
+
+SMOL, GEMMA = "SmolLM2-135M-Instruct.Q4_1", "gemma-3-270m-q4_k_m"
+
+
+@check("one server holds both real models, switching per request, unloading on keep_alive: 0")
+def several_models(_):
+    folder = models_dir()
+    s = Server("--models-dir", folder)
+    try:
+        c = client(s)
+        assert [m.model for m in c.list().models] == [SMOL, GEMMA], c.list()
+        assert [m.model for m in c.ps().models] == [SMOL], c.ps()
+        first = c.generate(model=GEMMA, prompt="The capital of France is", raw=True, options=GREEDY, stream=False)
+        assert first.model == GEMMA and first.response, first
+        chat = c.chat(model=SMOL, messages=[{"role": "user", "content": QUESTION}], options=GREEDY, stream=False)
+        assert chat.model == SMOL and chat.message.content == openai_answer(s, [{"role": "user", "content": QUESTION}], model=SMOL), chat
+        again = c.generate(model=GEMMA + ":latest", prompt="The capital of France is", raw=True, options=GREEDY, stream=False)
+        assert again.response == first.response, (again.response, first.response)
+        assert [m.model for m in c.ps().models] == [SMOL, GEMMA], c.ps()
+        # The OpenAI route picks the model by name too.
+        o = s.client.completions.create(model=GEMMA, prompt="The capital of France is", max_tokens=16, temperature=0)
+        assert o.model == GEMMA and o.choices[0].text == first.response, (o.model, o.choices[0].text)
+        unloaded = c.generate(model=GEMMA, prompt="", keep_alive=0)
+        assert unloaded.done_reason == "unload", unloaded
+        assert [m.model for m in c.ps().models] == [SMOL], c.ps()
+        refused(lambda: c.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}]), 404, GEMMA)
+        listed = json.loads(s.raw_get("/v1/models"))
+        assert [(m["id"], m["status"]["value"]) for m in listed["data"]] == [(SMOL, "loaded"), (GEMMA, "unloaded")], listed
+        status, _, body = s.raw("/models/load", json.dumps({"model": GEMMA}).encode())
+        assert status == 200 and [m.model for m in c.ps().models] == [SMOL, GEMMA], (status, body)
+        status, _, body = s.raw("/models/unload", json.dumps({"model": GEMMA}).encode())
+        assert status == 200 and [m.model for m in c.ps().models] == [SMOL], (status, body)
+    finally:
+        s.stop()
+    # A model that does not fit the memory budget is refused, naming what is loaded.
+    s = Server("--models-dir", folder, "--models-memory", "1.1GB")
+    try:
+        refused(lambda: client(s).chat(model=GEMMA, messages=[{"role": "user", "content": "hi"}]), 507, "does not fit")
+        assert client(s).chat(model=SMOL, messages=[{"role": "user", "content": "hi"}], options={"num_predict": 2}, stream=False).done
+    finally:
+        s.stop()
+        shutil.rmtree(folder)
+
+
 @check("bad input is a clear 4xx naming the problem")
 def errors(s):
     c = client(s)
@@ -206,6 +258,7 @@ def main():
     finally:
         s.stop()
     delete(None)
+    several_models(None)
     failed = [r for r in RESULTS if r[1] is not None]
     print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)

@@ -58,6 +58,10 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read()
 
+    def raw_get(self, path):
+        with urllib.request.urlopen(self.base + path) as r:
+            return r.read()
+
     def stop(self):
         self.proc.terminate()
         try:

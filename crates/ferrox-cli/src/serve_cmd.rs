@@ -1,4 +1,4 @@
-//! `ferrox serve`: the OpenAI-compatible server on one model. The port answers 503
+//! `ferrox serve`: the OpenAI-compatible server on one model (and, with `--models-dir`, the models of a folder, loaded on first use). The port answers 503
 //! `loading` from the start; the URL is printed once requests are served; SIGINT /
 //! SIGTERM stop it gracefully (exit 0).
 
@@ -122,10 +122,40 @@ pub struct ServeArgs {
         value_name = "SECS"
     )]
     pub request_timeout: u64,
+    /// Serve every GGUF in this folder too, each named by its file stem and
+    /// loaded on first use (the request's `model` picks it); the started
+    /// model (`-m`, else the folder's first) stays loaded.
+    #[arg(long, env = "FERROX_SERVE_MODELS_DIR", value_name = "DIR")]
+    pub models_dir: Option<std::path::PathBuf>,
+    /// Models of `--models-dir` loaded at once beside the started one; past it
+    /// the least recently used is unloaded.
+    #[arg(long, env = "FERROX_MODELS_MAX", value_parser = crate::knobs::count_knob("FERROX_MODELS_MAX"), default_value_t = 1, value_name = "N")]
+    pub models_max: usize,
+    /// Bytes the loaded models may hold together (files and KV budgets), checked
+    /// before each load [default: the memory available at start].
+    #[arg(long, env = "FERROX_MODELS_MEMORY", value_parser = parse_models_memory, value_name = "BYTES")]
+    pub models_memory: Option<u64>,
+    /// How long a `--models-dir` model stays loaded after a request that sets no
+    /// `keep_alive` (Ollama's spellings: `5m`, `1h`, `0`; `-1`: until evicted).
+    #[arg(long, env = "FERROX_KEEP_ALIVE", value_parser = parse_keep_alive, default_value = "-1", value_name = "DURATION")]
+    pub keep_alive: ferrox_server::registry::KeepAlive,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
     pub habits: crate::knobs::LlamaHabits,
+}
+
+fn parse_models_memory(s: &str) -> Result<u64, String> {
+    ferrox_engine::byte_size::parse_byte_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_keep_alive(s: &str) -> Result<ferrox_server::registry::KeepAlive, String> {
+    let v = match s.trim().parse::<f64>() {
+        Ok(n) => serde_json::json!(n),
+        Err(_) => serde_json::json!(s),
+    };
+    ferrox_server::registry::KeepAlive::parse(&v)
+        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 30s, 5m, 1h, 0, or -1 for no limit)"))
 }
 
 /// What the KV pool will take once every page has been touched (memory is
@@ -167,6 +197,25 @@ fn available_memory() -> Option<u64> {
 }
 
 impl ServeArgs {
+    /// The model the server starts with: `-m`, else the first GGUF of
+    /// `--models-dir`, else the default model.
+    fn started_model(&self) -> Result<Option<String>> {
+        let Some(dir) = self.models_dir.as_ref().filter(|_| self.model.is_none()) else {
+            return Ok(self.model.clone());
+        };
+        let mut ggufs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("--models-dir {}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+            .collect();
+        ggufs.sort();
+        match ggufs.first() {
+            Some(p) => Ok(Some(p.display().to_string())),
+            None => anyhow::bail!("--models-dir {}: no .gguf file in it", dir.display()),
+        }
+    }
+
     /// The CORS origins, each `*` or `scheme://host[:port]` as browsers send them.
     fn check_cors_origins(&self) -> Result<()> {
         for o in &self.cors_origins {
@@ -254,56 +303,34 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .enable_all()
         .thread_name("ferrox-http")
         .build()?;
+    let a = Arc::new(a);
     rt.block_on(async move {
         let std_listener = std::net::TcpListener::bind((a.host.as_str(), a.port)).with_context(|| format!("cannot listen on {}:{}", a.host, a.port))?;
         std_listener.set_nonblocking(true)?;
         let loaded = CancellationToken::new();
         let loading = tokio::spawn(ferrox_server::serve_loading(tokio::net::TcpListener::from_std(std_listener.try_clone()?)?, loaded.clone()));
-        let model_arg = a.model.clone();
-        let activations = a.path.activations;
-        let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let (path, model, grammars) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let model_arg = a.started_model()?;
+        let (args, key) = (Arc::clone(&a), api_key.clone());
+        let started = tokio::task::spawn_blocking(move || -> Result<_> {
             let path = ferrox_hub::model_ref::resolve(model_arg.as_deref())?;
-            let model = Model::load_with(&path, threads, activations)?;
-            let grammars = Grammars::new(&model.tokenizer);
-            if let Err(e) = &grammars {
-                tracing::warn!("structured output is off for this model: {e}");
-            }
-            Ok((path, model, grammars))
+            let model_id = ferrox_hub::model_ref::model_id(model_arg.as_deref(), &path);
+            let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let mut aliases = args.aliases.clone();
+            aliases.extend([file_name, path.display().to_string(), "default".into()]);
+            let started = start_model(&args, key, &path, model_id, aliases)?;
+            Ok((path, started))
         })
         .await??;
-        let shape = KvShape::new(model.transformer.hyper_params(), defaults::KV_ELEMENT_BYTES);
-        let config = a.engine.config(&shape)?;
-        let kv_peak = kv_peak_bytes(&shape, &config)?;
-        let tokenizer = Arc::new(model.tokenizer.clone());
-        let facts = ferrox_server::props::ServerFacts {
-            model_path: path.display().to_string(),
-            total_slots: config.max_seqs,
-            chat_template: model.transformer.file().header().metadata.string_opt("tokenizer.chat_template")?,
-            card: ferrox_server::model_card::ModelCard::of(model.transformer.file(), ferrox_hub::model_ref::known_sha256(&path)),
-        };
-        let model_id = ferrox_hub::model_ref::model_id(a.model.as_deref(), &path);
-        let engine = ferrox_engine::start(Box::new(model.transformer), Arc::clone(&tokenizer), config.clone())?;
-        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let mut aliases = a.aliases.clone();
-        aliases.extend([file_name, path.display().to_string(), "default".into()]);
-        let state = Arc::new(AppState {
-            metrics: Metrics::new(engine.clone(), &model_id),
-            engine,
-            tokenizer,
-            chat: model.chat,
-            aliases,
-            model_id,
-            api_key,
-            default_max_tokens: a.default_max_tokens,
-            phase: Lifecycle::new(Phase::Starting),
-            limits: a.limits(),
-            cors_origins: a.cors_origins.clone(),
-            webui: !a.no_webui,
-            log_prompts: a.log_prompts,
-            tally: Default::default(),
-            grammars,
-            facts,
+        let (path, Started { state, config, kv_peak }) = started;
+        let models = a.models_dir.as_ref().map(|dir| {
+            Arc::new(ferrox_server::registry::Registry::new(
+                dir.clone(),
+                a.models_max,
+                a.models_memory.unwrap_or_else(|| available_memory().unwrap_or(u64::MAX)),
+                ferrox_server::registry::footprint(&state),
+                a.keep_alive,
+                loader(Arc::clone(&a), api_key.clone()),
+            ))
         });
         let webui = !a.no_webui;
         loaded.cancel();
@@ -313,17 +340,104 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let blocks = config.kv_blocks.map_or("unbounded".to_string(), |b| {
             format!("{b} blocks of {}, {} at peak", config.block_size, format_bytes(kv_peak))
         });
-        ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace) }, stop, |addr| {
+        let activations = a.path.activations;
+        let folder = a.models_dir.as_ref().map_or(String::new(), |d| format!("; the models of {} on first use", d.display()));
+        ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace), models }, stop, |addr| {
             // One line, one write: a client that reads this line and closes the
             // pipe must not make a second write fail.
             let page = if webui { format!(", chat page at http://{addr}/") } else { String::new() };
             println!(
-                "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1{page}; KV {blocks}, {} slots, {activations} activations)",
+                "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1{page}; KV {blocks}, {} slots, {activations} activations{folder})",
                 path.display(),
                 config.max_seqs
             );
         })
         .await?;
         Ok(())
+    })
+}
+
+/// A model started: its serving state, engine configuration and KV peak.
+struct Started {
+    state: Arc<AppState>,
+    config: ferrox_engine::EngineConfig,
+    kv_peak: u64,
+}
+
+/// Loads the model at `path` and starts its engine (blocking).
+fn start_model(
+    a: &ServeArgs,
+    api_key: Option<ApiKey>,
+    path: &std::path::Path,
+    model_id: String,
+    aliases: Vec<String>,
+) -> Result<Started> {
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let model = Model::load_with(path, threads, a.path.activations)?;
+    let grammars = Grammars::new(&model.tokenizer);
+    if let Err(e) = &grammars {
+        tracing::warn!("structured output is off for {model_id}: {e}");
+    }
+    let shape = KvShape::new(model.transformer.hyper_params(), defaults::KV_ELEMENT_BYTES);
+    let config = a.engine.config(&shape)?;
+    let kv_peak = kv_peak_bytes(&shape, &config)?;
+    let tokenizer = Arc::new(model.tokenizer.clone());
+    let facts = ferrox_server::props::ServerFacts {
+        model_path: path.display().to_string(),
+        total_slots: config.max_seqs,
+        chat_template: model
+            .transformer
+            .file()
+            .header()
+            .metadata
+            .string_opt("tokenizer.chat_template")?,
+        card: ferrox_server::model_card::ModelCard::of(
+            model.transformer.file(),
+            ferrox_hub::model_ref::known_sha256(path),
+        ),
+    };
+    let engine = ferrox_engine::start(
+        Box::new(model.transformer),
+        Arc::clone(&tokenizer),
+        config.clone(),
+    )?;
+    let state = Arc::new(AppState {
+        metrics: Metrics::new(engine.clone(), &model_id),
+        engine,
+        tokenizer,
+        chat: model.chat,
+        aliases,
+        model_id,
+        api_key,
+        default_max_tokens: a.default_max_tokens,
+        phase: Lifecycle::new(Phase::Starting),
+        limits: a.limits(),
+        cors_origins: a.cors_origins.clone(),
+        webui: !a.no_webui,
+        log_prompts: a.log_prompts,
+        tally: Default::default(),
+        grammars,
+        facts,
+    });
+    Ok(Started {
+        state,
+        config,
+        kv_peak,
+    })
+}
+
+/// How the folder's models are started: as the started one is, each under
+/// its file stem.
+fn loader(a: Arc<ServeArgs>, api_key: Option<ApiKey>) -> ferrox_server::registry::Loader {
+    Arc::new(move |path, id| {
+        let aliases = path
+            .file_name()
+            .map(|n| vec![n.to_string_lossy().into_owned()])
+            .unwrap_or_default();
+        start_model(&a, api_key.clone(), path, id.to_string(), aliases)
+            .map(|s| s.state)
+            .map_err(|e| format!("{e:#}"))
     })
 }

@@ -20,6 +20,8 @@
 //! * [`ollama`]: Ollama's API (`/api/chat`, `/api/generate`, the model routes), NDJSON.
 //! * [`model_card`]: what the served model's file says of itself.
 //! * [`responses`]: OpenAI's Responses API (`POST /v1/responses`), JSON and SSE.
+//! * [`registry`] and [`front`]: several models on one server (`--models-dir`),
+//!   loaded on first use, routed by the body's `model`.
 //! * [`routes`]: the router, models, health, tokenize, metrics.
 //! * [`auth`]: the API key (case-insensitive scheme, constant-time comparison).
 //! * [`metrics`]: Prometheus text (S19).
@@ -35,6 +37,7 @@ pub mod auth;
 pub mod completions;
 pub mod error;
 pub mod field_policy;
+pub mod front;
 pub mod generation;
 pub mod input_tokens;
 pub mod invalid;
@@ -46,6 +49,7 @@ pub mod native;
 pub mod ollama;
 pub mod openai;
 pub mod props;
+pub mod registry;
 pub mod request;
 pub mod request_log;
 pub mod responses;

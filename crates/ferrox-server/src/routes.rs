@@ -234,7 +234,15 @@ pub fn router(st: Arc<AppState>) -> Router {
             post(crate::input_tokens::chat),
         )
         .route(
+            "/chat/completions/input_tokens",
+            post(crate::input_tokens::chat),
+        )
+        .route(
             "/v1/responses/input_tokens",
+            post(crate::input_tokens::responses),
+        )
+        .route(
+            "/responses/input_tokens",
             post(crate::input_tokens::responses),
         )
         .route("/apply-template", post(crate::input_tokens::apply_template))

@@ -34,6 +34,8 @@ const LAST_WRITES: Duration = Duration::from_secs(5);
 pub struct ServeOptions {
     /// Time in-flight requests get to finish after a shutdown signal.
     pub grace: Duration,
+    /// The folder's models besides the started one (`--models-dir`).
+    pub models: Option<Arc<crate::registry::Registry>>,
 }
 
 async fn signal(stop: CancellationToken) {
@@ -142,7 +144,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     let limits = state.limits.clone();
-    let app = router(Arc::clone(&state));
+    let app = match &opts.models {
+        Some(models) => {
+            tokio::spawn(reaper(Arc::downgrade(models)));
+            crate::front::router(Arc::clone(&state), Arc::clone(models))
+        }
+        None => router(Arc::clone(&state)),
+    };
     let max = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
     let shutdown = Shutdown {
@@ -179,12 +187,27 @@ pub async fn serve(
     }
     drop(listener);
     drain(&state, &shutdown.all, opts.grace).await;
+    if let Some(models) = &opts.models {
+        models.shutdown().await;
+    }
     shutdown.closing.cancel();
     let every = u32::try_from(max).unwrap_or(u32::MAX);
     // A client that stopped reading its response cannot hold the process.
     let _ = tokio::time::timeout(LAST_WRITES, slots.acquire_many(every)).await;
     state.tally.log_summary(state.metrics.cut_at_shutdown());
     Ok(())
+}
+
+/// Unloads the models whose keep-alive ran out, every second, while the
+/// registry lives.
+async fn reaper(models: std::sync::Weak<crate::registry::Registry>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        match models.upgrade() {
+            Some(m) => m.reap().await,
+            None => return,
+        }
+    }
 }
 
 /// Stops taking work, gives in-flight requests `grace`, then cuts off the rest;

@@ -26,7 +26,10 @@ async fn start(st: Arc<AppState>, grace: Duration) -> Running {
     let done = tokio::spawn(serve(
         st,
         listener,
-        ServeOptions { grace },
+        ServeOptions {
+            grace,
+            models: None,
+        },
         stop.clone(),
         move |a| {
             let _ = tx.send(a);

@@ -2,7 +2,7 @@
 //! `POST /api/chat` and `POST /api/generate` (NDJSON streams by default,
 //! `"stream": false` for one object), and the model routes `GET /api/tags`,
 //! `POST /api/show`, `GET /api/ps`, `GET /api/version`, `POST /api/pull` and
-//! `DELETE /api/delete` ([`models`]).
+//! `DELETE /api/delete` (`ollama/models.rs`).
 //!
 //! Bodies are read as Ollama reads them: JSON whatever the `Content-Type`
 //! (its examples use `curl -d`). Their fields are the `/api/chat`,
