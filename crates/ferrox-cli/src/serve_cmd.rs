@@ -1,6 +1,7 @@
-//! `ferrox serve`: the OpenAI-compatible server on one model (and, with `--models-dir`, the models of a folder, loaded on first use). The port answers 503
-//! `loading` from the start; the URL is printed once requests are served; SIGINT /
-//! SIGTERM stop it gracefully (exit 0).
+//! `ferrox serve`: the OpenAI-compatible server on one model, and with
+//! `--models-dir` on the models of a folder, loaded on first use. The port
+//! answers 503 `loading` from the start; the URL is printed once requests are
+//! served; SIGINT / SIGTERM stop it gracefully (exit 0).
 
 use std::sync::Arc;
 use std::time::Duration;
