@@ -212,7 +212,7 @@ def hostile(s):
         (b'{"prompt": "x", "temperature": NaN}', "invalid JSON"),
         (b'{"prompt": "x", "max_tokens": 99999999999}', "context"),
         (b'{"prompt": "\xff\xfe"}', "invalid JSON"),
-        (b'{"prompt": "x", "n": 3}', "n must be 1"),
+        (b'{"prompt": "x", "n": 17}', "n must be between 1 and 16"),
         (b'{"prompt": [99999999]}', "vocabulary"),
         (b'[]', "JSON object"),
         (b'{"prompt": "' + b"a" * (10 * 1024 * 1024) + b'"}', "too large"),

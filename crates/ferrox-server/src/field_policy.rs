@@ -345,10 +345,7 @@ const NATIVE_FIELDS: Table = &[
         "n_indent",
         Default(Fixed::Number(0.0), "n_indent is not implemented"),
     ),
-    (
-        "n_cmpl",
-        Default(Fixed::Number(1.0), "one completion is made per prompt"),
-    ),
+    ("n_cmpl", Alias("n")),
     (
         "dynatemp_range",
         Default(Fixed::Number(0.0), "dynamic temperature is not implemented"),

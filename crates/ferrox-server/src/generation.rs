@@ -79,6 +79,10 @@ pub struct Generation {
     /// A context smaller than the server's for this request (Ollama's
     /// `num_ctx`): prompt and answer must fit in it.
     pub context: Option<RequestContext>,
+    /// Answers per prompt (OpenAI's `n`): each its own engine request, the
+    /// k-th sampled with the seed plus k, so that they differ when sampling
+    /// and share the prompt's cached pages.
+    pub choices: usize,
 }
 
 /// A request's own context size, and the field that set it.
@@ -95,6 +99,17 @@ pub struct Prepared {
     params: GenerationParams,
     max_tokens: Option<usize>,
     context: Option<RequestContext>,
+    choices: usize,
+}
+
+impl Prepared {
+    /// The prompt of each engine request [`Prepared::submit`] makes, in order
+    /// (each prompt once per choice).
+    pub fn request_prompts(&self) -> impl Iterator<Item = &Vec<u32>> {
+        self.prompts
+            .iter()
+            .flat_map(move |p| std::iter::repeat_n(p, self.choices))
+    }
 }
 
 /// Renders and tokenizes the prompts and compiles the output grammar on a
@@ -124,6 +139,7 @@ fn prepare_blocking(st: &AppState, mut g: Generation) -> Result<Prepared, ApiErr
         params: g.params,
         max_tokens: g.max_tokens,
         context: g.context,
+        choices: g.choices.max(1),
     })
 }
 
@@ -212,8 +228,13 @@ impl Prepared {
             streams: Vec::with_capacity(self.prompts.len()),
             prompt_lens: Vec::with_capacity(self.prompts.len()),
         };
-        for p in self.prompts {
+        let copies = self
+            .prompts
+            .into_iter()
+            .flat_map(|p| (0..self.choices).map(move |k| (p.clone(), k as u64)));
+        for (p, k) in copies {
             let mut params = self.params.clone();
+            params.sampling.seed = params.sampling.seed.wrapping_add(k);
             // Without max_tokens: up to what the context leaves, capped so that
             // a request does not reserve a whole context of KV blocks (SPEC S7)
             // by default.

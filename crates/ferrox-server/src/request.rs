@@ -55,6 +55,7 @@ impl From<ValidRequest> for Generation {
             params: r.params,
             max_tokens: r.max_tokens,
             context: None,
+            choices: r.choices,
         }
     }
 }
@@ -78,6 +79,8 @@ pub struct ValidRequest {
     /// Extra chat template variables: `chat_template_kwargs`, and
     /// `reasoning_effort` for templates with that knob (chat only).
     pub template_vars: TemplateVars,
+    /// Choices per prompt (`n`).
+    pub choices: usize,
 }
 
 /// The most stop strings a request may give (OpenAI's bound).
@@ -103,7 +106,11 @@ struct Common {
     max_tokens: Option<usize>,
     stream: bool,
     include_usage: bool,
+    n: usize,
 }
+
+/// The most choices one request may ask for (`n`).
+const MAX_CHOICES: i64 = 16;
 
 /// `max_completion_tokens` (chat's newer name) or `max_tokens`: at least 1.
 fn max_tokens(field: &'static str, n: Option<i64>) -> Result<Option<usize>, Invalid> {
@@ -130,16 +137,18 @@ fn stops(f: &mut SharedFields) -> Result<Vec<String>, Invalid> {
 }
 
 fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
-    if let Some(n) = f.n
-        && n != 1
-    {
-        return Err(Invalid::OutOfRange {
-            field: "n",
-            bound: "1 (one choice per prompt)".into(),
-            got: n.to_string(),
+    let n = match f.n {
+        None => 1,
+        Some(n) if (1..=MAX_CHOICES).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(Invalid::OutOfRange {
+                field: "n",
+                bound: format!("between 1 and {MAX_CHOICES}").into(),
+                got: n.to_string(),
+            }
+            .into());
         }
-        .into());
-    }
+    };
     let max_tokens = match max {
         Some(n) => Some(n),
         None => max_tokens("max_tokens", f.max_tokens)?,
@@ -164,6 +173,7 @@ fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false),
+        n,
     })
 }
 
@@ -279,6 +289,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         max_tokens,
         stream,
         include_usage,
+        n,
     } = common(typed(&o)?, max)?;
     params.logprobs = chat_logprobs(chat.logprobs, chat.top_logprobs)?;
     let messages = match chat.messages {
@@ -348,6 +359,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         grammar,
         tools,
         template_vars,
+        choices: n,
     })
 }
 
@@ -365,6 +377,7 @@ pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
         max_tokens,
         stream,
         include_usage,
+        n,
     } = common(typed(o)?, None)?;
     params.logprobs = text_logprobs(text.logprobs)?;
     let prompt = match text.prompt {
@@ -409,6 +422,7 @@ pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
         grammar,
         tools: None,
         template_vars: TemplateVars::new(),
+        choices: n,
     })
 }
 
@@ -441,7 +455,8 @@ mod tests {
         );
         assert_eq!(with("max_tokens", json!(0)).as_deref(), Some("max_tokens"));
         assert_eq!(with("max_tokens", json!(-5)).as_deref(), Some("max_tokens"));
-        assert_eq!(with("n", json!(2)).as_deref(), Some("n"));
+        assert_eq!(with("n", json!(17)).as_deref(), Some("n"));
+        assert_eq!(with("n", json!(0)).as_deref(), Some("n"));
         assert_eq!(with("top_k", json!(-3)).as_deref(), Some("top_k"));
         assert!(with("top_k", json!(-1)).is_none(), "-1 is vLLM's off");
         assert_eq!(

@@ -233,3 +233,31 @@ async fn prompts_are_counted_and_rendered_without_generating() {
     .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn n_choices_per_prompt_count_the_prompt_once() {
+    let (s, text) = post(
+        "/v1/completions",
+        json!({"prompt": ["abc", "de"], "n": 2, "max_tokens": 3, "temperature": 0, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let v = json_of(&text);
+    let choices = v["choices"].as_array().unwrap();
+    let indexes: Vec<u64> = choices
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [0, 1, 2, 3]);
+    // Greedy: a prompt's choices agree; each prompt counts once.
+    assert_eq!(choices[0]["text"], choices[1]["text"]);
+    assert_eq!(choices[2]["text"], choices[3]["text"]);
+    let (_, one) = post(
+        "/v1/completions",
+        json!({"prompt": ["abc", "de"], "max_tokens": 3, "temperature": 0, "ignore_eos": true}),
+    )
+    .await;
+    let one = json_of(&one);
+    assert_eq!(v["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+}

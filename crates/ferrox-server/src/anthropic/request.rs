@@ -277,6 +277,7 @@ impl Valid {
             max_tokens: Some(self.params.max_tokens),
             params: self.params,
             context: None,
+            choices: 1,
         }
     }
 }

@@ -74,7 +74,7 @@ async fn handle(
         Kind::Chat => parse_chat(&v)?,
         Kind::Text => parse_completion(&v)?,
     };
-    let (stream, include_usage) = (req.stream, req.include_usage);
+    let (stream, include_usage, choices) = (req.stream, req.include_usage, req.choices);
     let tools = req.tools.as_ref().map(|_| st.tool_format());
     let prepared = generation::prepare(&st, Generation::from(req)).await?;
     let shape = Shape {
@@ -98,9 +98,13 @@ async fn handle(
         prompt_text,
     );
     if stream {
-        Ok(stream::sse(st, kind, id, streams, include_usage, log, shape).into_response())
+        let usage = stream::UsageOptions {
+            include: include_usage,
+            choices,
+        };
+        Ok(stream::sse(st, kind, id, streams, usage, log, shape).into_response())
     } else {
-        Ok(collect(st, kind, id, streams, log, shape).await)
+        Ok(collect(st, kind, id, streams, log, shape, choices).await)
     }
 }
 
@@ -130,13 +134,18 @@ pub async fn text(
     answer(st, Kind::Text, body).await
 }
 
-fn add_usage(total: &mut Usage, u: &Usage) {
-    total.prompt_tokens += u.prompt_tokens;
+/// Adds one answer's usage; a prompt answered `n` times counts once (its
+/// first choice's), as OpenAI counts it.
+fn add_usage(total: &mut Usage, u: &Usage, first_choice: bool) {
+    if first_choice {
+        total.prompt_tokens += u.prompt_tokens;
+        total.cached_tokens += u.cached_tokens;
+    }
     total.completion_tokens += u.completion_tokens;
-    total.cached_tokens += u.cached_tokens;
 }
 
-/// The whole answer of every choice, rendered as one response.
+/// The whole answer of every choice (`choices` per prompt), rendered as one
+/// response.
 async fn collect(
     st: Arc<AppState>,
     kind: Kind,
@@ -144,6 +153,7 @@ async fn collect(
     streams: Vec<RequestStream>,
     mut log: RequestLog,
     shape: Shape,
+    choices: usize,
 ) -> Response {
     let mut ids = shape
         .tools
@@ -154,7 +164,9 @@ async fn collect(
         Err(e) => return not_a_refusal(e.into_response()),
     };
     let mut total = Usage::default();
-    answers.iter().for_each(|a| add_usage(&mut total, &a.usage));
+    for (i, a) in answers.iter().enumerate() {
+        add_usage(&mut total, &a.usage, i.is_multiple_of(choices.max(1)));
+    }
     let usage = CompletionUsage::from(&total);
     let (model, created) = (st.model_id.as_str(), now());
     match kind {

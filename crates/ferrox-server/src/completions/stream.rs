@@ -129,12 +129,19 @@ impl ChoiceStream {
     }
 }
 
+/// How a stream reports usage: whether at all (`stream_options.include_usage`),
+/// and the choices per prompt (a prompt counts once).
+pub(super) struct UsageOptions {
+    pub include: bool,
+    pub choices: usize,
+}
+
 /// The whole response's state: every choice, the usage so far, whether it failed.
 struct ResponseStream {
     st: Arc<AppState>,
     out: Chunks,
     choices: Vec<ChoiceStream>,
-    include_usage: bool,
+    usage: UsageOptions,
     done: usize,
     total: Usage,
     failed: Arc<AtomicBool>,
@@ -154,9 +161,13 @@ impl ResponseStream {
                 text,
             } => {
                 let mut chunks = c.finished(st, out, reason, text);
-                add_usage(&mut self.total, &usage);
+                add_usage(
+                    &mut self.total,
+                    &usage,
+                    i.is_multiple_of(self.usage.choices.max(1)),
+                );
                 self.done += 1;
-                if self.done == self.choices.len() && self.include_usage {
+                if self.done == self.choices.len() && self.usage.include {
                     chunks.push(self.out.usage(&self.total));
                 }
                 chunks
@@ -196,7 +207,7 @@ pub(super) fn sse(
     kind: Kind,
     id: String,
     streams: Vec<RequestStream>,
-    include_usage: bool,
+    usage: UsageOptions,
     log: RequestLog,
     shape: Shape,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
@@ -215,7 +226,7 @@ pub(super) fn sse(
             .map(|i| ChoiceStream::new(i, kind, shape))
             .collect(),
         st,
-        include_usage,
+        usage,
         done: 0,
         total: Usage::default(),
         failed: Arc::clone(&failed),

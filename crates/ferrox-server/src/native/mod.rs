@@ -95,8 +95,7 @@ async fn handle(
     let settings = Params::of(&valid.params.sampling, &asked, st.default_max_tokens);
     let prepared = generation::prepare(&st, Generation::from(valid)).await?;
     let answers: Vec<Answer> = prepared
-        .prompts
-        .iter()
+        .request_prompts()
         .enumerate()
         .map(|(i, p)| Answer::new(&st, i, p))
         .collect();

@@ -320,6 +320,7 @@ fn common(st: &AppState, c: Common, tools: bool) -> Result<Partial, ApiError> {
             },
             max_tokens: num_predict(o.num_predict)?,
             context: num_ctx(o.num_ctx)?,
+            choices: 1,
         },
         vars,
         stream: c.stream.unwrap_or(true),

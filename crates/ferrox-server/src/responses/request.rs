@@ -332,6 +332,7 @@ pub(super) fn parse(body: &Value) -> Result<Valid, ApiError> {
             },
             max_tokens: max_output_tokens,
             context: None,
+            choices: 1,
         },
         stream: b.stream.unwrap_or(false),
         echo,
