@@ -28,7 +28,7 @@ use tower::ServiceExt;
 use crate::error::ApiError;
 use crate::registry::{KeepAlive, Loaded, Registry};
 use crate::routes::BODY_READ_LIMIT;
-use crate::state::{AppState, Phase};
+use crate::state::AppState;
 
 /// The front's state: the model the server started with, and the folder's.
 pub struct Front {
@@ -116,11 +116,8 @@ async fn dispatch(State(f): State<Arc<Front>>, req: Request) -> Response {
     let Some(name) = name else {
         return forward(&f.default_app, parts, Body::from(bytes)).await;
     };
-    if f.default.phase.get() == Phase::Draining {
-        return ApiError::shutting_down(
-            "the server is shutting down and takes no new requests; retry elsewhere or later",
-        )
-        .response_for(&path);
+    if let Err(e) = f.default.accepting() {
+        return e.response_for(&path);
     }
     let keep = peek.keep_alive.as_ref().and_then(KeepAlive::parse);
     if keep == Some(KeepAlive::For(std::time::Duration::ZERO)) && is_ollama_load(&path, &peek) {

@@ -82,6 +82,22 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// Refuses new work once draining has begun (503 with `Retry-After`).
+    pub fn accepting(&self) -> Result<(), ApiError> {
+        if self.phase.get() == Phase::Draining {
+            return Err(ApiError::shutting_down(
+                "the server is shutting down and takes no new requests; retry elsewhere or later",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The text of token `id` as the API shows it, and its bytes.
+    pub fn token_piece(&self, id: u32) -> (String, Vec<u8>) {
+        let b = self.tokenizer.token_bytes(id, false).into_owned();
+        (String::from_utf8_lossy(&b).into_owned(), b)
+    }
+
     /// Whether `name` names the served model.
     pub fn serves(&self, name: &str) -> bool {
         name == self.model_id || self.aliases.iter().any(|a| a == name)

@@ -46,7 +46,7 @@ use crate::error::ApiError;
 use crate::generation;
 use crate::limits::request_timeout;
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
-use crate::state::{AppState, Phase};
+use crate::state::AppState;
 use request::parse;
 
 /// An error answered in Anthropic's shape.
@@ -323,11 +323,7 @@ async fn handle(
     st: Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    if st.phase.get() == Phase::Draining {
-        return Err(ApiError::shutting_down(
-            "the server is shutting down and takes no new requests; retry elsewhere or later",
-        ));
-    }
+    st.accepting()?;
     let bytes = body.map_err(|e| crate::invalid::Invalid::Unreadable {
         detail: e.to_string(),
     })?;

@@ -13,21 +13,16 @@ use crate::openai::response::{
 };
 use crate::state::AppState;
 
-fn piece(st: &AppState, id: u32) -> (String, Vec<u8>) {
-    let b = st.tokenizer.token_bytes(id, false).into_owned();
-    (String::from_utf8_lossy(&b).into_owned(), b)
-}
-
 /// Chat's `logprobs.content`.
 pub(super) fn chat_logprobs(st: &AppState, tokens: &[LoggedToken]) -> ChatLogprobs {
     let entry = |t: &LoggedToken| {
-        let (token, bytes) = piece(st, t.id);
+        let (token, bytes) = st.token_piece(t.id);
         let top_logprobs = t
             .logprob
             .top
             .iter()
             .map(|&(i, logprob)| {
-                let (token, bytes) = piece(st, i);
+                let (token, bytes) = st.token_piece(i);
                 TopLogprob {
                     token,
                     logprob,
@@ -51,13 +46,13 @@ pub(super) fn chat_logprobs(st: &AppState, tokens: &[LoggedToken]) -> ChatLogpro
 pub(super) fn text_logprobs(st: &AppState, tokens: &[LoggedToken]) -> TextLogprobs {
     let mut out = TextLogprobs::default();
     for t in tokens {
-        out.tokens.push(piece(st, t.id).0);
+        out.tokens.push(st.token_piece(t.id).0);
         out.token_logprobs.push(t.logprob.logprob);
         out.top_logprobs.push(
             t.logprob
                 .top
                 .iter()
-                .map(|&(i, l)| (piece(st, i).0, l.into()))
+                .map(|&(i, l)| (st.token_piece(i).0, l.into()))
                 .collect(),
         );
         out.text_offset.push(t.offset);

@@ -28,7 +28,7 @@ use crate::generation::{self, Generation};
 use crate::json_body::json_body;
 use crate::request::{parse_chat, parse_completion};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
-use crate::state::{AppState, Phase};
+use crate::state::AppState;
 
 /// Which endpoint.
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -64,11 +64,7 @@ async fn handle(
     kind: Kind,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    if st.phase.get() == Phase::Draining {
-        return Err(ApiError::shutting_down(
-            "the server is shutting down and takes no new requests; retry elsewhere or later",
-        ));
-    }
+    st.accepting()?;
     let v = json_body(body)?;
     let req = match kind {
         Kind::Chat => parse_chat(&v)?,

@@ -35,7 +35,7 @@ use crate::json_body::json_body;
 use crate::limits::{deadline, request_timeout, within_request_timeout};
 use crate::props::{Asked, Params, Settings};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
-use crate::state::{AppState, Phase};
+use crate::state::AppState;
 use reply::{Answer, Request};
 use request::{Kind, Native};
 
@@ -74,11 +74,7 @@ async fn handle(
     kind: Kind,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    if st.phase.get() == Phase::Draining {
-        return Err(ApiError::shutting_down(
-            "the server is shutting down and takes no new requests; retry elsewhere or later",
-        ));
-    }
+    st.accepting()?;
     let v = json_body(body)?;
     let Native {
         valid,

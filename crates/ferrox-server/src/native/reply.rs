@@ -251,13 +251,8 @@ fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("an answer serializes")
 }
 
-fn piece(st: &AppState, id: u32) -> (String, Vec<u8>) {
-    let b = st.tokenizer.token_bytes(id, false).into_owned();
-    (String::from_utf8_lossy(&b).into_owned(), b)
-}
-
 fn prob(st: &AppState, id: u32, l: &TokenLogprob) -> Prob {
-    let (token, bytes) = piece(st, id);
+    let (token, bytes) = st.token_piece(id);
     Prob {
         id,
         token,
@@ -267,7 +262,7 @@ fn prob(st: &AppState, id: u32, l: &TokenLogprob) -> Prob {
             .top
             .iter()
             .map(|&(id, logprob)| {
-                let (token, bytes) = piece(st, id);
+                let (token, bytes) = st.token_piece(id);
                 Alternative {
                     id,
                     token,

@@ -40,7 +40,7 @@ use crate::generation;
 use crate::invalid::Invalid;
 use crate::limits::{deadline, request_timeout, within_request_timeout};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
-use crate::state::{AppState, Phase};
+use crate::state::AppState;
 use reply::{Kind, Turn, Whole};
 
 /// Ollama's routes.
@@ -125,11 +125,7 @@ async fn handle(
     kind: Kind,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    if st.phase.get() == Phase::Draining {
-        return Err(ApiError::shutting_down(
-            "the server is shutting down and takes no new requests; retry elsewhere or later",
-        ));
-    }
+    st.accepting()?;
     let v = body_json(body)?;
     let req = match kind {
         Kind::Chat => request::parse_chat(&st, &v)?,

@@ -373,13 +373,8 @@ fn calls_out(calls: &[ToolCall]) -> Vec<CallOut> {
         .collect()
 }
 
-fn piece_of(st: &AppState, id: u32) -> (String, Vec<u8>) {
-    let b = st.tokenizer.token_bytes(id, false).into_owned();
-    (String::from_utf8_lossy(&b).into_owned(), b)
-}
-
 fn logprob_out(st: &AppState, id: u32, l: &TokenLogprob) -> LogprobOut {
-    let (token, bytes) = piece_of(st, id);
+    let (token, bytes) = st.token_piece(id);
     LogprobOut {
         token,
         logprob: l.logprob,
@@ -388,7 +383,7 @@ fn logprob_out(st: &AppState, id: u32, l: &TokenLogprob) -> LogprobOut {
             .top
             .iter()
             .map(|&(i, logprob)| {
-                let (token, bytes) = piece_of(st, i);
+                let (token, bytes) = st.token_piece(i);
                 TopOut {
                     token,
                     logprob,

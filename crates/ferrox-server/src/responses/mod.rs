@@ -35,7 +35,7 @@ use crate::error::ApiError;
 use crate::generation;
 use crate::json_body::json_body;
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
-use crate::state::{AppState, Phase};
+use crate::state::AppState;
 use request::{Echo, ToolChoiceEcho};
 
 /// The response object.
@@ -264,11 +264,7 @@ async fn handle(
     st: Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    if st.phase.get() == Phase::Draining {
-        return Err(ApiError::shutting_down(
-            "the server is shutting down and takes no new requests; retry elsewhere or later",
-        ));
-    }
+    st.accepting()?;
     let valid = request::parse(&json_body(body)?)?;
     let tools = valid.generation.tools.as_ref().map(|_| st.tool_format());
     let prepared = generation::prepare(&st, valid.generation).await?;
