@@ -217,7 +217,7 @@ HOSTILE = [
     b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}',
     b'{"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}',
     b'{"messages": [{"role": "wizard", "content": "hi"}]}',
-    b'{"messages": [{"role": "user", "content": "hi"}], "n": 5}',
+    b'{"messages": [{"role": "user", "content": "hi"}], "n": 99}',
     b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 99999999}',
     b'{"prompt": [[999999999]]}',
     b"\xff\xfe\x00garbage",
