@@ -97,7 +97,8 @@ const OPENAI_COMMON: Table = &[
     ("cache_prompt", NoOp),
     // llama-server's slot: the prefix cache finds a request's pages in any.
     ("id_slot", NoOp),
-    // One model, always loaded.
+    // Read before the route by the front of a server with several models
+    // (`crate::front`); nothing for the model itself.
     ("keep_alive", NoOp),
     // Read only by samplers that must be off here (DRY, XTC, mirostat).
     ("dry_base", NoOp),
@@ -248,7 +249,8 @@ const OLLAMA_COMMON: Table = &[
     ("think", Implemented),
     ("logprobs", Implemented),
     ("top_logprobs", Implemented),
-    // One model, loaded for the server's life.
+    // Read before the route by the front of a server with several models
+    // (`crate::front`); nothing for the model itself.
     ("keep_alive", NoOp),
 ];
 
