@@ -217,6 +217,8 @@ def several_models(_):
         assert unloaded.done_reason == "unload", unloaded
         assert [m.model for m in c.ps().models] == [SMOL], c.ps()
         refused(lambda: c.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}]), 404, GEMMA)
+        # The cache's routes name a model to fetch, not one to serve.
+        assert c.pull(MODEL).status == "success"
         listed = json.loads(s.raw_get("/v1/models"))
         assert [(m["id"], m["status"]["value"]) for m in listed["data"]] == [(SMOL, "loaded"), (GEMMA, "unloaded")], listed
         status, _, body = s.raw("/models/load", json.dumps({"model": GEMMA}).encode())

@@ -107,6 +107,10 @@ async fn dispatch(State(f): State<Arc<Front>>, req: Request) -> Response {
             .response_for(&path);
         }
     };
+    // The cache's routes name a model to fetch or delete, not one to serve.
+    if matches!(path.as_str(), "/api/pull" | "/api/delete") {
+        return forward(&f.default_app, parts, Body::from(bytes)).await;
+    }
     let peek: Peek = serde_json::from_slice(&bytes).unwrap_or_default();
     let name = peek
         .model
