@@ -439,6 +439,6 @@ fn loader(a: Arc<ServeArgs>, api_key: Option<ApiKey>) -> ferrox_server::registry
             .unwrap_or_default();
         start_model(&a, api_key.clone(), path, id.to_string(), aliases)
             .map(|s| s.state)
-            .map_err(|e| format!("{e:#}"))
+            .map_err(Into::into)
     })
 }

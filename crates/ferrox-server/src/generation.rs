@@ -228,10 +228,12 @@ impl Prepared {
             streams: Vec::with_capacity(self.prompts.len()),
             prompt_lens: Vec::with_capacity(self.prompts.len()),
         };
+        let choices = self.choices;
+        // A prompt is cloned for its choices but the last (none with one).
         let copies = self
             .prompts
             .into_iter()
-            .flat_map(|p| (0..self.choices).map(move |k| (p.clone(), k as u64)));
+            .flat_map(|p| std::iter::repeat_n(p, choices).zip(0u64..));
         for (p, k) in copies {
             let mut params = self.params.clone();
             params.sampling.seed = params.sampling.seed.wrapping_add(k);

@@ -21,9 +21,25 @@ use axum::http::StatusCode;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// Why a folder model could not be started: the loader's own error, with its
+/// causes as its sources.
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Builds the serving state of the model at a path, with its id (a blocking
 /// call: it reads the file and starts an engine).
-pub type Loader = Arc<dyn Fn(&Path, &str) -> Result<Arc<AppState>, String> + Send + Sync>;
+pub type Loader = Arc<dyn Fn(&Path, &str) -> Result<Arc<AppState>, LoadError> + Send + Sync>;
+
+/// `e` and its causes, as one line.
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
 
 /// How long a model stays loaded after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +83,8 @@ impl KeepAlive {
 #[derive(Clone)]
 pub struct Loaded {
     pub id: String,
+    /// Its file.
+    pub path: PathBuf,
     pub state: Arc<AppState>,
     /// Its routes.
     pub app: Router,
@@ -173,18 +191,21 @@ impl Registry {
     /// past `--models-max`); `keep_alive` (else the default) sets when it
     /// unloads.
     pub async fn get(&self, name: &str, keep_alive: Option<KeepAlive>) -> Result<Loaded, ApiError> {
-        let (id, path) = self.find(name).ok_or_else(|| self.unknown(name))?;
         let keep = keep_alive.unwrap_or(self.default_keep_alive);
         let expires = match keep {
             KeepAlive::Forever => None,
             KeepAlive::For(d) => Some(Instant::now() + d),
         };
+        let bare = name.strip_suffix(":latest").unwrap_or(name);
         let mut loaded = self.loaded.lock().await;
-        if let Some(m) = loaded.iter_mut().find(|m| m.id == id) {
+        // A loaded model is found without reading the folder.
+        let named = |m: &Loaded| m.id == bare || m.path.file_name().is_some_and(|f| f == bare);
+        if let Some(m) = loaded.iter_mut().find(|m| named(m)) {
             m.last_used = Instant::now();
             m.expires = expires;
             return Ok(m.clone());
         }
+        let (id, path) = self.find(name).ok_or_else(|| self.unknown(name))?;
         let file_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
         while loaded.len() >= self.max_loaded {
             let lru = (0..loaded.len())
@@ -203,13 +224,17 @@ impl Registry {
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
                     "model_load_failed",
-                    format!("model {id:?} could not be loaded: {e}"),
+                    format!(
+                        "model {id:?} could not be loaded: {}",
+                        with_causes(e.as_ref())
+                    ),
                 )
             })?;
         state.phase.set(crate::state::Phase::Serving);
         tracing::info!(model = %id, path = %path.display(), "loaded");
         let m = Loaded {
             id,
+            path,
             app: crate::routes::router(Arc::clone(&state)),
             bytes: footprint(&state),
             state,

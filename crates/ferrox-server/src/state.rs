@@ -92,6 +92,19 @@ impl AppState {
         Ok(())
     }
 
+    /// A route's response: its answer, or its refusal, counted on `/metrics`
+    /// and rendered in the route API's error shape by `render`.
+    pub fn respond(
+        &self,
+        answer: Result<axum::response::Response, ApiError>,
+        render: fn(ApiError) -> axum::response::Response,
+    ) -> axum::response::Response {
+        answer.unwrap_or_else(|e| {
+            self.metrics.refused(e.code);
+            render(e)
+        })
+    }
+
     /// The text of token `id` as the API shows it, and its bytes.
     pub fn token_piece(&self, id: u32) -> (String, Vec<u8>) {
         let b = self.tokenizer.token_bytes(id, false).into_owned();

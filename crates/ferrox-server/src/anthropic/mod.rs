@@ -287,13 +287,8 @@ pub async fn messages(
     State(st): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match handle(Arc::clone(&st), body).await {
-        Ok(r) => r,
-        Err(e) => {
-            st.metrics.refused(e.code);
-            AnthropicError(e).into_response()
-        }
-    }
+    let answer = handle(Arc::clone(&st), body).await;
+    st.respond(answer, |e| AnthropicError(e).into_response())
 }
 
 /// `POST /v1/messages/count_tokens`: the tokens the conversation, with its
@@ -310,13 +305,10 @@ pub async fn count_tokens(
         let prepared = generation::prepare(&st, valid.generation()).await?;
         Ok::<_, ApiError>(prepared.prompts[0].len())
     };
-    match counted.await {
-        Ok(n) => axum::Json(serde_json::json!({ "input_tokens": n })).into_response(),
-        Err(e) => {
-            st.metrics.refused(e.code);
-            AnthropicError(e).into_response()
-        }
-    }
+    let answer = counted
+        .await
+        .map(|n| axum::Json(serde_json::json!({ "input_tokens": n })).into_response());
+    st.respond(answer, |e| AnthropicError(e).into_response())
 }
 
 async fn handle(

@@ -105,13 +105,8 @@ async fn handle(
 }
 
 async fn answer(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
-    match handle(Arc::clone(&st), kind, body).await {
-        Ok(r) => r,
-        Err(e) => {
-            st.metrics.refused(e.code);
-            e.into_response()
-        }
-    }
+    let answer = handle(Arc::clone(&st), kind, body).await;
+    st.respond(answer, IntoResponse::into_response)
 }
 
 /// `POST /v1/chat/completions`.

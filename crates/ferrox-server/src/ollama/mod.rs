@@ -111,13 +111,8 @@ async fn generate(
 }
 
 async fn answer(st: Arc<AppState>, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
-    match handle(Arc::clone(&st), kind, body).await {
-        Ok(r) => r,
-        Err(e) => {
-            st.metrics.refused(e.code);
-            OllamaError(e).into_response()
-        }
-    }
+    let answer = handle(Arc::clone(&st), kind, body).await;
+    st.respond(answer, |e| OllamaError(e).into_response())
 }
 
 async fn handle(

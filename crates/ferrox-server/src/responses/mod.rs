@@ -251,13 +251,8 @@ pub async fn responses(
     State(st): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match handle(Arc::clone(&st), body).await {
-        Ok(r) => r,
-        Err(e) => {
-            st.metrics.refused(e.code);
-            e.into_response()
-        }
-    }
+    let answer = handle(Arc::clone(&st), body).await;
+    st.respond(answer, IntoResponse::into_response)
 }
 
 async fn handle(
