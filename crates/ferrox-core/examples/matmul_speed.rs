@@ -1,7 +1,7 @@
 //! Multiply-accumulate rate of the two matrix-product paths on one thread:
 //! `cargo run --release -p ferrox-core --example matmul_speed -- [ROWS COLS TOKENS [TYPE...]]`.
 //! Prints GMAC/s of the f32-activation tiles and of the packed integer kernel
-//! (medians of 7 runs), the activation quantizer's rate and the repack's (one run),
+//! (medians of 7 runs), the activation quantizer's rate and the repack's (median of 5),
 //! for every weight type a GGUF may hold; types without a
 //! packed form print the f32 path only.
 
@@ -84,9 +84,16 @@ fn main() {
         let bytes = weights(t, rows, cols);
         let m = Matrix::new(t, rows, cols, &bytes).unwrap();
         let f32_rate = rate(macs, || matmul(&m, &x, n, &mut out, &pool));
-        let started = Instant::now();
+        let pack_rate = median(
+            (0..5)
+                .map(|_| {
+                    let started = Instant::now();
+                    drop(PackedMatrix::pack(&m, &pool));
+                    bytes.len() as f64 / started.elapsed().as_secs_f64() / 1e6
+                })
+                .collect(),
+        );
         let packed = PackedMatrix::pack(&m, &pool);
-        let pack_rate = bytes.len() as f64 / started.elapsed().as_secs_f64() / 1e6;
         let Some(p) = packed else {
             println!("{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, no packed form");
             continue;

@@ -66,6 +66,22 @@ impl SmallScales {
 /// The parts of block `b` (of 32 values) of a row of `dtype` stored in `row`.
 /// `dtype` must have a [`Format`](super::layout::Format) and `row` hold whole blocks.
 pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
+    parts(dtype, row, b, Integers::Values)
+}
+
+/// What [`BlockParts::w`] holds for the grid types (IQ4_NL, IQ4_XS, MXFP4).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Integers {
+    /// The grid's values (every type: the integers of the block's function).
+    Values,
+    /// The file's 4-bit codes, indices into the grid (what the packed layout
+    /// stores, taken without a look-up there and back).
+    Codes,
+}
+
+/// [`block_parts`], with the grid types' integers as `integers` says.
+#[inline]
+pub(super) fn parts(dtype: DType, row: &[u8], b: usize, integers: Integers) -> BlockParts {
     let mut w = [0i8; BLOCK];
     let (sub, g) = (b / 8, b % 8);
     let plain = |scale, offset| (scale, offset, None);
@@ -129,21 +145,28 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
                 )
             };
             let (sc, m) = scale_min_k4(g, &scales);
-            for (i, v) in w.iter_mut().enumerate() {
-                let mut q = (qs[i] >> (4 * (g % 2))) & 0x0F;
-                if let Some(qh) = qh {
-                    q |= ((qh[i] >> g) & 1) << 4;
+            // Loops of a fixed length without a branch: they vectorize.
+            let shift = 4 * (g % 2);
+            let qs: &[u8; BLOCK] = qs.try_into().expect("32 bytes");
+            for (v, &q) in w.iter_mut().zip(qs) {
+                *v = ((q >> shift) & 0x0F) as i8;
+            }
+            if let Some(qh) = qh {
+                for (v, &h) in w.iter_mut().zip(&qh) {
+                    *v |= (((h >> g) & 1) << 4) as i8;
                 }
-                *v = q as i8;
             }
             small(SmallScales::new(d, [sc as i8; 2], -dmin, [m as i8; 2]))
         }
         DType::Q6_K => {
             let k = &blocks_of::<BlockQ6K>(row).expect("whole blocks")[sub];
             let (h, q) = (g / 4, g % 4);
-            for (i, v) in w.iter_mut().enumerate() {
-                let low = (k.ql[64 * h + 32 * (q % 2) + i] >> (4 * (q / 2))) & 0x0F;
-                let high = (k.qh[32 * h + i] >> (2 * q)) & 3;
+            let ql: &[u8; BLOCK] = k.ql[64 * h + 32 * (q % 2)..][..BLOCK].try_into().unwrap();
+            let qh: &[u8; BLOCK] = k.qh[32 * h..][..BLOCK].try_into().unwrap();
+            let (low_shift, high_shift) = (4 * (q / 2), 2 * q);
+            for ((v, &l), &hb) in w.iter_mut().zip(ql).zip(qh) {
+                let low = (l >> low_shift) & 0x0F;
+                let high = (hb >> high_shift) & 3;
                 *v = (low | (high << 4)) as i8 - 32;
             }
             let mul = [k.scales[8 * h + 2 * q], k.scales[8 * h + 2 * q + 1]];
@@ -185,19 +208,19 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
         }
         DType::IQ4_NL => {
             let k = &blocks_of::<BlockIq4Nl>(row).expect("whole blocks")[b];
-            w = iq4_nl_group(k);
+            w = grid(integers, &k.qs, || iq4_nl_group(k));
             let d = f16_le(k.d);
             plain([d, d], [0.0; 2])
         }
         DType::MXFP4 => {
             let k = &blocks_of::<BlockMxfp4>(row).expect("whole blocks")[b];
-            w = mxfp4_group(k);
+            w = grid(integers, &k.qs, || mxfp4_group(k));
             let d = e8m0_to_f32_half(k.e);
             plain([d, d], [0.0; 2])
         }
         DType::IQ4_XS => {
             let k = &blocks_of::<BlockIq4Xs>(row).expect("whole blocks")[sub];
-            w = iq4_xs_group(k, g);
+            w = grid(integers, &k.qs[16 * g..16 * g + 16], || iq4_xs_group(k, g));
             let ls = iq4_xs_scale(k, g) as i8; // -32..32
             small(SmallScales::new(f16_le(k.d), [ls; 2], 0.0, [0; 2]))
         }
@@ -209,6 +232,21 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
         offset,
         small,
     }
+}
+
+/// A grid type's integers: its `values`, or the codes in `qs`.
+fn grid(integers: Integers, qs: &[u8], values: impl FnOnce() -> [i8; BLOCK]) -> [i8; BLOCK] {
+    match integers {
+        Integers::Values => values(),
+        Integers::Codes => codes(qs.try_into().expect("16 bytes")),
+    }
+}
+
+/// The 4-bit codes of 32 values (low nibbles first).
+fn codes(qs: &[u8; 16]) -> [i8; BLOCK] {
+    let mut w = [0i8; BLOCK];
+    nibbles(qs, &mut w);
+    w
 }
 
 fn nibbles(qs: &[u8; 16], w: &mut [i8; BLOCK]) {

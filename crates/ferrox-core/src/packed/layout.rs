@@ -35,7 +35,9 @@ use crate::dtype::DType;
 use crate::ops::matmul::Matrix;
 
 pub use super::block_parts::{BlockParts, SmallScales, block_parts};
+use super::block_parts::{Integers, parts};
 
+use super::storage::PackedStorage;
 use super::{BLOCK, GROUP_ROWS};
 
 /// Steps of two values per block.
@@ -78,31 +80,6 @@ impl Grid {
             Grid::Mxfp4 => &MXFP4_VALUES,
         }
     }
-
-    /// The index of `v` (the first, for MXFP4's two zeros), by a table: packing
-    /// looks up every weight of the matrix.
-    fn index(self, v: i8) -> u8 {
-        const IQ4: [u8; 256] = inverse(&IQ4_NL_VALUES);
-        const MX: [u8; 256] = inverse(&MXFP4_VALUES);
-        let i = match self {
-            Grid::Iq4 => IQ4[v as u8 as usize],
-            Grid::Mxfp4 => MX[v as u8 as usize],
-        };
-        assert!(i < 16, "{v} is not a value of the {self:?} grid");
-        i
-    }
-}
-
-/// Index by value (as a byte) of the first place each of `values` takes; 255
-/// for the bytes that are not values.
-const fn inverse(values: &[i8; 16]) -> [u8; 256] {
-    let mut t = [255u8; 256];
-    let mut i = 16;
-    while i > 0 {
-        i -= 1; // last to first, so the first place wins
-        t[values[i] as u8 as usize] = i as u8;
-    }
-    t
 }
 
 /// How a group-block stores its scales and offsets.
@@ -262,11 +239,6 @@ impl Format {
     }
 }
 
-/// 64 bytes, the alignment of the packed storage.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
 /// A weight matrix in the packed layout.
 pub struct PackedMatrix {
     pub dtype: DType,
@@ -277,7 +249,7 @@ pub struct PackedMatrix {
     pub cols: usize,
     /// 64-byte lines per group.
     group_lines: usize,
-    lines: Vec<Line>,
+    lines: PackedStorage,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -352,24 +324,15 @@ impl PackedMatrix {
         }
         let group_lines = format.group_bytes(nb).div_ceil(64);
         let groups = m.rows.div_ceil(GROUP_ROWS);
-        let mut lines = vec![Line([0; 64]); groups * group_lines];
-        let per_group = group_lines.max(1);
+        let mut lines = PackedStorage::zeroed(groups * group_lines * 64);
+        let per_group = 64 * group_lines.max(1);
         for (batch, chunk) in lines.chunks_mut(per_group * RELEASE_GROUPS).enumerate() {
             let g0 = batch * RELEASE_GROUPS;
             let exact = pool.install(|| {
                 chunk
                     .par_chunks_mut(per_group)
                     .enumerate()
-                    .all(|(k, group)| {
-                        // SAFETY: `Line` is 64 plain bytes with no padding.
-                        let bytes = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                group.as_mut_ptr().cast::<u8>(),
-                                group.len() * 64,
-                            )
-                        };
-                        pack_group(m, format, g0 + k, bytes)
-                    })
+                    .all(|(k, group)| pack_group(m, format, g0 + k, group))
             });
             if !exact {
                 return None;
@@ -402,14 +365,13 @@ impl PackedMatrix {
     /// The bytes of group `g`: its blocks, each [`Format::block_bytes`] long, with
     /// their super-blocks' bases ([`Format::block_at`], [`Format::bases_at`]).
     pub fn group(&self, g: usize) -> &[u8] {
-        let lines = &self.lines[g * self.group_lines..(g + 1) * self.group_lines];
-        // SAFETY: `Line` is 64 plain bytes with no padding.
-        unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u8>(), lines.len() * 64) }
+        let bytes = 64 * self.group_lines;
+        &self.lines[g * bytes..(g + 1) * bytes]
     }
 
     /// Bytes held.
     pub fn byte_len(&self) -> usize {
-        self.lines.len() * 64
+        self.lines.len()
     }
 }
 
@@ -440,7 +402,8 @@ fn put_half(out: &mut [u8], at: usize, v: f32) -> bool {
 fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
     match format.quants {
         Quants::Nibble => put_nibbles(blk, r, &w.map(|v| v as u8)),
-        Quants::Grid(grid) => put_nibbles(blk, r, &w.map(|v| grid.index(v))),
+        // The file's codes (`Integers::Codes`) are the grid's indices.
+        Quants::Grid(_) => put_nibbles(blk, r, &w.map(|v| v as u8)),
         Quants::Nibble5 => {
             put_nibbles(blk, r, &w.map(|v| v as u8));
             // Step p's fifth bits: bit `lane` of a 32-bit word.
@@ -482,33 +445,37 @@ fn put_nibbles(blk: &mut [u8], r: usize, u: &[u8; BLOCK]) {
 }
 
 /// Packs group `g` of `m` into `out`; false when a scale or offset is not exact.
+/// Block by block, each group-block written whole by its 16 rows while it is
+/// in L1 (row by row, a row's blocks were spread over the whole group).
 fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
     let nb = m.cols / BLOCK;
     let (bb, size) = (format.block_bytes(), format.scale_size());
+    let first = g * GROUP_ROWS;
+    let n = GROUP_ROWS.min(m.rows - first); // padding rows stay zero
+    let rows: [&[u8]; GROUP_ROWS] =
+        std::array::from_fn(|r| if r < n { m.row(first + r) } else { &[] });
+    let halves = if format.split { 2 } else { 1 };
     let mut exact = true;
-    for r in 0..GROUP_ROWS {
-        let row = g * GROUP_ROWS + r;
-        if row >= m.rows {
-            break; // padding rows stay zero
-        }
-        let bytes = m.row(row);
-        for b in 0..nb {
-            let p = block_parts(m.dtype, bytes, b);
+    for b in 0..nb {
+        let bases_at = (format.scales == Scales::Small && b % (SUPER_BLOCK / BLOCK) == 0)
+            .then(|| format.bases_at(b));
+        let block_at = format.block_at(b);
+        for (r, row) in rows[..n].iter().enumerate() {
+            let p = parts(m.dtype, row, b, Integers::Codes);
             let small = match (format.scales, p.small) {
                 (Scales::Small, Some(s)) => s,
                 (Scales::Small, None) => panic!("{} has no small scales", m.dtype),
                 (_, s) => s.unwrap_or(SmallScales::new(0.0, [0; 2], 0.0, [0; 2])),
             };
-            if format.scales == Scales::Small && b % (SUPER_BLOCK / BLOCK) == 0 {
-                let at = format.bases_at(b) + 2 * r;
+            if let Some(at) = bases_at {
+                let at = at + 2 * r;
                 exact &= put_half(out, at, small.scale_base);
                 if format.offset {
                     exact &= put_half(out, at + 2 * GROUP_ROWS, small.offset_base);
                 }
             }
-            let blk = &mut out[format.block_at(b)..][..bb];
+            let blk = &mut out[block_at..][..bb];
             put_quants(format, blk, r, &p.w);
-            let halves = if format.split { 2 } else { 1 };
             for h in 0..halves {
                 let at = size * (GROUP_ROWS * h + r);
                 exact &= put_scale(
