@@ -171,7 +171,7 @@ pub fn stream_out(mut stream: ferrox_engine::RequestStream) -> Result<Timings> {
                 text
             }
             Event::Failed(failure) => bail!("generation failed: {failure}"),
-            Event::Admitted => continue,
+            Event::Admitted | Event::PromptLogprobs(_) => continue,
         };
         out.write_all(piece.as_bytes())?;
         out.flush()?;
@@ -295,6 +295,7 @@ impl Session {
             stop: self.stops.clone(),
             stop_token_ids: Vec::new(),
             logprobs: None,
+            prompt_logprobs: None,
             ignore_eos: false,
             grammar: None,
         };

@@ -40,7 +40,7 @@ pub enum SubmitError {
 
 /// What the worker receives.
 pub(crate) enum Msg {
-    Job(Job),
+    Job(Box<Job>),
     Cancel(RequestId),
     Shutdown,
 }
@@ -107,13 +107,13 @@ impl EngineHandle {
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = reply::unbounded_channel();
         s.inbox
-            .send(Msg::Job(Job {
+            .send(Msg::Job(Box::new(Job {
                 id,
                 prompt,
                 params,
                 reply: tx,
                 place,
-            }))
+            })))
             .map_err(|_| SubmitError::Stopped)?;
         Ok(RequestStream {
             id,

@@ -80,6 +80,11 @@ impl OutputStage {
         }
     }
 
+    /// Most counted tokens (`max_tokens`).
+    pub fn limit(&self) -> usize {
+        self.max_tokens
+    }
+
     /// Counted tokens so far.
     pub fn generated(&self) -> usize {
         self.generated

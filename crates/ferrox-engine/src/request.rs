@@ -13,7 +13,7 @@ pub type RequestId = u64;
 /// How to generate.
 #[derive(Clone, Debug)]
 pub struct GenerationParams {
-    /// Most completion tokens (at least 1).
+    /// Most completion tokens (at least 1; 0 when only the prompt is scored).
     pub max_tokens: usize,
     pub sampling: SamplingParams,
     /// Stop strings (SPEC S15).
@@ -22,6 +22,11 @@ pub struct GenerationParams {
     pub stop_token_ids: Vec<u32>,
     /// Report each token's log-probability and this many most likely alternatives.
     pub logprobs: Option<usize>,
+    /// Score the prompt: each prompt token's log-probability given the tokens
+    /// before it, with this many most likely alternatives
+    /// ([`Event::PromptLogprobs`]). Such a prompt is run whole, never taken from
+    /// the prefix cache (cached positions have no logits).
+    pub prompt_logprobs: Option<usize>,
     /// Keep generating past the model's end-of-generation tokens (benchmarks).
     pub ignore_eos: bool,
     /// Constrain the output to this grammar (structured output); each request
@@ -38,6 +43,7 @@ impl GenerationParams {
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             logprobs: None,
+            prompt_logprobs: None,
             ignore_eos: false,
             grammar: None,
         }
@@ -60,6 +66,9 @@ pub struct Usage {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprob {
     pub logprob: f32,
+    /// The token's place by logit: 1 for the most likely (ties share the best
+    /// place).
+    pub rank: usize,
     pub top: Vec<(u32, f32)>,
 }
 
@@ -86,10 +95,12 @@ impl TokenLogprob {
         }
         idx.truncate(n);
         idx.sort_by(by);
+        let own = logits.get(token as usize).copied();
         TokenLogprob {
-            logprob: logits
-                .get(token as usize)
-                .map_or(f32::NEG_INFINITY, |&v| lp(v)),
+            logprob: own.map_or(f32::NEG_INFINITY, lp),
+            rank: own.map_or(logits.len(), |v| {
+                1 + logits.iter().filter(|&&l| l > v).count()
+            }),
             top: idx
                 .into_iter()
                 .map(|i| (i, lp(logits[i as usize])))
@@ -103,6 +114,10 @@ impl TokenLogprob {
 pub enum Event {
     /// The request left the queue and holds its KV (sent once, before any token).
     Admitted,
+    /// The prompt's tokens scored (asked by [`GenerationParams::prompt_logprobs`]):
+    /// one entry per prompt token after the first, which has no context. Sent
+    /// once, when the prompt has run, before any token.
+    PromptLogprobs(Vec<TokenLogprob>),
     /// A generated token and the text it released (may be empty while text is withheld).
     Token {
         id: u32,

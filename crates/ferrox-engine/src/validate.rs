@@ -17,6 +17,9 @@ fn bad(param: &'static str, message: String) -> Result<(), InvalidRequest> {
     Err(InvalidRequest { param, message })
 }
 
+/// Most alternatives a token's log-probability comes with.
+pub const MAX_ALTERNATIVES: usize = 20;
+
 /// Checks a prompt and its parameters against a vocabulary of `vocab` tokens.
 pub fn validate(prompt: &[u32], p: &GenerationParams, vocab: usize) -> Result<(), InvalidRequest> {
     if let Some(t) = prompt.iter().find(|&&t| t as usize >= vocab) {
@@ -25,18 +28,29 @@ pub fn validate(prompt: &[u32], p: &GenerationParams, vocab: usize) -> Result<()
             format!("token id {t} is outside the vocabulary of {vocab} tokens"),
         );
     }
-    if p.max_tokens < 1 {
-        return bad("max_tokens", "max_tokens must be at least 1".into());
+    if p.max_tokens < 1 && p.prompt_logprobs.is_none() {
+        return bad(
+            "max_tokens",
+            "max_tokens must be at least 1 (0 only when the prompt is scored)".into(),
+        );
     }
     if let Err(e) = p.sampling.validate() {
         return bad(e.field(), e.to_string());
     }
     if let Some(n) = p.logprobs
-        && n > 20
+        && n > MAX_ALTERNATIVES
     {
         return bad(
             "top_logprobs",
-            format!("at most 20 alternatives per token, got {n}"),
+            format!("at most {MAX_ALTERNATIVES} alternatives per token, got {n}"),
+        );
+    }
+    if let Some(n) = p.prompt_logprobs
+        && n > MAX_ALTERNATIVES
+    {
+        return bad(
+            "prompt_logprobs",
+            format!("at most {MAX_ALTERNATIVES} alternatives per prompt token, got {n}"),
         );
     }
     if let Some(t) = p.stop_token_ids.iter().find(|&&t| t as usize >= vocab) {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use crate::kv_plan::{KvPlan, KvShape, defaults};
-use ferrox_models::decoder::{Decoder, Span, Want};
+use ferrox_models::decoder::{Decoder, Logits, Span, Want};
 use ferrox_models::kv_store::KvStore;
 use ferrox_sampling::grammar::Constraint;
 use ferrox_sampling::sampler::Sampler;
@@ -70,7 +70,25 @@ struct Active {
     constraint: Option<Constraint>,
     output: OutputStage,
     logprobs: Option<usize>,
+    /// The prompt's scores so far, when it is scored.
+    prompt_scores: Option<PromptScores>,
     reply: tokio::sync::mpsc::UnboundedSender<Event>,
+}
+
+impl Active {
+    /// Whether a forward of `r` ends at the next-token distribution: a decode
+    /// step, or the prompt's last chunk.
+    fn samples_after(&self, r: &Row) -> bool {
+        r.decode || r.start + r.len == self.prompt_len
+    }
+}
+
+/// A scored prompt's log-probabilities, gathered chunk by chunk.
+struct PromptScores {
+    /// Alternatives per token.
+    top: usize,
+    /// Tokens `1..` of the prompt scored so far.
+    scores: Vec<TokenLogprob>,
 }
 
 struct Worker {
@@ -126,7 +144,9 @@ fn span<'a>(
         pages,
         start: r.start,
         tokens: &a.tokens[r.start..end],
-        want: if end == a.prompt_len {
+        want: if a.prompt_scores.is_some() {
+            Want::All
+        } else if end == a.prompt_len {
             Want::Last
         } else {
             Want::Nothing
@@ -294,7 +314,7 @@ impl Worker {
                 .chain(std::iter::from_fn(|| rx.try_recv().ok()))
             {
                 match m {
-                    Msg::Job(job) => self.take_job(job),
+                    Msg::Job(job) => self.take_job(*job),
                     Msg::Cancel(id) => self.cancel(id),
                     Msg::Shutdown => stop = true,
                 }
@@ -364,7 +384,11 @@ impl Worker {
             .take(self.slots.free())
             .map(|job| {
                 let prompt = self.run_prompt(&job.prompt);
-                let hit = self.ledger.lookup(&prompt);
+                // A scored prompt runs whole: cached positions have no logits.
+                let hit = match job.params.prompt_logprobs {
+                    None => self.ledger.lookup(&prompt),
+                    Some(_) => PrefixHit::default(),
+                };
                 let positions = KvCeiling::positions(job.prompt.len(), job.params.max_tokens);
                 let need = self.ledger.need(positions, &hit);
                 let c = Candidate {
@@ -444,6 +468,10 @@ impl Worker {
                 constraint: params.grammar.as_ref().map(|g| g.start()),
                 output,
                 logprobs: params.logprobs,
+                prompt_scores: params.prompt_logprobs.map(|top| PromptScores {
+                    top,
+                    scores: Vec::new(),
+                }),
                 reply,
             },
         );
@@ -471,6 +499,9 @@ impl Worker {
             let Phase::Prefilling { prefilled } = a.phase else {
                 continue;
             };
+            if a.prompt_scores.is_some() {
+                continue; // run whole
+            }
             let now = self
                 .ledger
                 .catch_up(id, &a.tokens[..a.prompt_len], prefilled);
@@ -579,9 +610,44 @@ impl Worker {
             EngineStats::add(&self.stats.decode_steps, 1);
         }
         for (i, r) in rows.iter().enumerate() {
+            let Some(samples) = self.running.get(&r.id).map(|a| a.samples_after(r)) else {
+                continue;
+            };
+            self.score_prompt(i, r, &logits);
             self.after_forward(r);
-            if let Some(row) = logits.last_of(i) {
+            if samples && let Some(row) = logits.last_of(i) {
                 self.on_logits(r.id, row);
+            }
+        }
+    }
+
+    /// Scores the prompt tokens that span `i` (row `r`, a chunk of a scored
+    /// prompt) predicts, and sends the scores once the prompt has run.
+    fn score_prompt(&mut self, i: usize, r: &Row, logits: &Logits) {
+        let Some(a) = self.running.get_mut(&r.id) else {
+            return;
+        };
+        let last_chunk = a.samples_after(r);
+        let Some(p) = a.prompt_scores.as_mut() else {
+            return;
+        };
+        if r.decode {
+            return;
+        }
+        // Token j of the chunk predicts the prompt token after it.
+        for j in 0..r.len {
+            let next = r.start + j + 1;
+            if next >= a.prompt_len {
+                break;
+            }
+            let row = logits.of(i, j).expect("a scored chunk has every row");
+            p.scores.push(TokenLogprob::of(row, a.tokens[next], p.top));
+        }
+        if last_chunk {
+            let scores = std::mem::take(&mut p.scores);
+            let _ = a.reply.send(Event::PromptLogprobs(scores));
+            if a.output.limit() == 0 {
+                self.finish(r.id, FinishReason::Length);
             }
         }
     }

@@ -44,7 +44,7 @@ fn text_of(events: &[Event]) -> (String, FinishReason) {
                 return (text, *reason);
             }
             Event::Failed(f) => panic!("failed: {f}"),
-            Event::Admitted => {}
+            Event::Admitted | Event::PromptLogprobs(_) => {}
         }
     }
     panic!("no finish: {events:?}")

@@ -46,6 +46,8 @@ pub struct Answer {
     pub usage: Usage,
     /// The tokens' log-probabilities, when the request asked for them.
     pub logprobs: Option<Vec<LoggedToken>>,
+    /// The prompt's tokens after the first, scored, when the request asked.
+    pub prompt_logprobs: Option<Vec<TokenLogprob>>,
 }
 
 /// One request's events as they came: its text, finish, usage and logged
@@ -55,6 +57,7 @@ struct Gathered {
     finish: Option<FinishReason>,
     usage: Usage,
     logprobs: Option<Vec<LoggedToken>>,
+    prompt_logprobs: Option<Vec<TokenLogprob>>,
 }
 
 /// Each answer of `streams` under `--request-timeout`; new call ids come
@@ -92,11 +95,13 @@ async fn gather(
         finish: None,
         usage: Usage::default(),
         logprobs: None,
+        prompt_logprobs: None,
     };
     while let Some(e) = s.recv().await {
         log.on_event(index, &e);
         match e {
             Event::Admitted => {}
+            Event::PromptLogprobs(p) => g.prompt_logprobs = Some(p),
             Event::Token { id, text, logprob } => {
                 if let Some(logprob) = logprob {
                     g.logprobs.get_or_insert_with(Vec::new).push(LoggedToken {
@@ -142,6 +147,7 @@ fn take_apart(shape: Shape, g: Gathered, ids: &mut dyn FnMut() -> String) -> Ans
         finish: g.finish,
         usage: g.usage,
         logprobs: g.logprobs,
+        prompt_logprobs: g.prompt_logprobs,
     }
 }
 

@@ -164,7 +164,6 @@ const OPENAI_COMMON: Table = &[
             "top-n-sigma sampling is not implemented",
         ),
     ),
-    ("echo", Refused("echo is not supported")),
     ("best_of", Refused("best_of is not supported")),
     (
         "typical_p",
@@ -207,6 +206,16 @@ const CHAT: Table = &[
 ];
 
 const COMPLETIONS: Table = &[("prompt", Implemented), ("suffix", Implemented)];
+
+/// Prompt scoring, on `/v1/completions` only (lm-eval's loglikelihood, vLLM's
+/// `prompt_logprobs`).
+const SCORING: Table = &[("echo", Implemented), ("prompt_logprobs", Implemented)];
+
+/// Routes that answer without the prompt.
+const NO_ECHO: Table = &[(
+    "echo",
+    Refused("echo is not supported here; /v1/completions echoes and scores the prompt"),
+)];
 
 /// The prompt of a Messages request, shared by `count_tokens`.
 const MESSAGES_PROMPT: Table = &[
@@ -450,12 +459,12 @@ const RESPONSES_FIELDS: Table = &[
 
 pub const CHAT_COMPLETIONS: Policy = Policy {
     route: "/v1/chat/completions",
-    tables: &[OPENAI_COMMON, CHAT],
+    tables: &[OPENAI_COMMON, CHAT, NO_ECHO],
 };
 
 pub const TEXT_COMPLETIONS: Policy = Policy {
     route: "/v1/completions",
-    tables: &[OPENAI_COMMON, COMPLETIONS],
+    tables: &[OPENAI_COMMON, COMPLETIONS, SCORING],
 };
 
 pub const ANTHROPIC_MESSAGES: Policy = Policy {
@@ -486,12 +495,12 @@ pub const OLLAMA_OPTIONS: Policy = Policy {
 
 pub const NATIVE_COMPLETION: Policy = Policy {
     route: "/completion",
-    tables: &[OPENAI_COMMON, COMPLETIONS, NATIVE_FIELDS],
+    tables: &[OPENAI_COMMON, COMPLETIONS, NATIVE_FIELDS, NO_ECHO],
 };
 
 pub const NATIVE_INFILL: Policy = Policy {
     route: "/infill",
-    tables: &[OPENAI_COMMON, NATIVE_FIELDS, INFILL_FIELDS],
+    tables: &[OPENAI_COMMON, NATIVE_FIELDS, INFILL_FIELDS, NO_ECHO],
 };
 
 pub const RESPONSES: Policy = Policy {

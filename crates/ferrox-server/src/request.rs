@@ -9,6 +9,7 @@
 //! tool fields by [`crate::tool_request`].
 
 use ferrox_engine::GenerationParams;
+use ferrox_engine::validate::MAX_ALTERNATIVES;
 use ferrox_sampling::grammar::GrammarSpec;
 use ferrox_text::chat::{ChatMessage, TemplateVars};
 use ferrox_text::fim::Infill;
@@ -81,6 +82,17 @@ pub struct ValidRequest {
     pub template_vars: TemplateVars,
     /// Choices per prompt (`n`).
     pub choices: usize,
+    /// What the answer shows of the prompt (completions only).
+    pub shown: PromptShown,
+}
+
+/// What a completions answer shows of its prompt.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PromptShown {
+    /// `echo`: the prompt before the completion (scored, with `logprobs`).
+    pub echo: bool,
+    /// vLLM's `prompt_logprobs`: the prompt's scores as their own list.
+    pub listed: bool,
 }
 
 /// The most stop strings a request may give (OpenAI's bound).
@@ -163,6 +175,7 @@ fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
             stop,
             stop_token_ids: f.stop_token_ids.unwrap_or_default(),
             logprobs: None,
+            prompt_logprobs: None,
             ignore_eos: f.ignore_eos.unwrap_or(false),
             grammar: None,
         },
@@ -360,6 +373,7 @@ pub fn parse_chat(body: &Value) -> Result<ValidRequest, ApiError> {
         tools,
         template_vars,
         choices: n,
+        shown: PromptShown::default(),
     })
 }
 
@@ -371,6 +385,10 @@ pub fn parse_completion(body: &Value) -> Result<ValidRequest, ApiError> {
 /// Validates a completions body its route's policy has passed.
 pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
     let text: CompletionFields = typed(o)?;
+    let shared: SharedFields = typed(o)?;
+    let echo = text.echo.unwrap_or(false);
+    // A scored prompt may ask for no completion at all.
+    let zero = (echo || text.prompt_logprobs.is_some()) && shared.max_tokens == Some(0);
     let Common {
         mut params,
         grammar,
@@ -378,8 +396,17 @@ pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
         stream,
         include_usage,
         n,
-    } = common(typed(o)?, None)?;
+    } = common(shared, zero.then_some(0))?;
     params.logprobs = text_logprobs(text.logprobs)?;
+    params.prompt_logprobs =
+        prompt_scoring(echo, params.logprobs, text.prompt_logprobs, max_tokens)?;
+    if echo && stream {
+        return Err(Invalid::Conflict {
+            field: "echo",
+            why: "an echoed prompt is answered whole: give stream: false",
+        }
+        .into());
+    }
     let prompt = match text.prompt {
         None => return Err(Invalid::Missing { field: "prompt" }.into()),
         Some(Prompt::Text(s)) => PromptInput::Text(vec![s]),
@@ -423,7 +450,39 @@ pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
         tools: None,
         template_vars: TemplateVars::new(),
         choices: n,
+        shown: PromptShown {
+            echo,
+            listed: text.prompt_logprobs.is_some(),
+        },
     })
+}
+
+/// Completions' prompt scoring: `echo` with `logprobs` scores the prompt with
+/// that many alternatives, as does vLLM's `prompt_logprobs`; `echo` with
+/// `max_tokens: 0` scores it to answer nothing but the prompt.
+fn prompt_scoring(
+    echo: bool,
+    logprobs: Option<usize>,
+    prompt_logprobs: Option<i64>,
+    max_tokens: Option<usize>,
+) -> Result<Option<usize>, Invalid> {
+    let asked = match prompt_logprobs {
+        Some(n) if !(0..=MAX_ALTERNATIVES as i64).contains(&n) => {
+            return Err(Invalid::OutOfRange {
+                field: "prompt_logprobs",
+                bound: format!("between 0 and {MAX_ALTERNATIVES}").into(),
+                got: n.to_string(),
+            });
+        }
+        Some(n) => Some(n as usize),
+        None => None,
+    };
+    let echoed = match (echo, logprobs, max_tokens) {
+        (true, Some(n), _) => Some(n),
+        (true, None, Some(0)) => Some(0),
+        _ => None,
+    };
+    Ok(asked.max(echoed))
 }
 
 #[cfg(test)]

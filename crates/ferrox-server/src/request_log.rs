@@ -221,6 +221,7 @@ impl RequestLog {
                 m.queue_time.observe(since_start.as_secs_f64());
                 self.queued_for.get_or_insert(since_start);
             }
+            Event::PromptLogprobs(_) => {}
             Event::Token { .. } => {
                 match s.last_token {
                     None => m.time_to_first_token.observe(since_start.as_secs_f64()),

@@ -341,6 +341,7 @@ fn valid(req: MessagesRequest, max_tokens: usize) -> Result<Valid, ApiError> {
             stop: req.stop_sequences.clone(),
             stop_token_ids: Vec::new(),
             logprobs: None,
+            prompt_logprobs: None,
             ignore_eos: false,
             grammar: None,
         },

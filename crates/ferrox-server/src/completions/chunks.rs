@@ -1,16 +1,20 @@
 //! The OpenAI response types filled in from engine events: log-probabilities,
 //! tool calls, whole choices, and the stream chunks of one response.
 
-use ferrox_engine::{FinishReason, Usage};
+use std::collections::BTreeMap;
+
+use ferrox_engine::{FinishReason, TokenLogprob, Usage};
 use ferrox_text::tools::ToolCall;
 
 use super::Kind;
 use crate::answer::{Answer, LoggedToken};
 use crate::openai::response::{
     ChatChoice, ChatCompletionChunk, ChatLogprobs, ChatObject, ChunkChoice, CompletionUsage, Delta,
-    FunctionDelta, FunctionKind, FunctionOut, Header, Role, TextChoice, TextCompletion,
-    TextLogprobs, TextObject, TokenLogprobOut, ToolCallDelta, ToolCallOut, TopLogprob,
+    FunctionDelta, FunctionKind, FunctionOut, Header, RankedLogprob, Role, TextChoice,
+    TextCompletion, TextLogprobs, TextObject, TokenLogprobOut, ToolCallDelta, ToolCallOut,
+    TopLogprob,
 };
+use crate::request::PromptShown;
 use crate::state::AppState;
 
 /// Chat's `logprobs.content`.
@@ -45,19 +49,80 @@ pub(super) fn chat_logprobs(st: &AppState, tokens: &[LoggedToken]) -> ChatLogpro
 /// The legacy completions `logprobs`.
 pub(super) fn text_logprobs(st: &AppState, tokens: &[LoggedToken]) -> TextLogprobs {
     let mut out = TextLogprobs::default();
+    add_logprobs(st, &mut out, tokens, 0);
+    out
+}
+
+/// Appends `tokens`, their text offsets moved on by `shift`.
+fn add_logprobs(st: &AppState, out: &mut TextLogprobs, tokens: &[LoggedToken], shift: usize) {
     for t in tokens {
         out.tokens.push(st.token_piece(t.id).0);
-        out.token_logprobs.push(t.logprob.logprob);
-        out.top_logprobs.push(
-            t.logprob
+        out.token_logprobs.push(Some(t.logprob.logprob));
+        out.top_logprobs.push(Some(alternatives(st, &t.logprob)));
+        out.text_offset.push(shift + t.offset);
+    }
+}
+
+/// A token's alternatives, text to log-probability.
+fn alternatives(st: &AppState, l: &TokenLogprob) -> serde_json::Map<String, serde_json::Value> {
+    l.top
+        .iter()
+        .map(|&(i, l)| (st.token_piece(i).0, l.into()))
+        .collect()
+}
+
+/// The echoed prompt `ids` (with `scores`, of its tokens after the first, when
+/// they are shown): its text, and its tokens as the legacy `logprobs` lists.
+fn echoed_prompt(
+    st: &AppState,
+    ids: &[u32],
+    scores: Option<&[TokenLogprob]>,
+) -> (String, Option<TextLogprobs>) {
+    let mut text = String::new();
+    let mut lists = TextLogprobs::default();
+    for (k, &id) in ids.iter().enumerate() {
+        let piece = st.token_piece(id).0;
+        lists.text_offset.push(text.len());
+        text.push_str(&piece);
+        lists.tokens.push(piece);
+        let score = k.checked_sub(1).and_then(|k| scores?.get(k));
+        lists.token_logprobs.push(score.map(|s| s.logprob));
+        lists.top_logprobs.push(score.map(|s| alternatives(st, s)));
+    }
+    (text, scores.map(|_| lists))
+}
+
+/// vLLM's `prompt_logprobs`: `null` for the first token, then each token's id
+/// and its alternatives' ids with their log-probabilities and ranks.
+fn listed_prompt(
+    st: &AppState,
+    ids: &[u32],
+    scores: &[TokenLogprob],
+) -> Vec<Option<BTreeMap<String, RankedLogprob>>> {
+    let entry = |id: u32, logprob: f32, rank: usize| {
+        let decoded_token = st.token_piece(id).0;
+        (
+            id.to_string(),
+            RankedLogprob {
+                logprob,
+                rank,
+                decoded_token,
+            },
+        )
+    };
+    std::iter::once(None)
+        .chain(ids.iter().skip(1).zip(scores).map(|(&id, s)| {
+            let mut m: BTreeMap<String, RankedLogprob> = s
                 .top
                 .iter()
-                .map(|&(i, l)| (st.token_piece(i).0, l.into()))
-                .collect(),
-        );
-        out.text_offset.push(t.offset);
-    }
-    out
+                .enumerate()
+                .map(|(r, &(i, l))| entry(i, l, r + 1))
+                .collect();
+            let (k, v) = entry(id, s.logprob, s.rank);
+            m.insert(k, v);
+            Some(m)
+        }))
+        .collect()
 }
 
 /// OpenAI's `tool_calls`: the arguments as JSON text.
@@ -103,12 +168,54 @@ pub(super) fn chat_choice(st: &AppState, index: usize, a: Answer) -> ChatChoice 
     }
 }
 
-pub(super) fn text_choice(st: &AppState, index: usize, a: Answer) -> TextChoice {
+/// A completions choice; with `prompt` (its ids), the prompt as `shown` asks.
+pub(super) fn text_choice(
+    st: &AppState,
+    index: usize,
+    a: Answer,
+    prompt: Option<(&[u32], PromptShown, bool)>,
+) -> TextChoice {
+    let finish_reason = finish_reason(&a);
+    let Some((ids, shown, logprobs)) = prompt else {
+        return TextChoice {
+            index,
+            finish_reason,
+            text: a.text,
+            logprobs: a.logprobs.map(|l| text_logprobs(st, &l)),
+            prompt_logprobs: None,
+        };
+    };
+    let scores = a.prompt_logprobs.as_deref();
+    let prompt_logprobs = scores
+        .filter(|_| shown.listed)
+        .map(|s| listed_prompt(st, ids, s));
+    if !shown.echo {
+        return TextChoice {
+            index,
+            finish_reason,
+            text: a.text,
+            logprobs: a.logprobs.map(|l| text_logprobs(st, &l)),
+            prompt_logprobs,
+        };
+    }
+    let (mut text, lists) = echoed_prompt(st, ids, scores.filter(|_| logprobs));
+    let shift = text.len();
+    text.push_str(&a.text);
+    let logprobs = lists.map(|mut lists| {
+        add_logprobs(
+            st,
+            &mut lists,
+            a.logprobs.as_deref().unwrap_or_default(),
+            shift,
+        );
+        lists
+    });
     TextChoice {
         index,
-        finish_reason: finish_reason(&a),
-        text: a.text,
-        logprobs: a.logprobs.map(|l| text_logprobs(st, &l)),
+        finish_reason,
+        text,
+        logprobs,
+        prompt_logprobs,
     }
 }
 
@@ -154,6 +261,7 @@ impl Chunks {
                 text,
                 finish_reason: finish,
                 logprobs,
+                prompt_logprobs: None,
             }],
             usage: None,
         })

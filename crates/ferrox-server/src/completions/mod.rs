@@ -26,7 +26,7 @@ use crate::answer::{self, Shape, call_ids};
 use crate::error::ApiError;
 use crate::generation::{self, Generation};
 use crate::json_body::json_body;
-use crate::request::{parse_chat, parse_completion};
+use crate::request::{PromptShown, parse_chat, parse_completion};
 use crate::request_log::{RequestLog, Route, not_a_refusal, unique_id};
 use crate::state::AppState;
 
@@ -71,6 +71,7 @@ async fn handle(
         Kind::Text => parse_completion(&v)?,
     };
     let (stream, include_usage, choices) = (req.stream, req.include_usage, req.choices);
+    let (shown, logprobs) = (req.shown, req.params.logprobs.is_some());
     let tools = req.tools.as_ref().map(|_| st.tool_format());
     let prepared = generation::prepare(&st, Generation::from(req)).await?;
     let shape = Shape {
@@ -80,6 +81,11 @@ async fn handle(
             .flatten(),
     };
     let prompt_text = RequestLog::prompt_text(&st, &prepared.prompts);
+    let prompt = (shown.echo || shown.listed).then(|| PromptView {
+        ids: prepared.prompts.clone(),
+        shown,
+        logprobs,
+    });
     let started = Instant::now();
     let submitted = prepared.submit(&st)?;
     let streams = submitted.streams;
@@ -100,7 +106,14 @@ async fn handle(
         };
         Ok(stream::sse(st, kind, id, streams, usage, log, shape).into_response())
     } else {
-        Ok(collect(st, kind, id, streams, log, shape, choices).await)
+        let answer = Collected {
+            kind,
+            id,
+            shape,
+            choices,
+            prompt,
+        };
+        Ok(collect(st, answer, streams, log).await)
     }
 }
 
@@ -135,17 +148,40 @@ fn add_usage(total: &mut Usage, u: &Usage, first_choice: bool) {
     total.completion_tokens += u.completion_tokens;
 }
 
+/// The prompts a completions answer shows (`echo`, `prompt_logprobs`).
+struct PromptView {
+    /// Each prompt's ids (one per prompt, not per choice).
+    ids: Vec<Vec<u32>>,
+    shown: PromptShown,
+    /// The completion's `logprobs` was asked: an echoed prompt is scored too.
+    logprobs: bool,
+}
+
+/// How a whole (not streamed) answer is rendered.
+struct Collected {
+    kind: Kind,
+    id: String,
+    shape: Shape,
+    /// Choices per prompt.
+    choices: usize,
+    prompt: Option<PromptView>,
+}
+
 /// The whole answer of every choice (`choices` per prompt), rendered as one
 /// response.
 async fn collect(
     st: Arc<AppState>,
-    kind: Kind,
-    id: String,
+    c: Collected,
     streams: Vec<RequestStream>,
     mut log: RequestLog,
-    shape: Shape,
-    choices: usize,
 ) -> Response {
+    let Collected {
+        kind,
+        id,
+        shape,
+        choices,
+        prompt,
+    } = c;
     let mut ids = shape
         .tools
         .map(call_ids)
@@ -186,7 +222,12 @@ async fn collect(
             choices: answers
                 .into_iter()
                 .enumerate()
-                .map(|(i, a)| chunks::text_choice(&st, i, a))
+                .map(|(i, a)| {
+                    let shown = prompt
+                        .as_ref()
+                        .map(|p| (p.ids[i / choices.max(1)].as_slice(), p.shown, p.logprobs));
+                    chunks::text_choice(&st, i, a, shown)
+                })
                 .collect(),
             usage: Some(usage),
         })

@@ -154,6 +154,8 @@ impl ResponseStream {
         let (st, out, c) = (&self.st, &self.out, &mut self.choices[i]);
         match e {
             Event::Admitted => c.admitted(st, out),
+            // Echo (the one scoring route) is answered whole, not streamed.
+            Event::PromptLogprobs(_) => Vec::new(),
             Event::Token { id, text, logprob } => c.token(st, out, id, text, logprob),
             Event::Finished {
                 reason,

@@ -315,6 +315,7 @@ fn common(st: &AppState, c: Common, tools: bool) -> Result<Partial, ApiError> {
                 stop: o.stop.unwrap_or_default(),
                 stop_token_ids: Vec::new(),
                 logprobs: logprobs(c.logprobs, c.top_logprobs)?,
+                prompt_logprobs: None,
                 ignore_eos: false,
                 grammar: None,
             },

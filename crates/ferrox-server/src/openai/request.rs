@@ -156,6 +156,11 @@ pub struct CompletionFields {
     pub logprobs: Option<i64>,
     /// The text after the completion: fill-in-the-middle.
     pub suffix: Option<String>,
+    /// Answer the prompt before the completion (with `logprobs`, scored).
+    pub echo: Option<bool>,
+    /// vLLM's prompt scoring: each prompt token's log-probability with this
+    /// many alternatives.
+    pub prompt_logprobs: Option<i64>,
 }
 
 /// A completions prompt: text, texts, token ids, or lists of token ids.

@@ -4,6 +4,8 @@
 //! and their parts. Field order is OpenAI's; `null` fields OpenAI sends
 //! (`finish_reason`, `logprobs`) are sent, optional ones are left out.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 /// The `object` of a chat answer.
@@ -177,15 +179,28 @@ pub struct TextChoice {
     pub text: String,
     pub finish_reason: Option<&'static str>,
     pub logprobs: Option<TextLogprobs>,
+    /// vLLM's `prompt_logprobs`: per prompt token (`null` for the first), its
+    /// id and the alternatives' ids, each with its log-probability.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<BTreeMap<String, RankedLogprob>>>>,
 }
 
-/// The legacy completions `logprobs`: parallel lists.
+/// One entry of vLLM's `prompt_logprobs`.
+#[derive(Debug, Serialize)]
+pub struct RankedLogprob {
+    pub logprob: f32,
+    pub rank: usize,
+    pub decoded_token: String,
+}
+
+/// The legacy completions `logprobs`: parallel lists (an echoed prompt's
+/// first token has no log-probability: `null`).
 #[derive(Debug, Default, Serialize)]
 pub struct TextLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
+    pub token_logprobs: Vec<Option<f32>>,
     /// Each token's alternatives, text to log-probability.
-    pub top_logprobs: Vec<serde_json::Map<String, serde_json::Value>>,
+    pub top_logprobs: Vec<Option<serde_json::Map<String, serde_json::Value>>>,
     pub text_offset: Vec<usize>,
 }
 

@@ -327,6 +327,7 @@ pub(super) fn parse(body: &Value) -> Result<Valid, ApiError> {
                 stop: Vec::new(),
                 stop_token_ids: Vec::new(),
                 logprobs: None,
+                prompt_logprobs: None,
                 ignore_eos: false,
                 grammar: None,
             },
