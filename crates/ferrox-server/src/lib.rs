@@ -58,6 +58,7 @@ pub mod sampling;
 pub mod serve;
 pub mod state;
 pub mod structured;
+pub mod tokenize;
 pub mod tool_request;
 pub mod unparsed;
 pub mod webui;

@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -16,9 +14,6 @@ use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::completions;
 use crate::error::ApiError;
-use crate::invalid::Invalid;
-use crate::json_body::json_body;
-use crate::request::typed;
 use crate::state::{AppState, Phase};
 
 /// Largest request body accepted.
@@ -82,89 +77,6 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         st.metrics.render(),
     )
         .into_response()
-}
-
-/// A `/tokenize` body (llama-server's).
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TokenizeBody {
-    content: String,
-    #[serde(default)]
-    add_special: bool,
-    #[serde(default = "yes")]
-    parse_special: bool,
-    /// Each token as `{"id", "piece"}`: the piece a string when it is UTF-8,
-    /// else its bytes.
-    #[serde(default)]
-    with_pieces: bool,
-}
-
-/// A token with its piece (`/tokenize` with `with_pieces`).
-#[derive(serde::Serialize)]
-struct TokenPiece {
-    id: u32,
-    piece: Piece,
-}
-
-#[derive(serde::Serialize)]
-#[serde(untagged)]
-enum Piece {
-    Text(String),
-    Bytes(Vec<u8>),
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// A `/detokenize` body.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DetokenizeBody {
-    tokens: Vec<u32>,
-}
-
-async fn tokenize(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let b: TokenizeBody = typed(&json_body(body)?)?;
-    let tokens = st
-        .tokenizer
-        .encode(&b.content, b.add_special, b.parse_special);
-    if !b.with_pieces {
-        return Ok(Json(json!({ "tokens": tokens })));
-    }
-    let pieces: Vec<TokenPiece> = tokens
-        .into_iter()
-        .map(|id| {
-            let bytes = st.tokenizer.token_bytes(id, true).into_owned();
-            let piece = match String::from_utf8(bytes) {
-                Ok(s) => Piece::Text(s),
-                Err(e) => Piece::Bytes(e.into_bytes()),
-            };
-            TokenPiece { id, piece }
-        })
-        .collect();
-    Ok(Json(json!({ "tokens": pieces })))
-}
-
-async fn detokenize(
-    State(st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let b: DetokenizeBody = typed(&json_body(body)?)?;
-    let vocab = st.tokenizer.vocab_size();
-    if b.tokens.iter().any(|&t| t as usize >= vocab) {
-        return Err(Invalid::NotAToken {
-            field: "tokens",
-            vocab,
-        }
-        .into());
-    }
-    Ok(Json(
-        json!({"content": st.tokenizer.decode(&b.tokens, true)}),
-    ))
 }
 
 async fn not_found(req: Request) -> Response {
@@ -257,8 +169,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route("/props", get(crate::props::props))
-        .route("/tokenize", post(tokenize))
-        .route("/detokenize", post(detokenize))
+        .merge(crate::tokenize::routes())
         .merge(crate::ollama::routes())
         .merge(crate::native::routes())
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));

@@ -516,7 +516,12 @@ async fn tokenize_and_detokenize_round_trip_and_refuse_by_name() {
         .collect();
     assert_eq!(text, "hi!");
     for (path, body, param) in [
-        ("/tokenize", r#"{}"#, serde_json::Value::Null),
+        ("/tokenize", r#"{}"#, serde_json::json!("content")),
+        (
+            "/tokenize",
+            r#"{"content": "a", "prompt": "a"}"#,
+            serde_json::json!("prompt"),
+        ),
         (
             "/tokenize",
             r#"{"content": "a", "mood": 1}"#,
@@ -538,6 +543,43 @@ async fn tokenize_and_detokenize_round_trip_and_refuse_by_name() {
         let e: serde_json::Value = serde_json::from_str(&answer).unwrap();
         assert_eq!(e["error"]["param"], param, "{path} {body}: {answer}");
     }
+}
+
+/// vLLM's shapes of the tokenizer routes (what lm-eval's remote tokenizer
+/// sends): `prompt` with the special tokens added unless `add_special_tokens`
+/// is false, the count and context beside the tokens, `prompt` in
+/// `/detokenize`'s answer, and `GET /tokenizer_info`.
+#[tokio::test]
+async fn the_tokenizer_routes_answer_vllm_clients_too() {
+    let json = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+    let tokens = |body: &str| json(body)["tokens"].clone();
+    let (_, llama) = post(app(usize::MAX), "/tokenize", r#"{"content": "hi!"}"#).await;
+    let (status, plain) = post(
+        app(usize::MAX),
+        "/tokenize",
+        r#"{"model": "m", "prompt": "hi!", "add_special_tokens": false}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{plain}");
+    assert_eq!(tokens(&plain), tokens(&llama));
+    let n = tokens(&plain).as_array().unwrap().len();
+    assert_eq!(json(&plain)["count"], n);
+    assert!(json(&plain)["max_model_len"].as_u64().unwrap() > 0);
+    let info = json(&get(app(usize::MAX), "/tokenizer_info").await);
+    let (_, special) = post(app(usize::MAX), "/tokenize", r#"{"prompt": "hi!"}"#).await;
+    let with_bos = tokens(&special).as_array().unwrap().len();
+    let adds = usize::from(info["add_bos_token"].as_bool().unwrap());
+    assert_eq!(with_bos, n + adds, "{special}");
+    assert!(info["eos_token"].is_string(), "{info}");
+    assert_eq!(info["model_max_length"], json(&plain)["max_model_len"]);
+    let (status, text) = post(
+        app(usize::MAX),
+        "/detokenize",
+        &serde_json::json!({"model": "m", "tokens": tokens(&plain)}).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(json(&text)["prompt"], "hi!");
 }
 
 /// One model served: any `model` a client sends is answered, and the answer
