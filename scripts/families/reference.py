@@ -10,9 +10,16 @@ float64 with no activation quantization. For each prompt (token ids) it writes
 the greedy continuation and the top-5 natural-log probabilities of every step.
 
     reference.py MODEL.gguf PROMPTS.jsonl OUT.jsonl [--context N]
+    reference.py --perplexity CTX [--bos ID] MODEL.gguf TOKENS.json OUT.json
 
 PROMPTS.jsonl rows carry {"prompt", "prompt_ids"}; OUT rows add {"ids", "top5"},
 with top5 entries {"id", "logprob"} as in tests/golden.
+
+With --perplexity it measures a text (its token ids, a JSON array) as
+llama-perplexity does: chunks of CTX tokens, each from an empty context with
+its first token replaced by BOS when --bos is given, scored on positions
+CTX/2 .. CTX-2; OUT is {"ctx", "bos", "running", "ppl"}, the perplexity after
+each chunk.
 The context (default: the model's) picks LongRoPE's factor set, as llama.cpp's -c.
 """
 import json
@@ -440,8 +447,44 @@ def run(model, prompt_ids):
     return ids, top5
 
 
+def perplexity(model, tokens, ctx, bos):
+    """llama-perplexity's chunks: the running perplexity after each."""
+    nll, count, running = 0.0, 0, []
+    first = ctx // 2
+    for k in range(len(tokens) // ctx):
+        chunk = tokens[k * ctx : (k + 1) * ctx]
+        run_ids = ([bos] if bos is not None else chunk[:1]) + chunk[1:]
+        cache = [[] for _ in range(model.n_layer)]
+        for pos in range(ctx - 1):
+            logits = model.step(run_ids[pos], pos, cache)
+            if pos >= first:
+                nll -= float(log_softmax(logits)[chunk[pos + 1]])
+                count += 1
+        running.append(math.exp(nll / count))
+        print(f"[{k + 1}]{running[-1]:.6f}", file=sys.stderr, flush=True)
+    return running
+
+
+def perplexity_main(args):
+    ctx = int(args.pop(args.index("--perplexity") + 1))
+    args.remove("--perplexity")
+    bos = None
+    if "--bos" in args:
+        bos = int(args.pop(args.index("--bos") + 1))
+        args.remove("--bos")
+    path, tokens_path, out = args
+    with open(tokens_path) as f:
+        tokens = json.load(f)
+    running = perplexity(Model(path), tokens, ctx, bos)
+    with open(out, "w") as o:
+        json.dump({"ctx": ctx, "bos": bos, "running": running, "ppl": running[-1]}, o)
+        o.write("\n")
+
+
 def main():
     args = sys.argv[1:]
+    if "--perplexity" in args:
+        return perplexity_main(args)
     context = None
     if "--context" in args:
         i = args.index("--context")

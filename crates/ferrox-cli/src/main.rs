@@ -10,6 +10,7 @@ mod config_doc;
 mod inspect;
 mod interrupt;
 mod knobs;
+mod perplexity_cmd;
 mod run_cmd;
 mod serve_cmd;
 mod tokenize_cmd;
@@ -59,6 +60,9 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Load-test an OpenAI-compatible server: latency percentiles and throughput.
     BenchServe(bench_serve::BenchServeArgs),
+    /// Measure a model's perplexity on a text file, as llama-perplexity does
+    /// (the same chunking; its figure compares).
+    Perplexity(perplexity_cmd::PerplexityArgs),
     /// Fetch models into the cache (default: the default model): catalog names,
     /// or Hugging Face Hub models (hf.co/USER/REPO, hf.co/USER/REPO:QUANT, USER/REPO/FILE.gguf;
     /// HF_ENDPOINT, HF_TOKEN and HF_HOME are honoured).
@@ -199,6 +203,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench(args) => bench_cmd::bench(args)?,
         Command::BenchServe(args) => bench_serve::bench_serve(args)?,
+        Command::Perplexity(args) => perplexity_cmd::run(args)?,
         Command::Models => {
             let dir = catalog::models_dir();
             println!("models directory: {}", dir.display());

@@ -8,6 +8,7 @@
 //! * [`kv_store`]: KV bytes at the pages the engine's ledger hands out.
 //! * [`activation_path`]: the fast integer-activation path or the exact f32 one.
 //! * [`model`]: a file loaded with its tokenizer and chat template.
+//! * [`perplexity`]: llama-perplexity's measure of a text.
 
 pub mod activation_path;
 pub mod arch;
@@ -18,6 +19,7 @@ pub mod hparams;
 pub mod kv_store;
 pub mod model;
 pub mod moe;
+pub mod perplexity;
 pub mod transformer;
 pub mod weights;
 
