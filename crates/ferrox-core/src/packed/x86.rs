@@ -214,6 +214,47 @@ unsafe fn dp(acc: __m512i, w: __m512i, pair: *const i16) -> __m512i {
     acc
 }
 
+/// The 16 steps of a [`Quants::Nibble6`] block at `blk` (its high-bit plane at
+/// `bits_at`) as 16-bit values `v - 32`. Formed in the 8-bit domain, four
+/// steps a time: nibble lines `2h` and `2h + 1` in one register with high-bit
+/// line `h` in both halves (steps `4h + k` take its bits `2k`, moved to bits 4
+/// and 5 by a per-half shift), then widened. (In the 16-bit domain every step
+/// took its own shift, mask, or and subtraction: Q6_K ran at a third of
+/// Q4_K's rate on one token.)
+///
+/// # Safety
+/// AVX-512 BW runs; `blk` holds a whole Nibble6 block.
+#[inline(always)]
+unsafe fn nibble6_steps(blk: *const u8, bits_at: usize, w: &mut [__m512i; 16]) {
+    // SAFETY: lines 0..8 of the nibbles and 0..4 of the high bits lie in the
+    // block (the layout; caller).
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        let (high, bias) = (_mm512_set1_epi8(0x30), _mm512_set1_epi8(32));
+        // Per 16-bit lane: the lower half (steps 4h, 4h + 1) shifts left by 4,
+        // the upper (4h + 2, 4h + 3) by 0.
+        let shift = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_setzero_si256());
+        for h in 0..4 {
+            let raw = _mm512_loadu_si512(blk.add(64 * h).cast());
+            let hb = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(bits_at + 32 * h).cast()));
+            let lo = _mm512_and_si512(raw, low);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), low);
+            // Bits 2k of step 4h + k to bits 4, 5: k = 0, 2 by << 4, << 0; k = 1,
+            // 3 by >> 2 then << 4, << 0.
+            let hb_lo = _mm512_sllv_epi16(hb, shift);
+            let hb_hi = _mm512_sllv_epi16(_mm512_srli_epi16::<2>(hb), shift);
+            // a | (b & c)
+            let v_lo = _mm512_ternarylogic_epi32::<0xF8>(lo, hb_lo, high);
+            let v_hi = _mm512_ternarylogic_epi32::<0xF8>(hi, hb_hi, high);
+            let (v_lo, v_hi) = (_mm512_sub_epi8(v_lo, bias), _mm512_sub_epi8(v_hi, bias));
+            w[4 * h] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(v_lo));
+            w[4 * h + 1] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(v_hi));
+            w[4 * h + 2] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(v_lo));
+            w[4 * h + 3] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(v_hi));
+        }
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     g: &[u8],
@@ -237,7 +278,6 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
     unsafe {
         let low = _mm512_set1_epi16(0x0F);
         let sixteen = _mm512_set1_epi16(16);
-        let (high_bits, bias) = (_mm512_set1_epi16(0x30), _mm512_set1_epi16(32));
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
             prefetch_ahead(blk, bb);
@@ -252,6 +292,8 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
                     w[2 * c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(table, lo));
                     w[2 * c + 1] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(table, hi));
                 }
+            } else if Q == NIBBLE6 {
+                nibble6_steps(blk, format.bits_at(), &mut w);
             } else if Q != BYTE {
                 for c in 0..8 {
                     let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
@@ -263,21 +305,6 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
                     for (p, wp) in w.iter_mut().enumerate() {
                         *wp =
                             _mm512_mask_add_epi16(*wp, bits.add(p).read_unaligned(), *wp, sixteen);
-                    }
-                }
-                if Q == NIBBLE6 {
-                    for (p, wp) in w.iter_mut().enumerate() {
-                        let line = blk.add(format.bits_at() + 32 * (p / 4));
-                        let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(line.cast()));
-                        // Step 4c + k's two bits, moved to bits 4 and 5.
-                        let moved = match p % 4 {
-                            0 => _mm512_slli_epi16::<4>(raw),
-                            1 => _mm512_slli_epi16::<2>(raw),
-                            2 => raw,
-                            _ => _mm512_srli_epi16::<2>(raw),
-                        };
-                        let high = _mm512_and_si512(moved, high_bits);
-                        *wp = _mm512_sub_epi16(_mm512_or_si512(*wp, high), bias);
                     }
                 }
             } else {
