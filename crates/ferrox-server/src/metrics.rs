@@ -153,7 +153,6 @@ impl prometheus_client::collector::Collector for EngineCollector {
             let g = ConstGauge::new(v as i64);
             g.encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
         }
-        // vLLM's kv_cache_usage_perc / llama.cpp's kv_cache_usage_ratio.
         let usage = match s.kv_blocks_total {
             0 => 0.0,
             total => s.kv_blocks_in_use as f64 / total as f64,
@@ -164,8 +163,58 @@ impl prometheus_client::collector::Collector for EngineCollector {
             None,
             MetricType::Gauge,
         )?)?;
-        Ok(())
+        encode_vllm(&mut enc, &s, usage)
     }
+}
+
+/// The model-server protocol's gauges under vLLM's names (what the Kubernetes
+/// inference gateway's endpoint picker and vllm-router scrape): queued and
+/// running requests, the KV cache's use as a fraction (blocks referenced by
+/// requests, as vLLM counts them: cached blocks no request holds are free),
+/// and `cache_config_info` for prefix-aware scoring.
+fn encode_vllm(
+    enc: &mut DescriptorEncoder,
+    s: &ferrox_engine::stats::StatsSnapshot,
+    usage: f64,
+) -> Result<(), std::fmt::Error> {
+    for (name, help, v) in [
+        (
+            "vllm:num_requests_waiting",
+            "Requests waiting for admission (ferrox_queue_depth)",
+            s.queue_depth,
+        ),
+        (
+            "vllm:num_requests_running",
+            "Requests in flight (ferrox_requests_running)",
+            s.running,
+        ),
+    ] {
+        ConstGauge::new(v as i64).encode(enc.encode_descriptor(
+            name,
+            help,
+            None,
+            MetricType::Gauge,
+        )?)?;
+    }
+    ConstGauge::new(usage).encode(enc.encode_descriptor(
+        "vllm:kv_cache_usage_perc",
+        "KV cache use, 0 to 1 (ferrox_kv_cache_usage_ratio)",
+        None,
+        MetricType::Gauge,
+    )?)?;
+    let info = [
+        ("block_size".to_string(), s.kv_block_size.to_string()),
+        ("num_gpu_blocks".to_string(), s.kv_blocks_total.to_string()),
+    ];
+    ConstGauge::new(1i64).encode(
+        enc.encode_descriptor(
+            "vllm:cache_config_info",
+            "The KV cache's layout: positions per block and blocks in the pool",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_family(&info)?,
+    )
 }
 
 fn latency() -> Histogram {
@@ -217,6 +266,31 @@ impl Metrics {
             "Time from request to admission",
             m.queue_time.clone(),
         );
+        // The same measurements under vLLM's names (the model-server protocol).
+        for (name, help, h) in [
+            (
+                "vllm:time_to_first_token_seconds",
+                "Time to first token (ferrox_time_to_first_token_seconds)",
+                &m.time_to_first_token,
+            ),
+            (
+                "vllm:inter_token_latency_seconds",
+                "Time between tokens (ferrox_inter_token_latency_seconds)",
+                &m.inter_token_latency,
+            ),
+            (
+                "vllm:e2e_request_latency_seconds",
+                "Request latency (ferrox_request_duration_seconds)",
+                &m.end_to_end,
+            ),
+            (
+                "vllm:request_queue_time_seconds",
+                "Time in the queue (ferrox_queue_time_seconds)",
+                &m.queue_time,
+            ),
+        ] {
+            r.register(name, help, h.clone());
+        }
         r.register(
             "ferrox_requests",
             "Finished requests by finish reason",

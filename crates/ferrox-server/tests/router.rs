@@ -158,6 +158,46 @@ async fn a_repeated_long_prompt_reports_cached_tokens_and_metrics_show_hits() {
     assert!((0.0..=1.0).contains(&ratio), "{ratio}");
 }
 
+/// The model-server protocol's series under vLLM's names (issue 31): within
+/// one scrape they equal ferrox's own, `cache_config_info` carries the KV
+/// layout as labels, and the latency histograms count the same requests.
+#[tokio::test]
+async fn vllm_named_metrics_equal_ferrox_own() {
+    let app = app(usize::MAX);
+    let body = r#"{"prompt": "abc", "max_tokens": 3, "ignore_eos": true}"#;
+    for _ in 0..2 {
+        let (s, text) = post(app.clone(), "/v1/completions", body).await;
+        assert_eq!(s, StatusCode::OK, "{text}");
+    }
+    let m = get(app.clone(), "/metrics").await;
+    for (vllm, ours) in [
+        ("vllm:num_requests_waiting", "ferrox_queue_depth"),
+        ("vllm:num_requests_running", "ferrox_requests_running"),
+        ("vllm:kv_cache_usage_perc", "ferrox_kv_cache_usage_ratio"),
+        (
+            "vllm:time_to_first_token_seconds_count",
+            "ferrox_time_to_first_token_seconds_count",
+        ),
+        (
+            "vllm:e2e_request_latency_seconds_count",
+            "ferrox_request_duration_seconds_count",
+        ),
+        (
+            "vllm:request_queue_time_seconds_count",
+            "ferrox_queue_time_seconds_count",
+        ),
+    ] {
+        assert_eq!(metric(&m, vllm), metric(&m, ours), "{vllm}");
+    }
+    assert_eq!(metric(&m, "vllm:e2e_request_latency_seconds_count"), 2.0);
+    let info = format!(
+        "vllm:cache_config_info{{model=\"tiny\",block_size=\"{}\",num_gpu_blocks=\"{}\"}} 1",
+        metric(&m, "ferrox_kv_block_size"),
+        metric(&m, "ferrox_kv_blocks_total")
+    );
+    assert!(m.lines().any(|l| l == info), "no {info} in {m}");
+}
+
 async fn send(app: axum::Router, req: Request<Body>) -> (StatusCode, String) {
     let resp = app.oneshot(req).await.unwrap();
     let status = resp.status();
