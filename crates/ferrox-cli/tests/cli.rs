@@ -568,6 +568,53 @@ fn bench_reports_pp_and_tg_as_json() {
     assert!(v[0]["median_tokens_per_s"].as_f64().unwrap() > 0.0);
 }
 
+#[test]
+fn perplexity_prints_llama_perplexity_lines_and_refuses_a_short_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_gguf(dir.path());
+    let text = dir.path().join("text.txt");
+    std::fs::write(
+        &text,
+        "the quick brown fox jumps over the lazy dog. ".repeat(20),
+    )
+    .unwrap();
+    let t = text.to_str().unwrap();
+    let o = ferrox(&["perplexity", "-m", &m, "-f", t, "-c", "16"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("Final estimate: PPL = "), "{out}");
+    assert!(stderr(&o).contains("[1]"), "{}", stderr(&o));
+    let o = ferrox(
+        &[
+            "perplexity",
+            "-m",
+            &m,
+            "-f",
+            t,
+            "-c",
+            "16",
+            "--chunks",
+            "2",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["chunks"], 2);
+    assert_eq!(
+        v["scored_tokens"],
+        2 * (16 - 8 - 1),
+        "positions 8..15 of each chunk"
+    );
+    let ppl = v["ppl"].as_f64().unwrap();
+    assert!(ppl.is_finite() && ppl > 1.0, "{v}");
+    assert_eq!(v["running"][1].as_f64(), Some(ppl));
+    let o = ferrox(&["perplexity", "-m", &m, "-f", t, "-c", "4096"], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("needs at least 8192"), "{}", stderr(&o));
+}
+
 /// Starts `ferrox serve ARGS --port 0` and returns it with the URL it printed.
 fn start_server(args: &[&str]) -> (std::process::Child, String) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_ferrox"))
