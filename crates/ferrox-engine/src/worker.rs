@@ -627,20 +627,19 @@ impl Worker {
         let Some(a) = self.running.get_mut(&r.id) else {
             return;
         };
+        if r.decode {
+            return;
+        }
         let last_chunk = a.samples_after(r);
         let Some(p) = a.prompt_scores.as_mut() else {
             return;
         };
-        if r.decode {
-            return;
-        }
         // Token j of the chunk predicts the prompt token after it.
-        for j in 0..r.len {
+        for (j, row) in logits.rows_of(i) {
             let next = r.start + j + 1;
             if next >= a.prompt_len {
                 break;
             }
-            let row = logits.of(i, j).expect("a scored chunk has every row");
             p.scores.push(TokenLogprob::of(row, a.tokens[next], p.top));
         }
         if last_chunk {

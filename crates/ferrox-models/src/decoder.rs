@@ -56,6 +56,16 @@ impl Logits {
             .map(|i| self.row(i))
     }
 
+    /// The rows of span `span` with each one's token index within the span, in
+    /// token order (every token's, for a span that wants them all).
+    pub fn rows_of(&self, span: usize) -> impl Iterator<Item = (usize, &[f32])> {
+        self.index
+            .iter()
+            .enumerate()
+            .filter(move |(_, k)| k.0 == span)
+            .map(|(i, k)| (k.1, self.row(i)))
+    }
+
     /// The last row of span `span`, if any was asked for.
     pub fn last_of(&self, span: usize) -> Option<&[f32]> {
         self.index

@@ -7,6 +7,8 @@
 //! scored tokens, and its error the standard error of that mean times the
 //! perplexity, as llama-perplexity prints it.
 
+use ferrox_core::ops::exp::log_sum_exp;
+
 use crate::decoder::{Decoder, Span, Want};
 use crate::error::ModelError;
 use crate::kv_store::KvStore;
@@ -137,31 +139,10 @@ fn chunk_log_likelihoods(
                 want: Want::All,
             }],
         )?;
-        for (j, p) in (start..end).enumerate() {
-            let row = logits.of(0, j).expect("every row asked for");
-            out.push(log_softmax_at(row, chunk[p + 1]));
+        for (j, row) in logits.rows_of(0) {
+            out.push(row[chunk[start + j + 1] as usize] as f64 - log_sum_exp(row));
         }
         start = end;
     }
     Ok(out)
-}
-
-/// `log softmax(logits)[token]`, in f64.
-fn log_softmax_at(logits: &[f32], token: u32) -> f64 {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-    logits[token as usize] as f64 - max - sum.ln()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn log_softmax_is_normalised() {
-        let l = [1.0f32, 2.0, 3.0, -4.0];
-        let total: f64 = (0..4).map(|t| log_softmax_at(&l, t).exp()).sum();
-        assert!((total - 1.0).abs() < 1e-12, "{total}");
-        assert!(log_softmax_at(&l, 2) > log_softmax_at(&l, 1));
-    }
 }

@@ -89,10 +89,19 @@ pub struct ValidRequest {
 /// What a completions answer shows of its prompt.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PromptShown {
-    /// `echo`: the prompt before the completion (scored, with `logprobs`).
+    /// `echo`: the prompt before the completion.
     pub echo: bool,
+    /// `echo` with `logprobs`: the echoed tokens come with their scores.
+    pub scored: bool,
     /// vLLM's `prompt_logprobs`: the prompt's scores as their own list.
     pub listed: bool,
+}
+
+impl PromptShown {
+    /// Whether the answer shows the prompt at all.
+    pub fn any(self) -> bool {
+        self.echo || self.listed
+    }
 }
 
 /// The most stop strings a request may give (OpenAI's bound).
@@ -407,6 +416,11 @@ pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
         }
         .into());
     }
+    let shown = PromptShown {
+        echo,
+        scored: echo && params.logprobs.is_some(),
+        listed: text.prompt_logprobs.is_some(),
+    };
     let prompt = match text.prompt {
         None => return Err(Invalid::Missing { field: "prompt" }.into()),
         Some(Prompt::Text(s)) => PromptInput::Text(vec![s]),
@@ -450,10 +464,7 @@ pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
         tools: None,
         template_vars: TemplateVars::new(),
         choices: n,
-        shown: PromptShown {
-            echo,
-            listed: text.prompt_logprobs.is_some(),
-        },
+        shown,
     })
 }
 

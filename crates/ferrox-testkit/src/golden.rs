@@ -9,7 +9,7 @@
 //! (llama.cpp on the same file with and without its 8-bit activations) does
 //! not explain it.
 
-use ferrox_core::ops::exp::exp;
+use ferrox_core::ops::exp::log_sum_exp;
 use serde_json::Value;
 
 use ferrox_models::ActivationPath;
@@ -155,15 +155,6 @@ impl Rounding {
     pub fn explains(&self, d: &Divergence) -> bool {
         self.parts_at[d.row].is_some_and(|s| s <= d.step) || d.lead < 4.0 * self.mean_move
     }
-}
-
-/// `ln(sum(e^v))`: a log-probability is `v[i] - log_sum_exp(v)`. Each term is
-/// ferrox's f32 `exp` (within 2 ulp, vectorized), summed in f64, so the result
-/// is within 3e-7 nats of the exact one: far below every bar it is held to.
-fn log_sum_exp(logits: &[f32]) -> f64 {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let sum: f64 = logits.iter().map(|&v| exp(v - max) as f64).sum();
-    max as f64 + sum.ln()
 }
 
 fn argmax(v: &[f32]) -> u32 {

@@ -52,6 +52,15 @@ dispatched!(
     pub fn exp_shifted / exp_shifted_at = exp_shifted_body(v: &mut [f32], shift: f32) -> ()
 );
 
+/// `ln(sum(e^v))`: a log-probability is `v[i] - log_sum_exp(v)`. Each term is
+/// [`exp`] (within 2 ulp, vectorized), summed in f64, so the result is within
+/// 3e-7 nats of the exact one.
+pub fn log_sum_exp(v: &[f32]) -> f64 {
+    let max = v.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let sum: f64 = v.iter().map(|&x| exp(x - max) as f64).sum();
+    max as f64 + sum.ln()
+}
+
 /// The portable build of [`exp_shifted`], for tests.
 pub fn exp_shifted_portable(v: &mut [f32], shift: f32) {
     exp_shifted_body(v, shift)

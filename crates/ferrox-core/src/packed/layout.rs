@@ -249,7 +249,7 @@ pub struct PackedMatrix {
     pub cols: usize,
     /// 64-byte lines per group.
     group_lines: usize,
-    lines: PackedStorage,
+    storage: PackedStorage,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -324,9 +324,9 @@ impl PackedMatrix {
         }
         let group_lines = format.group_bytes(nb).div_ceil(64);
         let groups = m.rows.div_ceil(GROUP_ROWS);
-        let mut lines = PackedStorage::zeroed(groups * group_lines * 64);
+        let mut storage = PackedStorage::zeroed(groups * group_lines * 64);
         let per_group = 64 * group_lines.max(1);
-        for (batch, chunk) in lines.chunks_mut(per_group * RELEASE_GROUPS).enumerate() {
+        for (batch, chunk) in storage.chunks_mut(per_group * RELEASE_GROUPS).enumerate() {
             let g0 = batch * RELEASE_GROUPS;
             let exact = pool.install(|| {
                 chunk
@@ -348,7 +348,7 @@ impl PackedMatrix {
             rows: m.rows,
             cols: m.cols,
             group_lines,
-            lines,
+            storage,
         })
     }
 
@@ -366,12 +366,12 @@ impl PackedMatrix {
     /// their super-blocks' bases ([`Format::block_at`], [`Format::bases_at`]).
     pub fn group(&self, g: usize) -> &[u8] {
         let bytes = 64 * self.group_lines;
-        &self.lines[g * bytes..(g + 1) * bytes]
+        &self.storage[g * bytes..(g + 1) * bytes]
     }
 
     /// Bytes held.
     pub fn byte_len(&self) -> usize {
-        self.lines.len()
+        self.storage.len()
     }
 }
 
@@ -401,9 +401,9 @@ fn put_half(out: &mut [u8], at: usize, v: f32) -> bool {
 /// Stores the integers of block `p` for row `r` of a group-block.
 fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
     match format.quants {
-        Quants::Nibble => put_nibbles(blk, r, &w.map(|v| v as u8)),
-        // The file's codes (`Integers::Codes`) are the grid's indices.
-        Quants::Grid(_) => put_nibbles(blk, r, &w.map(|v| v as u8)),
+        // A grid type's integers are the file's codes (`Integers::Codes`): the
+        // grid's indices.
+        Quants::Nibble | Quants::Grid(_) => put_nibbles(blk, r, &w.map(|v| v as u8)),
         Quants::Nibble5 => {
             put_nibbles(blk, r, &w.map(|v| v as u8));
             // Step p's fifth bits: bit `lane` of a 32-bit word.

@@ -168,48 +168,33 @@ pub(super) fn chat_choice(st: &AppState, index: usize, a: Answer) -> ChatChoice 
     }
 }
 
-/// A completions choice; with `prompt` (its ids), the prompt as `shown` asks.
+/// A completions choice; with `prompt` (its ids), the prompt as it is shown.
 pub(super) fn text_choice(
     st: &AppState,
     index: usize,
     a: Answer,
-    prompt: Option<(&[u32], PromptShown, bool)>,
+    prompt: Option<(&[u32], PromptShown)>,
 ) -> TextChoice {
     let finish_reason = finish_reason(&a);
-    let Some((ids, shown, logprobs)) = prompt else {
-        return TextChoice {
-            index,
-            finish_reason,
-            text: a.text,
-            logprobs: a.logprobs.map(|l| text_logprobs(st, &l)),
-            prompt_logprobs: None,
-        };
-    };
     let scores = a.prompt_logprobs.as_deref();
-    let prompt_logprobs = scores
-        .filter(|_| shown.listed)
-        .map(|s| listed_prompt(st, ids, s));
-    if !shown.echo {
-        return TextChoice {
-            index,
-            finish_reason,
-            text: a.text,
-            logprobs: a.logprobs.map(|l| text_logprobs(st, &l)),
-            prompt_logprobs,
-        };
-    }
-    let (mut text, lists) = echoed_prompt(st, ids, scores.filter(|_| logprobs));
-    let shift = text.len();
-    text.push_str(&a.text);
-    let logprobs = lists.map(|mut lists| {
-        add_logprobs(
-            st,
-            &mut lists,
-            a.logprobs.as_deref().unwrap_or_default(),
-            shift,
-        );
-        lists
-    });
+    let prompt_logprobs = prompt
+        .filter(|(_, shown)| shown.listed)
+        .zip(scores)
+        .map(|((ids, _), s)| listed_prompt(st, ids, s));
+    let (text, logprobs) = match prompt.filter(|(_, shown)| shown.echo) {
+        None => (a.text, a.logprobs.map(|l| text_logprobs(st, &l))),
+        Some((ids, shown)) => {
+            let (mut text, lists) = echoed_prompt(st, ids, scores.filter(|_| shown.scored));
+            let shift = text.len();
+            text.push_str(&a.text);
+            let logprobs = lists.map(|mut lists| {
+                let tokens = a.logprobs.as_deref().unwrap_or_default();
+                add_logprobs(st, &mut lists, tokens, shift);
+                lists
+            });
+            (text, logprobs)
+        }
+    };
     TextChoice {
         index,
         finish_reason,

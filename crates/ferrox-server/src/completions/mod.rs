@@ -71,7 +71,7 @@ async fn handle(
         Kind::Text => parse_completion(&v)?,
     };
     let (stream, include_usage, choices) = (req.stream, req.include_usage, req.choices);
-    let (shown, logprobs) = (req.shown, req.params.logprobs.is_some());
+    let shown = req.shown;
     let tools = req.tools.as_ref().map(|_| st.tool_format());
     let prepared = generation::prepare(&st, Generation::from(req)).await?;
     let shape = Shape {
@@ -81,10 +81,9 @@ async fn handle(
             .flatten(),
     };
     let prompt_text = RequestLog::prompt_text(&st, &prepared.prompts);
-    let prompt = (shown.echo || shown.listed).then(|| PromptView {
+    let prompt = shown.any().then(|| PromptView {
         ids: prepared.prompts.clone(),
         shown,
-        logprobs,
     });
     let started = Instant::now();
     let submitted = prepared.submit(&st)?;
@@ -153,8 +152,6 @@ struct PromptView {
     /// Each prompt's ids (one per prompt, not per choice).
     ids: Vec<Vec<u32>>,
     shown: PromptShown,
-    /// The completion's `logprobs` was asked: an echoed prompt is scored too.
-    logprobs: bool,
 }
 
 /// How a whole (not streamed) answer is rendered.
@@ -225,7 +222,7 @@ async fn collect(
                 .map(|(i, a)| {
                     let shown = prompt
                         .as_ref()
-                        .map(|p| (p.ids[i / choices.max(1)].as_slice(), p.shown, p.logprobs));
+                        .map(|p| (p.ids[i / choices.max(1)].as_slice(), p.shown));
                     chunks::text_choice(&st, i, a, shown)
                 })
                 .collect(),
