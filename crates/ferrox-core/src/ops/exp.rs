@@ -71,6 +71,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn log_sum_exp_normalises_a_row() {
+        let l = [1.0f32, 2.0, 3.0, -4.0];
+        let lse = log_sum_exp(&l);
+        let lp = |t: usize| l[t] as f64 - lse;
+        let total: f64 = (0..4).map(|t| lp(t).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6, "{total}");
+        assert!(lp(2) > lp(1));
+        let exact = l.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
+        assert!((lse - exact).abs() < 3e-7, "{lse} vs {exact}");
+    }
+
+    #[test]
     fn exp_is_within_two_ulp_and_every_build_gives_the_same_bits() {
         let xs: Vec<f32> = (0..200_001)
             .map(|i| -87.0 + i as f32 * (175.0 / 200_000.0))
