@@ -11,6 +11,7 @@ the greedy continuation and the top-5 natural-log probabilities of every step.
 
     reference.py MODEL.gguf PROMPTS.jsonl OUT.jsonl [--context N]
     reference.py --perplexity CTX [--bos ID] MODEL.gguf TOKENS.json OUT.json
+    reference.py --embed POOLING MODEL.gguf PROMPTS.jsonl OUT.jsonl
 
 PROMPTS.jsonl rows carry {"prompt", "prompt_ids"}; OUT rows add {"ids", "top5"},
 with top5 entries {"id", "logprob"} as in tests/golden.
@@ -20,6 +21,9 @@ llama-perplexity does: chunks of CTX tokens, each from an empty context with
 its first token replaced by BOS when --bos is given, scored on positions
 CTX/2 .. CTX-2; OUT is {"ctx", "bos", "running", "ppl"}, the perplexity after
 each chunk.
+With --embed it writes each prompt's embedding: its hidden states after the
+output norm, pooled (mean, cls, last, or none: every token's), unnormalized, as
+{"prompt", "prompt_ids", "pooling", "embedding"} (a list of rows).
 The context (default: the model's) picks LongRoPE's factor set, as llama.cpp's -c.
 """
 import json
@@ -31,6 +35,9 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 STEPS = 32
+# The architectures whose graphs this file follows; any other (Gemma 3's
+# windows and QK norms, say) would be computed as some other function.
+WRITTEN = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gpt-oss", "qwen35", "gemma4"}
 
 
 class Model:
@@ -52,6 +59,8 @@ class Model:
             self.t[t.name] = w.reshape(list(reversed(shape))) if len(shape) > 1 else w.reshape(-1)
         m = self.meta
         a = self.arch = m["general.architecture"]
+        if a not in WRITTEN:
+            sys.exit(f"reference.py: {a} is not written here (only {', '.join(sorted(WRITTEN))})")
         g = lambda k, d=None: m.get(f"{a}.{k}", d)
         self.n_layer = g("block_count")
         self.d = g("embedding_length")
@@ -202,7 +211,7 @@ class Model:
             out += we * (y if scales is None else scales[e] * y)
         return self.norm(out, self.t[p + "post_ffw_norm_2.weight"])
 
-    def step_gemma4(self, token, pos, cache):
+    def trunk_gemma4(self, token, pos, cache):
         """One token of Gemma 4 (src/models/gemma4.cpp, dense layers)."""
         gelu = lambda g: 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
         x = self.t["token_embd.weight"][token] * math.sqrt(self.d)
@@ -222,10 +231,7 @@ class Model:
                 x = x + self.norm(y, w("post_norm"))
             if p + "layer_output_scale.weight" in self.t:
                 x = x * w("layer_output_scale")[0]
-        logits = self.t["token_embd.weight"] @ self.norm(x, self.t["output_norm.weight"])
-        if self.final_cap:
-            logits = self.final_cap * np.tanh(logits / self.final_cap)
-        return logits
+        return self.norm(x, self.t["output_norm.weight"])
 
     def is_swa(self, il):
         return (self.gemma or self.oss) and il % 2 == 0
@@ -346,8 +352,18 @@ class Model:
         return self.t[p + "ssm_out.weight"] @ out.reshape(-1)
 
     def step(self, token, pos, cache):
+        """The next-token logits after `token` at `pos`."""
+        h = self.trunk(token, pos, cache)
+        logits = self.t.get("output.weight", self.t["token_embd.weight"]) @ h
+        if self.final_cap:
+            logits = self.final_cap * np.tanh(logits / self.final_cap)
+        return logits
+
+    def trunk(self, token, pos, cache):
+        """The hidden state of `token` at `pos` after the output norm (what
+        llama.cpp names result_norm, and embeddings pool)."""
         if self.gemma4:
-            return self.step_gemma4(token, pos, cache)
+            return self.trunk_gemma4(token, pos, cache)
         x = self.t["token_embd.weight"][token].copy()
         if self.gemma:
             x = x * math.sqrt(self.d)
@@ -417,12 +433,7 @@ class Model:
             if p + "post_ffw_norm.weight" in self.t:
                 f = self.norm(f, self.t[p + "post_ffw_norm.weight"])
             x = x + f
-        h = self.norm(x, self.t["output_norm.weight"])
-        out = self.t.get("output.weight", self.t["token_embd.weight"])
-        logits = out @ h
-        if self.final_cap:
-            logits = self.final_cap * np.tanh(logits / self.final_cap)
-        return logits
+        return self.norm(x, self.t["output_norm.weight"])
 
 
 def log_softmax(z):
@@ -465,6 +476,28 @@ def perplexity(model, tokens, ctx, bos):
     return running
 
 
+def embed(model, prompt_ids, pooling):
+    """The prompt's hidden states pooled (none: every token's), unnormalized."""
+    cache = [[] for _ in range(model.n_layer)]
+    rows = [model.trunk(t, pos, cache) for pos, t in enumerate(prompt_ids)]
+    pooled = {"mean": lambda: [np.mean(rows, axis=0)], "cls": lambda: [rows[0]],
+              "last": lambda: [rows[-1]], "none": lambda: rows}[pooling]()
+    return [[float(v) for v in r] for r in pooled]
+
+
+def embed_main(args):
+    pooling = args.pop(args.index("--embed") + 1)
+    args.remove("--embed")
+    path, prompts, out = args
+    model = Model(path)
+    with open(prompts) as f, open(out, "w") as o:
+        for line in f:
+            row = json.loads(line)
+            e = embed(model, row["prompt_ids"], pooling)
+            o.write(json.dumps({"prompt": row["prompt"], "prompt_ids": row["prompt_ids"],
+                                "pooling": pooling, "embedding": e}) + "\n")
+
+
 def perplexity_main(args):
     ctx = int(args.pop(args.index("--perplexity") + 1))
     args.remove("--perplexity")
@@ -485,6 +518,8 @@ def main():
     args = sys.argv[1:]
     if "--perplexity" in args:
         return perplexity_main(args)
+    if "--embed" in args:
+        return embed_main(args)
     context = None
     if "--context" in args:
         i = args.index("--context")

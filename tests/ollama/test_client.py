@@ -1,12 +1,14 @@
 """The official `ollama` Python client against a real `ferrox serve` on SmolLM2:
 chat, generate, list, show, ps, pull and delete; its answers equal the OpenAI
-route's for the same greedy request; bad input gets a clear 4xx (issue 28).
+route's for the same greedy request; embed and embeddings give the OpenAI
+route's vectors (issue 29); bad input gets a clear 4xx (issue 28).
 
 Run: python3 tests/ollama/test_client.py PATH/TO/ferrox
 Starts its own servers on free loopback ports; prints "N passed, M failed".
 """
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -237,6 +239,29 @@ def several_models(_):
         shutil.rmtree(folder)
 
 
+def cos(a, b):
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+@check("embed gives the OpenAI route's normalized vectors; embeddings the same direction, unnormalized")
+def embed(s):
+    c = client(s)
+    texts = ["The quick brown fox.", "Embeddings are vectors."]
+    r = c.embed(model=MODEL, input=texts)
+    want = [d.embedding for d in s.client.embeddings.create(model=MODEL, input=texts, encoding_format="float").data]
+    assert len(r.embeddings) == 2 and r.prompt_eval_count > 0 and r.model == MODEL, r
+    for got, w in zip(r.embeddings, want):
+        assert cos(got, w) > 0.9999999 and abs(math.sqrt(sum(x * x for x in got)) - 1) < 1e-5
+    one = c.embed(model=MODEL, input=texts[0], dimensions=32).embeddings[0]
+    assert len(one) == 32 and cos(one, want[0][:32]) > 0.9999999
+    legacy = c.embeddings(model=MODEL, prompt=texts[0]).embedding
+    assert cos(legacy, want[0]) > 0.9999999 and abs(math.sqrt(sum(x * x for x in legacy)) - 1) > 1e-3
+    # Too long: cut to the context by default, refused with truncate off.
+    long = "word " * 3000
+    assert len(c.embed(model=MODEL, input=long, options={"num_ctx": 512}).embeddings[0]) == 576
+    refused(lambda: c.embed(model=MODEL, input=long, truncate=False, options={"num_ctx": 512}), 400, "truncate")
+
+
 @check("bad input is a clear 4xx naming the problem")
 def errors(s):
     c = client(s)
@@ -247,7 +272,7 @@ def errors(s):
     refused(lambda: c.chat(model=MODEL, messages=[{"role": "user", "content": "hi", "images": [b"\x89PNG"]}]), 400, "images")
     refused(lambda: c.generate(model=MODEL, prompt="def f(", suffix="return 1"), 400, "suffix")
     refused(lambda: c.chat(model=MODEL, messages=msgs, options={"num_ctx": 8}), 400, "options.num_ctx")
-    refused(lambda: c.embed(model=MODEL, input="hi"), 404, "no route")
+    refused(lambda: c.embed(model=MODEL, input=[]), 400, "input")
     # The server still answers.
     assert c.chat(model=MODEL, messages=msgs, options={"num_predict": 2}, stream=False).done
 
@@ -255,7 +280,7 @@ def errors(s):
 def main():
     s = Server()
     try:
-        for t in (chat, generate, options, formats, tools, models, pull, errors):
+        for t in (chat, generate, options, formats, tools, models, pull, embed, errors):
             t(s)
     finally:
         s.stop()

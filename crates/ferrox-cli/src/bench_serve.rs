@@ -8,6 +8,7 @@
 //!   generated tokens per second.
 //! * `--scenario chat`: multi-turn conversations over a shared system prompt
 //!   ([`crate::bench_chat`]).
+//! * `--scenario embed`: `/v1/embeddings` requests ([`crate::bench_embed`]).
 
 use std::io::{BufRead, BufReader};
 use std::sync::Arc;
@@ -61,6 +62,12 @@ pub struct BenchServeArgs {
     /// structured output costs. A schema that can end early ends requests early.
     #[arg(long, value_name = "SCHEMA", value_parser = parse_schema)]
     pub json_schema: Option<serde_json::Value>,
+    /// Embed scenario: inputs per request.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Embed scenario: words per input (about 1.3 tokens each).
+    #[arg(long, default_value_t = 96)]
+    pub words: usize,
 }
 
 fn parse_schema(s: &str) -> Result<serde_json::Value, String> {
@@ -74,6 +81,8 @@ pub enum Scenario {
     Random,
     /// Multi-turn chats whose history grows, over a system prompt all clients share.
     Chat,
+    /// Embedding requests (`/v1/embeddings`) of distinct passages.
+    Embed,
 }
 
 /// What one streamed request measured.
@@ -195,6 +204,9 @@ pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
     if a.scenario == Scenario::Chat {
         anyhow::ensure!(a.turns >= 1, "--turns must be at least 1");
         return crate::bench_chat::bench_chat(&a, agent);
+    }
+    if a.scenario == Scenario::Embed {
+        return crate::bench_embed::bench_embed(&a, agent);
     }
     let next = Arc::new(AtomicUsize::new(0));
     let t0 = Instant::now();

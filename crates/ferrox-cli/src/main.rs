@@ -3,6 +3,7 @@
 mod bandwidth;
 mod bench_chat;
 mod bench_cmd;
+mod bench_embed;
 mod bench_serve;
 mod chat_cmd;
 #[cfg(test)]

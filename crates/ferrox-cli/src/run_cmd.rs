@@ -171,7 +171,7 @@ pub fn stream_out(mut stream: ferrox_engine::RequestStream) -> Result<Timings> {
                 text
             }
             Event::Failed(failure) => bail!("generation failed: {failure}"),
-            Event::Admitted | Event::PromptLogprobs(_) => continue,
+            Event::Admitted | Event::PromptLogprobs(_) | Event::Embedding(_) => continue,
         };
         out.write_all(piece.as_bytes())?;
         out.flush()?;
@@ -296,6 +296,7 @@ impl Session {
             stop_token_ids: Vec::new(),
             logprobs: None,
             prompt_logprobs: None,
+            embed: None,
             ignore_eos: false,
             grammar: None,
         };

@@ -13,8 +13,10 @@ use ferrox_engine::kv_plan::KvPlan;
 use ferrox_engine::kv_plan::{KvShape, defaults};
 use ferrox_models::decoder::Decoder;
 use ferrox_models::model::Model;
+use ferrox_models::pooling::Normalize;
 use ferrox_sampling::grammar::Grammars;
 use ferrox_server::auth::ApiKey;
+use ferrox_server::embeddings::EmbeddingSettings;
 use ferrox_server::metrics::Metrics;
 use ferrox_server::{AppState, Lifecycle, Limits, Phase, ServeOptions};
 use tokio_util::sync::CancellationToken;
@@ -60,6 +62,15 @@ pub struct ServeArgs {
     /// Off by default: prompts are the users' data.
     #[arg(long, env = "FERROX_LOG_PROMPTS")]
     pub log_prompts: bool,
+    /// How embeddings pool a prompt's hidden states (none, mean, cls, last,
+    /// rank) [default: the file's pooling_type, else mean]. `rank` needs a
+    /// reranker's classification head.
+    #[arg(long, env = "FERROX_POOLING", value_name = "POOLING")]
+    pub pooling: Option<ferrox_models::Pooling>,
+    /// How embeddings are normalized unless a request says (llama.cpp's codes:
+    /// -1 none, 0 max-abs int16, 1 taxicab, 2 Euclidean, p > 2 p-norm).
+    #[arg(long, env = "FERROX_EMBD_NORMALIZE", default_value_t = 2, allow_negative_numbers = true, value_parser = embd_normalize, value_name = "N")]
+    pub embd_normalize: i64,
     /// Do not serve the chat page at `/` (the API is unchanged).
     #[arg(long, env = "FERROX_NO_WEBUI")]
     pub no_webui: bool,
@@ -382,6 +393,13 @@ fn start_model(
         tracing::warn!("structured output is off for {model_id}: {e}");
     }
     let shape = KvShape::new(model.transformer.hyper_params(), defaults::KV_ELEMENT_BYTES);
+    let normalize = Normalize::from_code(a.embd_normalize).expect("checked by the parser");
+    let embedding = EmbeddingSettings::choose(
+        a.pooling,
+        normalize,
+        model.transformer.hyper_params(),
+        false,
+    )?;
     let config = a.engine.config(&shape)?;
     let kv_peak = kv_peak_bytes(&shape, &config)?;
     let tokenizer = Arc::new(model.tokenizer.clone());
@@ -418,6 +436,7 @@ fn start_model(
         cors_origins: a.cors_origins.clone(),
         webui: !a.no_webui,
         log_prompts: a.log_prompts,
+        embedding,
         tally: Default::default(),
         grammars,
         facts,
@@ -441,4 +460,15 @@ fn loader(a: Arc<ServeArgs>, api_key: Option<ApiKey>) -> ferrox_server::registry
             .map(|s| s.state)
             .map_err(Into::into)
     })
+}
+
+/// `--embd-normalize`: one of llama.cpp's codes.
+fn embd_normalize(s: &str) -> Result<i64, String> {
+    let code: i64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    match Normalize::from_code(code) {
+        Some(_) => Ok(code),
+        None => Err(format!(
+            "{code}: one of -1 (none), 0 (max-abs int16), 1 (taxicab), 2 (Euclidean) or p > 2"
+        )),
+    }
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use ferrox_models::pooling::Pooling;
 use ferrox_sampling::grammar::Grammar;
 use ferrox_sampling::sampler::SamplingParams;
 
@@ -13,7 +14,8 @@ pub type RequestId = u64;
 /// How to generate.
 #[derive(Clone, Debug)]
 pub struct GenerationParams {
-    /// Most completion tokens (at least 1; 0 when only the prompt is scored).
+    /// Most completion tokens (at least 1; 0 when only the prompt is scored
+    /// or embedded).
     pub max_tokens: usize,
     pub sampling: SamplingParams,
     /// Stop strings (SPEC S15).
@@ -27,6 +29,11 @@ pub struct GenerationParams {
     /// ([`Event::PromptLogprobs`]). Such a prompt is run whole, never taken from
     /// the prefix cache (cached positions have no logits).
     pub prompt_logprobs: Option<usize>,
+    /// Embed the prompt instead of generating: its hidden states pooled thus
+    /// ([`Event::Embedding`]), with `max_tokens` 0. Unless the pooling reads
+    /// the last token only, the prompt is run whole, never taken from the
+    /// prefix cache (cached positions have no hidden states).
+    pub embed: Option<Pooling>,
     /// Keep generating past the model's end-of-generation tokens (benchmarks).
     pub ignore_eos: bool,
     /// Constrain the output to this grammar (structured output); each request
@@ -44,6 +51,7 @@ impl GenerationParams {
             stop_token_ids: Vec::new(),
             logprobs: None,
             prompt_logprobs: None,
+            embed: None,
             ignore_eos: false,
             grammar: None,
         }
@@ -118,6 +126,10 @@ pub enum Event {
     /// one entry per prompt token after the first, which has no context. Sent
     /// once, when the prompt has run, before any token.
     PromptLogprobs(Vec<TokenLogprob>),
+    /// The prompt's embedding (asked by [`GenerationParams::embed`]): one row,
+    /// or one per prompt token when unpooled, unnormalized. Sent once, when the
+    /// prompt has run, just before the request finishes.
+    Embedding(Vec<Vec<f32>>),
     /// A generated token and the text it released (may be empty while text is withheld).
     Token {
         id: u32,

@@ -28,10 +28,22 @@ pub fn validate(prompt: &[u32], p: &GenerationParams, vocab: usize) -> Result<()
             format!("token id {t} is outside the vocabulary of {vocab} tokens"),
         );
     }
-    if p.max_tokens < 1 && p.prompt_logprobs.is_none() {
+    if p.max_tokens < 1 && p.prompt_logprobs.is_none() && p.embed.is_none() {
         return bad(
             "max_tokens",
             "max_tokens must be at least 1 (0 only when the prompt is scored)".into(),
+        );
+    }
+    if p.embed.is_some() && p.max_tokens > 0 {
+        return bad(
+            "max_tokens",
+            "an embedding request generates nothing: max_tokens must be 0".into(),
+        );
+    }
+    if p.embed.is_some() && p.prompt_logprobs.is_some() {
+        return bad(
+            "prompt_logprobs",
+            "an embedding request does not score its prompt".into(),
         );
     }
     if let Err(e) = p.sampling.validate() {

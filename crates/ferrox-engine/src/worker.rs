@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use crate::kv_plan::{KvPlan, KvShape, defaults};
-use ferrox_models::decoder::{Decoder, Logits, Span, Want};
+use ferrox_models::decoder::{Decoder, Rows, Span, Want};
 use ferrox_models::kv_store::KvStore;
+use ferrox_models::pooling::Pool;
 use ferrox_sampling::grammar::Constraint;
 use ferrox_sampling::sampler::Sampler;
 use ferrox_text::tokenizer::Tokenizer;
@@ -37,7 +38,7 @@ use crate::handle::{EngineHandle, Job, Msg, Shared};
 use crate::ledger::{KvLedger, LedgerConfig, PageNeed, PrefixHit};
 use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::{QueueGate, QueueSlot};
-use crate::request::{Event, Failure, RequestId, TokenLogprob, Usage};
+use crate::request::{Event, Failure, GenerationParams, RequestId, TokenLogprob, Usage};
 use crate::scheduler::{Admissions, Prefilling, admissions_first, admit_fifo, plan_continuations};
 use crate::stats::EngineStats;
 
@@ -72,6 +73,10 @@ struct Active {
     logprobs: Option<usize>,
     /// The prompt's scores so far, when it is scored.
     prompt_scores: Option<PromptScores>,
+    /// The prompt's embedding so far, when it is embedded.
+    embedding: Option<Pool>,
+    /// The prompt runs whole ([`runs_whole`]).
+    whole: bool,
     reply: tokio::sync::mpsc::UnboundedSender<Event>,
 }
 
@@ -81,6 +86,12 @@ impl Active {
     fn samples_after(&self, r: &Row) -> bool {
         r.decode || r.start + r.len == self.prompt_len
     }
+}
+
+/// Whether a request with `params` runs its prompt whole, never from the
+/// prefix cache: its every position is scored or pooled.
+fn runs_whole(params: &GenerationParams) -> bool {
+    params.prompt_logprobs.is_some() || params.embed.is_some_and(|p| !p.last_only())
 }
 
 /// A scored prompt's log-probabilities, gathered chunk by chunk.
@@ -144,7 +155,9 @@ fn span<'a>(
         pages,
         start: r.start,
         tokens: &a.tokens[r.start..end],
-        want: if a.prompt_scores.is_some() {
+        want: if a.embedding.is_some() {
+            Want::Hidden
+        } else if a.prompt_scores.is_some() {
             Want::All
         } else if end == a.prompt_len {
             Want::Last
@@ -384,10 +397,10 @@ impl Worker {
             .take(self.slots.free())
             .map(|job| {
                 let prompt = self.run_prompt(&job.prompt);
-                // A scored prompt runs whole: cached positions have no logits.
-                let hit = match job.params.prompt_logprobs {
-                    None => self.ledger.lookup(&prompt),
-                    Some(_) => PrefixHit::default(),
+                // Cached positions have neither logits nor hidden states.
+                let hit = match runs_whole(&job.params) {
+                    false => self.ledger.lookup(&prompt),
+                    true => PrefixHit::default(),
                 };
                 let positions = KvCeiling::positions(job.prompt.len(), job.params.max_tokens);
                 let need = self.ledger.need(positions, &hit);
@@ -448,6 +461,7 @@ impl Worker {
             .chain(params.stop_token_ids.iter().copied());
         let output = OutputStage::new(stops, params.stop.clone(), params.max_tokens);
         let sampler = Sampler::new(params.sampling.clone(), &tokens);
+        let width = self.decoder.hyper_params().n_embd;
         EngineStats::add(&self.stats.prompt_tokens, prompt.len() as u64);
         EngineStats::add(&self.stats.prefix_queries, 1);
         EngineStats::add(&self.stats.prefix_hit_tokens, cached_tokens as u64);
@@ -472,6 +486,8 @@ impl Worker {
                     top,
                     scores: Vec::new(),
                 }),
+                embedding: params.embed.map(|p| Pool::new(p, width)),
+                whole: runs_whole(&params),
                 reply,
             },
         );
@@ -499,8 +515,8 @@ impl Worker {
             let Phase::Prefilling { prefilled } = a.phase else {
                 continue;
             };
-            if a.prompt_scores.is_some() {
-                continue; // run whole
+            if a.whole {
+                continue;
             }
             let now = self
                 .ledger
@@ -597,8 +613,8 @@ impl Worker {
                 .collect();
             self.decoder.forward(&mut self.store, &spans)
         };
-        let logits = match result {
-            Ok(l) => l,
+        let out = match result {
+            Ok(o) => o,
             Err(e) => {
                 for r in rows {
                     self.fail(r.id, Failure::Model(e.to_string()));
@@ -613,9 +629,12 @@ impl Worker {
             let Some(samples) = self.running.get(&r.id).map(|a| a.samples_after(r)) else {
                 continue;
             };
-            self.score_prompt(i, r, &logits);
+            self.score_prompt(i, r, &out.logits);
             self.after_forward(r);
-            if samples && let Some(row) = logits.last_of(i) {
+            if self.pool_prompt(i, r, &out.hidden) {
+                continue;
+            }
+            if samples && let Some(row) = out.logits.last_of(i) {
                 self.on_logits(r.id, row);
             }
         }
@@ -623,7 +642,7 @@ impl Worker {
 
     /// Scores the prompt tokens that span `i` (row `r`, a chunk of a scored
     /// prompt) predicts, and sends the scores once the prompt has run.
-    fn score_prompt(&mut self, i: usize, r: &Row, logits: &Logits) {
+    fn score_prompt(&mut self, i: usize, r: &Row, logits: &Rows) {
         let Some(a) = self.running.get_mut(&r.id) else {
             return;
         };
@@ -649,6 +668,29 @@ impl Worker {
                 self.finish(r.id, FinishReason::Length);
             }
         }
+    }
+
+    /// Pools the hidden states of span `i` (row `r`, a chunk of an embedded
+    /// prompt); once the prompt has run, sends the embedding and finishes the
+    /// request. Returns whether `r` is an embedding's (which never samples).
+    fn pool_prompt(&mut self, i: usize, r: &Row, hidden: &Rows) -> bool {
+        let Some(a) = self.running.get_mut(&r.id) else {
+            return false;
+        };
+        let prompt_len = a.prompt_len;
+        let Some(pool) = a.embedding.as_mut() else {
+            return false;
+        };
+        for (j, row) in hidden.rows_of(i) {
+            let position = r.start + j;
+            pool.add(position, row, position + 1 == prompt_len);
+        }
+        if r.start + r.len == prompt_len {
+            let rows = a.embedding.take().map(Pool::finish).unwrap_or_default();
+            let _ = a.reply.send(Event::Embedding(rows));
+            self.finish(r.id, FinishReason::Length);
+        }
+        true
     }
 
     /// The row's KV is written: advance the request and tell the ledger.

@@ -67,6 +67,7 @@ fn sequential(
             }],
         )
         .unwrap()
+        .logits
         .last_of(0)
         .unwrap()
         .to_vec();
@@ -102,6 +103,7 @@ fn sequential(
                 }],
             )
             .unwrap()
+            .logits
             .last_of(0)
             .unwrap()
             .to_vec();
@@ -697,7 +699,7 @@ impl Decoder for Panicky {
         &self,
         cache: &mut KvStore,
         spans: &[Span<'_>],
-    ) -> Result<ferrox_models::decoder::Logits, ferrox_models::ModelError> {
+    ) -> Result<ferrox_models::decoder::Output, ferrox_models::ModelError> {
         if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2 {
             panic!("simulated worker crash");
         }

@@ -44,7 +44,7 @@ fn text_of(events: &[Event]) -> (String, FinishReason) {
                 return (text, *reason);
             }
             Event::Failed(f) => panic!("failed: {f}"),
-            Event::Admitted | Event::PromptLogprobs(_) => {}
+            Event::Admitted | Event::PromptLogprobs(_) | Event::Embedding(_) => {}
         }
     }
     panic!("no finish: {events:?}")

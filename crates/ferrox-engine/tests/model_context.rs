@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use ferrox_engine::{EngineConfig, start};
 use ferrox_gguf::GgufFile;
-use ferrox_models::decoder::{Decoder, Logits, Span};
+use ferrox_models::decoder::{Decoder, Output, Span};
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::{Architecture, HyperParams, ModelError, Transformer};
 use ferrox_testkit::TinyModel;
@@ -18,7 +18,7 @@ struct ContextProbe {
 }
 
 impl Decoder for ContextProbe {
-    fn forward(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+    fn forward(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
         self.inner.forward(cache, spans)
     }
     fn hyper_params(&self) -> &HyperParams {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use ferrox_engine::{EngineConfig, EngineHandle, Event, GenerationParams, Usage, start};
 use ferrox_gguf::GgufFile;
-use ferrox_models::decoder::{Decoder, Logits, Span};
+use ferrox_models::decoder::{Decoder, Output, Span};
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::{Architecture, HyperParams, ModelError, Transformer};
 use ferrox_testkit::{TinyModel, real_model};
@@ -23,11 +23,11 @@ struct Recording {
 }
 
 impl Decoder for Recording {
-    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
         let l = self.inner.forward(store, spans)?;
         let mut rows = self.rows.lock().unwrap();
-        for i in 0..l.index.len() {
-            rows.push(l.row(i).iter().map(|x| x.to_bits()).collect());
+        for i in 0..l.logits.index.len() {
+            rows.push(l.logits.row(i).iter().map(|x| x.to_bits()).collect());
         }
         Ok(l)
     }

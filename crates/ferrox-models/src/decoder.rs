@@ -1,5 +1,5 @@
 //! The seam between the engine and a model: forward a batch of token spans against
-//! paged KV, get logits for the rows asked for.
+//! paged KV, get logits (or hidden states) for the rows asked for.
 //!
 //! Invariant (SPEC S3): a span's logits do not depend on the other spans in the
 //! call, nor on how its sequence's tokens were split into spans before.
@@ -17,6 +17,9 @@ pub enum Want {
     Last,
     /// Every token's (prompt log-probabilities).
     All,
+    /// No logits, but every token's hidden state after the output norm
+    /// ([`Output::hidden`]: what embeddings pool).
+    Hidden,
 }
 
 /// A run of tokens of one sequence at consecutive positions.
@@ -31,21 +34,31 @@ pub struct Span<'a> {
     pub want: Want,
 }
 
-/// Logits rows returned by a forward call.
+/// What a forward call returns: the rows its spans asked for.
 #[derive(Clone, Debug, Default)]
-pub struct Logits {
+pub struct Output {
+    /// Logits (`width` = the vocabulary) of the tokens of spans that want them.
+    pub logits: Rows,
+    /// Hidden states after the output norm (`width` = the model's width) of
+    /// the tokens of spans that want [`Want::Hidden`].
+    pub hidden: Rows,
+}
+
+/// Rows of values of some of a forward call's tokens.
+#[derive(Clone, Debug, Default)]
+pub struct Rows {
     /// Values per row.
-    pub vocab: usize,
-    /// `[rows][vocab]`
+    pub width: usize,
+    /// `[rows][width]`
     pub data: Vec<f32>,
     /// `(span index, token index within the span)` of each row, in span then token order.
     pub index: Vec<(usize, usize)>,
 }
 
-impl Logits {
+impl Rows {
     /// Row `i`.
     pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.vocab..(i + 1) * self.vocab]
+        &self.data[i * self.width..(i + 1) * self.width]
     }
 
     /// The row of token `token` of span `span`, if it was asked for.
@@ -79,7 +92,7 @@ impl Logits {
 pub trait Decoder: Send + Sync {
     /// Runs `spans` through the model, writing their KV into `store` at the pages
     /// their tables name.
-    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError>;
+    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError>;
 
     /// The model's hyper-parameters.
     fn hyper_params(&self) -> &HyperParams;

@@ -13,6 +13,7 @@ use ferrox_gguf::Metadata;
 pub use crate::arch::{ArchSpec, Architecture};
 use crate::arch::{AttentionScale, Experts, LocalRopeBase, Softcap};
 use crate::error::ModelError;
+use crate::pooling::Pooling;
 
 mod layers;
 
@@ -86,6 +87,9 @@ pub struct HyperParams {
     pub moe: Option<MoeParams>,
     /// The gated delta-net layers' sizes, when the model has such layers.
     pub delta_net: Option<DeltaNetParams>,
+    /// How the file says its embeddings are pooled (`pooling_type`), if it
+    /// says.
+    pub pooling: Option<Pooling>,
 }
 
 /// How one layer's attention is shaped, and whose KV it reads.
@@ -261,6 +265,15 @@ impl HyperParams {
             AttentionScale::One => 1.0,
             _ => 1.0 / (head_dim_k as f32).sqrt(),
         };
+        let pooling = match m.count_opt(&key("pooling_type"))? {
+            Some(code) => Some(Pooling::from_gguf(code as u64).ok_or_else(|| {
+                invalid(
+                    &key("pooling_type"),
+                    format!("{code} is not a pooling type"),
+                )
+            })?),
+            None => None,
+        };
         Ok(HyperParams {
             architecture,
             name: m.string_opt("general.name")?,
@@ -290,6 +303,7 @@ impl HyperParams {
             n_embd_per_layer,
             moe,
             delta_net,
+            pooling,
         })
     }
 

@@ -9,6 +9,7 @@
 //! * [`activation_path`]: the fast integer-activation path or the exact f32 one.
 //! * [`model`]: a file loaded with its tokenizer and chat template.
 //! * [`perplexity`]: llama-perplexity's measure of a text.
+//! * [`pooling`]: how embeddings pool hidden states and are normalized.
 
 pub mod activation_path;
 pub mod arch;
@@ -20,6 +21,7 @@ pub mod kv_store;
 pub mod model;
 pub mod moe;
 pub mod perplexity;
+pub mod pooling;
 pub mod transformer;
 pub mod weights;
 
@@ -27,4 +29,5 @@ pub use activation_path::ActivationPath;
 pub use arch::{ArchSpec, Architecture};
 pub use error::ModelError;
 pub use hparams::{AttentionKind, HyperParams};
+pub use pooling::Pooling;
 pub use transformer::Transformer;

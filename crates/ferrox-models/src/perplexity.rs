@@ -130,15 +130,17 @@ fn chunk_log_likelihoods(
     let mut start = first;
     while start < ctx - 1 {
         let end = (start + SCORED_PER_CALL).min(ctx - 1);
-        let logits = m.forward(
-            &mut store,
-            &[Span {
-                pages: &pages,
-                start,
-                tokens: &run[start..end],
-                want: Want::All,
-            }],
-        )?;
+        let logits = m
+            .forward(
+                &mut store,
+                &[Span {
+                    pages: &pages,
+                    start,
+                    tokens: &run[start..end],
+                    want: Want::All,
+                }],
+            )?
+            .logits;
         for (j, row) in logits.rows_of(0) {
             out.push(row[chunk[start + j + 1] as usize] as f64 - log_sum_exp(row));
         }

@@ -46,7 +46,7 @@ mod recurrent;
 
 use crate::activation_path::ActivationPath;
 use crate::arch::ArchSpec;
-use crate::decoder::{Decoder, Logits, Span, Want};
+use crate::decoder::{Decoder, Output, Rows, Span, Want};
 use crate::error::ModelError;
 use crate::hparams::{AttentionKind, HyperParams};
 use crate::kv_store::KvStore;
@@ -131,11 +131,26 @@ impl<'a> Batch<'a> {
                 let s = self.slots[t];
                 let span = &self.spans[s.span];
                 match span.want {
-                    Want::Nothing => false,
+                    Want::Nothing | Want::Hidden => false,
                     Want::All => true,
                     Want::Last => s.index + 1 == span.tokens.len(),
                 }
             })
+            .collect()
+    }
+
+    /// Tokens whose hidden states the spans want.
+    fn wanted_hidden(&self) -> Vec<usize> {
+        (0..self.len())
+            .filter(|&t| self.spans[self.slots[t].span].want == Want::Hidden)
+            .collect()
+    }
+
+    /// The `(span, index)` of each of `tokens`.
+    fn keys(&self, tokens: &[usize]) -> Vec<(usize, usize)> {
+        tokens
+            .iter()
+            .map(|&t| (self.slots[t].span, self.slots[t].index))
             .collect()
     }
 }
@@ -533,15 +548,23 @@ impl Transformer {
         x
     }
 
+    /// The `wanted` tokens' rows of the hidden states `x`, output-normed:
+    /// `[wanted][n_embd]`.
+    fn output_normed(&self, x: &[f32], wanted: &[usize]) -> Vec<f32> {
+        let d = self.hp.n_embd;
+        let mut rows = vec![0.0f32; wanted.len() * d];
+        for (r, &t) in rows.chunks_exact_mut(d).zip(wanted) {
+            r.copy_from_slice(&x[t * d..(t + 1) * d]);
+            rms_norm(r, &self.weights.output_norm, self.hp.rms_eps);
+        }
+        rows
+    }
+
     /// Logits of the `wanted` tokens of the hidden states `x`: `[wanted][vocab]`.
     fn head(&self, x: &[f32], wanted: &[usize], quantized: &mut QuantizedRows) -> Vec<f32> {
         let hp = &self.hp;
         let d = hp.n_embd;
-        let mut rows = vec![0.0f32; wanted.len() * d];
-        for (r, &t) in rows.chunks_exact_mut(d).zip(wanted) {
-            r.copy_from_slice(&x[t * d..(t + 1) * d]);
-            rms_norm(r, &self.weights.output_norm, hp.rms_eps);
-        }
+        let rows = self.output_normed(x, wanted);
         let mut logits = vec![0.0f32; wanted.len() * hp.vocab_size];
         let output = &self.weights.output;
         let input = self.input(&rows, wanted.len(), d, &[output], quantized);
@@ -550,17 +573,22 @@ impl Transformer {
         logits
     }
 
-    /// Runs every span. Returns the logits of the wanted tokens, one row per
-    /// `(span, index)` pushed on `keys`, in slot order (span by span, token by token).
-    fn round(
-        &self,
-        cache: &mut KvStore,
-        spans: &[Span<'_>],
-        keys: &mut Vec<(usize, usize)>,
-    ) -> Vec<f32> {
+    /// Runs every span. Returns the logits and hidden states they want, in
+    /// slot order (span by span, token by token).
+    fn round(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Output {
         let batch = Batch::new(spans);
+        let mut out = Output {
+            logits: Rows {
+                width: self.hp.vocab_size,
+                ..Rows::default()
+            },
+            hidden: Rows {
+                width: self.hp.n_embd,
+                ..Rows::default()
+            },
+        };
         if batch.len() == 0 {
-            return Vec::new();
+            return out;
         }
         let mut scratch = Scratch::new(&self.hp, batch.len());
         for s in spans.iter().filter(|s| s.start == 0) {
@@ -571,30 +599,25 @@ impl Transformer {
             cache.state_reached(s.pages, s.start + s.tokens.len());
         }
         let wanted = batch.wanted();
-        if wanted.is_empty() {
-            return Vec::new();
+        if !wanted.is_empty() {
+            out.logits.index = batch.keys(&wanted);
+            out.logits.data = self.head(&x, &wanted, &mut scratch.quantized);
         }
-        keys.extend(
-            wanted
-                .iter()
-                .map(|&t| (batch.slots[t].span, batch.slots[t].index)),
-        );
-        self.head(&x, &wanted, &mut scratch.quantized)
+        let hidden = batch.wanted_hidden();
+        if !hidden.is_empty() {
+            out.hidden.index = batch.keys(&hidden);
+            out.hidden.data = self.output_normed(&x, &hidden);
+        }
+        out
     }
 }
 
 impl Decoder for Transformer {
-    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+    fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
         self.check(store, spans)?;
         // The whole pass runs on a pool thread: each parallel region inside then
         // costs about a microsecond instead of a cross-thread hand-off.
-        let mut index = Vec::new();
-        let data = self.pool.install(|| self.round(store, spans, &mut index));
-        Ok(Logits {
-            vocab: self.hp.vocab_size,
-            data,
-            index,
-        })
+        Ok(self.pool.install(|| self.round(store, spans)))
     }
 
     fn hyper_params(&self) -> &HyperParams {

@@ -34,7 +34,7 @@ fn prompt_logits(
                 }],
             )
             .unwrap();
-        rows.extend((0..piece.len()).map(|t| bits(l.of(0, t).unwrap())));
+        rows.extend((0..piece.len()).map(|t| bits(l.logits.of(0, t).unwrap())));
     }
     rows
 }
@@ -108,8 +108,8 @@ fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
     let (mut fresh, _) = prefilled(m, prompts);
     let together = m.forward(&mut fresh, &spans).unwrap();
     assert_eq!(
-        bits(alone.last_of(0).unwrap()),
-        bits(together.last_of(5).unwrap())
+        bits(alone.logits.last_of(0).unwrap()),
+        bits(together.logits.last_of(5).unwrap())
     );
 }
 
@@ -173,7 +173,7 @@ fn window_layers_see_only_their_window() {
                 }],
             )
             .unwrap();
-        bits(l.last_of(0).unwrap())
+        bits(l.logits.last_of(0).unwrap())
     };
     let want = last(&base);
     let mut far = base.clone();

@@ -100,7 +100,7 @@ async fn gather(
     while let Some(e) = s.recv().await {
         log.on_event(index, &e);
         match e {
-            Event::Admitted => {}
+            Event::Admitted | Event::Embedding(_) => {}
             Event::PromptLogprobs(p) => g.prompt_logprobs = Some(p),
             Event::Token { id, text, logprob } => {
                 if let Some(logprob) = logprob {

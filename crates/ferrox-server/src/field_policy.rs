@@ -457,6 +457,32 @@ const RESPONSES_FIELDS: Table = &[
     ),
 ];
 
+/// What every embedding route takes besides its inputs.
+const EMBEDDING_COMMON: Table = &[("model", Implemented), ("embd_normalize", Implemented)];
+
+const OPENAI_EMBEDDING_FIELDS: Table = &[
+    ("input", Implemented),
+    // llama-server's name for the inputs.
+    ("content", Alias("input")),
+    ("encoding_format", Implemented),
+    ("dimensions", Implemented),
+    ("user", NoOp),
+];
+
+const NATIVE_EMBEDDING_FIELDS: Table = &[("content", Implemented), ("input", Alias("content"))];
+
+/// Ollama's `/api/embed` (and `/api/embeddings`, whose input is `prompt`).
+const OLLAMA_EMBED_FIELDS: Table = &[
+    ("model", Implemented),
+    ("input", Implemented),
+    ("prompt", Alias("input")),
+    ("truncate", Implemented),
+    ("dimensions", Implemented),
+    ("options", Implemented),
+    // Read before the route by the front of a server with several models.
+    ("keep_alive", NoOp),
+];
+
 pub const CHAT_COMPLETIONS: Policy = Policy {
     route: "/v1/chat/completions",
     tables: &[OPENAI_COMMON, CHAT, NO_ECHO],
@@ -508,8 +534,23 @@ pub const RESPONSES: Policy = Policy {
     tables: &[RESPONSES_FIELDS],
 };
 
+pub const EMBEDDINGS: Policy = Policy {
+    route: "/v1/embeddings",
+    tables: &[EMBEDDING_COMMON, OPENAI_EMBEDDING_FIELDS],
+};
+
+pub const NATIVE_EMBEDDING: Policy = Policy {
+    route: "/embedding",
+    tables: &[EMBEDDING_COMMON, NATIVE_EMBEDDING_FIELDS],
+};
+
+pub const OLLAMA_EMBED: Policy = Policy {
+    route: "/api/embed",
+    tables: &[OLLAMA_EMBED_FIELDS],
+};
+
 /// Every route's policy, for the hint of an unknown field.
-const ROUTES: [Policy; 9] = [
+const ROUTES: [Policy; 12] = [
     CHAT_COMPLETIONS,
     TEXT_COMPLETIONS,
     ANTHROPIC_MESSAGES,
@@ -519,6 +560,9 @@ const ROUTES: [Policy; 9] = [
     NATIVE_COMPLETION,
     NATIVE_INFILL,
     RESPONSES,
+    EMBEDDINGS,
+    NATIVE_EMBEDDING,
+    OLLAMA_EMBED,
 ];
 
 impl Policy {

@@ -17,6 +17,8 @@
 //! * [`completions`]: chat and text completions, JSON and SSE.
 //! * [`anthropic`]: Anthropic's Messages API (`POST /v1/messages`), JSON and SSE.
 //! * [`native`]: llama-server's own `/completion`, `/infill` and `/slots`.
+//! * [`embeddings`]: `/v1/embeddings` and `/embedding`: inputs pooled by the
+//!   engine, normalized and truncated here.
 //! * [`ollama`]: Ollama's API (`/api/chat`, `/api/generate`, the model routes), NDJSON.
 //! * [`model_card`]: what the served model's file says of itself.
 //! * [`responses`]: OpenAI's Responses API (`POST /v1/responses`), JSON and SSE.
@@ -35,6 +37,7 @@ pub mod answer;
 pub mod anthropic;
 pub mod auth;
 pub mod completions;
+pub mod embeddings;
 pub mod error;
 pub mod field_policy;
 pub mod front;

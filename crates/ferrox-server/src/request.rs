@@ -185,6 +185,7 @@ fn common(mut f: SharedFields, max: Option<usize>) -> Result<Common, ApiError> {
             stop_token_ids: f.stop_token_ids.unwrap_or_default(),
             logprobs: None,
             prompt_logprobs: None,
+            embed: None,
             ignore_eos: f.ignore_eos.unwrap_or(false),
             grammar: None,
         },

@@ -33,6 +33,9 @@ pub enum Route {
     Completion,
     Infill,
     Responses,
+    Embeddings,
+    Embedding,
+    OllamaEmbed,
 }
 
 impl Route {
@@ -46,6 +49,9 @@ impl Route {
             Route::Completion => "/completion",
             Route::Infill => "/infill",
             Route::Responses => "/v1/responses",
+            Route::Embeddings => "/v1/embeddings",
+            Route::Embedding => "/embedding",
+            Route::OllamaEmbed => "/api/embed",
         }
     }
 }
@@ -221,7 +227,7 @@ impl RequestLog {
                 m.queue_time.observe(since_start.as_secs_f64());
                 self.queued_for.get_or_insert(since_start);
             }
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Embedding(_) => {}
             Event::Token { .. } => {
                 match s.last_token {
                     None => m.time_to_first_token.observe(since_start.as_secs_f64()),

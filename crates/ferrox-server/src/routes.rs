@@ -170,6 +170,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/models/{*id}", get(model))
         .route("/props", get(crate::props::props))
         .merge(crate::tokenize::routes())
+        .merge(crate::embeddings::routes())
         .merge(crate::ollama::routes())
         .merge(crate::native::routes())
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));

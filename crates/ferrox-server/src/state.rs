@@ -79,6 +79,8 @@ pub struct AppState {
     pub grammars: Result<Grammars, GrammarError>,
     /// What `/props` reports of how the server was started.
     pub facts: crate::props::ServerFacts,
+    /// How embeddings are pooled and normalized.
+    pub embedding: crate::embeddings::EmbeddingSettings,
 }
 
 impl AppState {

@@ -203,7 +203,8 @@ pub fn score(m: &Transformer, rows: &[Value], label: &str) -> Score {
         }
         let logits = m
             .forward(&mut cache, &spans(chunk, &tables, Part::Scored))
-            .expect("forward");
+            .expect("forward")
+            .logits;
         for (i, case) in chunk.iter().enumerate() {
             let index = group * PROMPTS_PER_CALL + i;
             s.add(

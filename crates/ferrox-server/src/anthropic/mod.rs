@@ -447,7 +447,7 @@ impl Streamer {
     /// The SSE events of one engine event.
     fn events(&mut self, e: Event) -> Vec<SseEvent> {
         match e {
-            Event::Admitted | Event::PromptLogprobs(_) => Vec::new(),
+            Event::Admitted | Event::PromptLogprobs(_) | Event::Embedding(_) => Vec::new(),
             Event::Token { text, .. } => {
                 let text = self.split.push(&text).text;
                 (!text.is_empty())

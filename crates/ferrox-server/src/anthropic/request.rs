@@ -342,6 +342,7 @@ fn valid(req: MessagesRequest, max_tokens: usize) -> Result<Valid, ApiError> {
             stop_token_ids: Vec::new(),
             logprobs: None,
             prompt_logprobs: None,
+            embed: None,
             ignore_eos: false,
             grammar: None,
         },

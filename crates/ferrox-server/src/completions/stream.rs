@@ -155,7 +155,7 @@ impl ResponseStream {
         match e {
             Event::Admitted => c.admitted(st, out),
             // Echo (the one scoring route) is answered whole, not streamed.
-            Event::PromptLogprobs(_) => Vec::new(),
+            Event::PromptLogprobs(_) | Event::Embedding(_) => Vec::new(),
             Event::Token { id, text, logprob } => c.token(st, out, id, text, logprob),
             Event::Finished {
                 reason,

@@ -126,7 +126,7 @@ impl Answer {
         stream: bool,
     ) -> Result<Vec<String>, ApiError> {
         match e {
-            Event::Admitted | Event::PromptLogprobs(_) => Ok(Vec::new()),
+            Event::Admitted | Event::PromptLogprobs(_) | Event::Embedding(_) => Ok(Vec::new()),
             Event::Token { id, text, logprob } => {
                 self.first_token.get_or_insert_with(Instant::now);
                 self.tokens.push(id);

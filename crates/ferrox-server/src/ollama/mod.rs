@@ -2,7 +2,8 @@
 //! `POST /api/chat` and `POST /api/generate` (NDJSON streams by default,
 //! `"stream": false` for one object), and the model routes `GET /api/tags`,
 //! `POST /api/show`, `GET /api/ps`, `GET /api/version`, `POST /api/pull` and
-//! `DELETE /api/delete` (`ollama/models.rs`).
+//! `DELETE /api/delete` (`ollama/models.rs`), and the embedding routes
+//! `POST /api/embed` and `/api/embeddings` (`ollama/embed.rs`).
 //!
 //! Bodies are read as Ollama reads them: JSON whatever the `Content-Type`
 //! (its examples use `curl -d`). Their fields are the `/api/chat`,
@@ -15,6 +16,7 @@
 //! Invariants: as on every route, refusals happen before anything is queued,
 //! and dropping the response (the client went away) cancels the request.
 
+mod embed;
 mod models;
 mod reply;
 mod request;
@@ -54,6 +56,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/version", get(models::version))
         .route("/api/pull", post(models::pull))
         .route("/api/delete", delete(models::delete))
+        .route("/api/embed", post(embed::embed_route))
+        .route("/api/embeddings", post(embed::embeddings_route))
 }
 
 /// Whether `path` is one of Ollama's routes (their errors have its shape, and

@@ -151,7 +151,7 @@ impl Turn {
 
     pub fn step(&mut self, st: &AppState, e: Event) -> Option<Step> {
         match e {
-            Event::Admitted | Event::PromptLogprobs(_) => None,
+            Event::Admitted | Event::PromptLogprobs(_) | Event::Embedding(_) => None,
             Event::Token { id, text, logprob } => {
                 self.first_token.get_or_insert_with(Instant::now);
                 if let Some(ids) = &mut self.ids {

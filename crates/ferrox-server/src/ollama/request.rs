@@ -164,7 +164,7 @@ pub(super) struct Valid {
 
 /// The body with the policy applied at the top and inside `options`; a
 /// sampler field at the top is pointed inside `options`.
-fn policed(policy: &Policy, body: &Value) -> Result<Value, ApiError> {
+pub(super) fn policed(policy: &Policy, body: &Value) -> Result<Value, ApiError> {
     let mut o = policy.apply(body.clone()).map_err(|e| match e {
         Invalid::UnknownField { field, .. } if OLLAMA_OPTIONS.field(&field).is_some() => {
             Invalid::OutsideOptions { field }
@@ -316,6 +316,7 @@ fn common(st: &AppState, c: Common, tools: bool) -> Result<Partial, ApiError> {
                 stop_token_ids: Vec::new(),
                 logprobs: logprobs(c.logprobs, c.top_logprobs)?,
                 prompt_logprobs: None,
+                embed: None,
                 ignore_eos: false,
                 grammar: None,
             },

@@ -328,6 +328,7 @@ pub(super) fn parse(body: &Value) -> Result<Valid, ApiError> {
                 stop_token_ids: Vec::new(),
                 logprobs: None,
                 prompt_logprobs: None,
+                embed: None,
                 ignore_eos: false,
                 grammar: None,
             },

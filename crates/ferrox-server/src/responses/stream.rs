@@ -59,7 +59,7 @@ impl Events {
 
     fn on_event(&mut self, e: Event) -> Vec<SseEvent> {
         match e {
-            Event::Admitted | Event::PromptLogprobs(_) => Vec::new(),
+            Event::Admitted | Event::PromptLogprobs(_) | Event::Embedding(_) => Vec::new(),
             Event::Token { text, .. } => {
                 let p = self.split.push(&text);
                 self.pieces(p)

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ferrox_engine::{EngineConfig, start};
 use ferrox_gguf::GgufFile;
-use ferrox_models::decoder::{Decoder, Logits, Span};
+use ferrox_models::decoder::{Decoder, Output, Span};
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::{Architecture, HyperParams, ModelError, Transformer};
 use ferrox_sampling::grammar::Grammars;
@@ -42,7 +42,7 @@ pub struct Faulty {
 }
 
 impl Decoder for Faulty {
-    fn forward(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Result<Logits, ModelError> {
+    fn forward(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         match self.fault {
             Fault::Error { at } if call >= at => {
@@ -70,6 +70,8 @@ pub struct Setup {
     pub log_prompts: bool,
     /// A chat template for the tiny model (it has none).
     pub chat_template: Option<&'static str>,
+    /// `--pooling`.
+    pub pooling: Option<ferrox_models::Pooling>,
 }
 
 impl Default for Setup {
@@ -83,6 +85,7 @@ impl Default for Setup {
             webui: true,
             log_prompts: false,
             chat_template: None,
+            pooling: None,
         }
     }
 }
@@ -92,8 +95,16 @@ pub fn state(setup: Setup) -> Arc<AppState> {
     let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap();
     let tokenizer = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
     let grammars = Grammars::new(&tokenizer);
+    let inner = Transformer::new(file(), 1).unwrap();
+    let embedding = ferrox_server::embeddings::EmbeddingSettings::choose(
+        setup.pooling,
+        ferrox_models::pooling::Normalize::PNorm(2),
+        inner.hyper_params(),
+        false,
+    )
+    .unwrap();
     let decoder = Faulty {
-        inner: Transformer::new(file(), 1).unwrap(),
+        inner,
         calls: AtomicUsize::new(0),
         fault: setup.fault,
     };
@@ -123,6 +134,7 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         cors_origins: setup.cors_origins,
         webui: setup.webui,
         log_prompts: setup.log_prompts,
+        embedding,
         tally: Default::default(),
         grammars,
         facts: ferrox_server::props::ServerFacts {
