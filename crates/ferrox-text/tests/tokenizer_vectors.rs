@@ -107,6 +107,29 @@ fn refact_vectors() {
     check("refact");
 }
 
+#[test]
+fn bert_bge_vectors() {
+    check("bert-bge");
+}
+
+/// WordPiece's special tokens: `[CLS]` first and `[SEP]` last (llama.cpp's
+/// `add_special` for BERT vocabularies, which carry no add_bos key).
+#[test]
+fn bert_special_tokens_wrap_the_text() {
+    let Some(path) = vocab_file("bert-bge") else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_metadata(&file.header().metadata).unwrap();
+    let plain = tok.encode("Hello world", false, false);
+    let wrapped = tok.encode("Hello world", true, false);
+    assert_eq!(wrapped.first(), Some(&101));
+    assert_eq!(wrapped.last(), Some(&102));
+    assert_eq!(&wrapped[1..wrapped.len() - 1], &plain[..]);
+    assert_eq!(tok.encode("[CLS] hi [SEP]", false, true)[0], 101, "specials parse");
+    assert_eq!(tok.decode(&plain, false), " hello world");
+}
+
 /// The corpus of our own (`scripts/tokenizers/corpus.jsonl`: several scripts,
 /// combining marks, emoji, code, whitespace runs) against llama-tokenize's ids
 /// for it (`tests/golden/tokenize-vocab-NAME.jsonl`, by

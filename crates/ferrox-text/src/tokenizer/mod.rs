@@ -7,6 +7,8 @@
 //!   added (as llama.cpp forces it).
 //! * `tokenizer.ggml.model = "llama"`: SentencePiece by scores with `<0xNN>` byte
 //!   fallback; spaces become `▁`, with a leading one when `add_space_prefix` ([`spm`]).
+//! * `tokenizer.ggml.model = "bert"`: WordPiece over BERT's normalized words
+//!   ([`wordpiece`]); special tokens add `[CLS]` first and `[SEP]` last.
 //!
 //! Invariants: special tokens are found before either algorithm runs
 //! ([`vocab::Vocab::partition`]); BOS / EOS are added exactly when asked and the
@@ -20,6 +22,7 @@ pub mod specials;
 pub mod spm;
 pub mod stream;
 pub mod vocab;
+pub mod wordpiece;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -40,6 +43,12 @@ pub use stream::Utf8Stream;
 enum Algorithm {
     SentencePiece {
         add_space_prefix: bool,
+    },
+    WordPiece {
+        normalizer: wordpiece::Normalizer,
+        unk: u32,
+        /// The longest piece, in bytes.
+        longest: usize,
     },
     BytePairs {
         pre: PreTokenizer,
@@ -78,6 +87,7 @@ impl ByteLevel {
 pub enum TokenizerKind {
     SentencePiece,
     BytePairs,
+    WordPiece,
 }
 
 /// A tokenizer: text to ids and back.
@@ -89,9 +99,17 @@ pub struct Tokenizer {
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// The separator WordPiece's special tokens end with (`[SEP]`).
+    sep: Option<u32>,
     end_of_generation: Vec<u32>,
     fim: specials::FimTokens,
 }
+
+/// llama.cpp's ids of BERT's `[UNK]`, `[CLS]` and `[SEP]` when the file names
+/// none.
+const BERT_UNK: u32 = 100;
+const BERT_CLS: u32 = 101;
+const BERT_SEP: u32 = 102;
 
 /// What the vocabulary's special tokens depend on besides their types.
 fn vocab_facts(m: &Metadata, n: usize) -> Result<VocabFacts, TextError> {
@@ -154,6 +172,24 @@ impl Tokenizer {
                     ignore_merges: pre == PreTokenizer::Llama3 && pre_name != "default",
                 }
             }
+            "bert" => {
+                let lowercase = m
+                    .bool_opt("tokenizer.ggml.normalizer.lowercase")?
+                    .unwrap_or(true);
+                Algorithm::WordPiece {
+                    normalizer: wordpiece::Normalizer {
+                        lowercase,
+                        strip_accents: m
+                            .bool_opt("tokenizer.ggml.normalizer.strip_accents")?
+                            .unwrap_or(lowercase),
+                    },
+                    unk: id_key(m, "tokenizer.ggml.unknown_token_id", n)?.unwrap_or(BERT_UNK),
+                    longest: (0..n as u32)
+                        .filter_map(|id| vocab.piece(id).map(str::len))
+                        .max()
+                        .unwrap_or(0),
+                }
+            }
             "gemma4" => Algorithm::BytePairs {
                 pre: PreTokenizer::Gemma4,
                 merges: Merges::new(&vocab, m.string_array("tokenizer.ggml.merges")?),
@@ -164,7 +200,7 @@ impl Tokenizer {
                 return Err(TextError::InvalidMetadata {
                     key: "tokenizer.ggml.model".into(),
                     reason: format!(
-                        "unsupported tokenizer {other:?}; supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (SentencePiece-style BPE)"
+                        "unsupported tokenizer {other:?}; supported: llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (SentencePiece-style BPE), bert (WordPiece)"
                     ),
                 });
             }
@@ -182,7 +218,17 @@ impl Tokenizer {
         );
         // llama.cpp adds BOS for Gemma 4 whatever its metadata says.
         let forced_bos = model == "gemma4";
-        let bos = id_key(m, "tokenizer.ggml.bos_token_id", n)?;
+        let bert = model == "bert";
+        // WordPiece's specials: [CLS] opens, [SEP] closes (llama.cpp's default
+        // ids when the file names none).
+        let bos = match id_key(m, "tokenizer.ggml.bos_token_id", n)? {
+            None if bert => id_key(m, "tokenizer.ggml.cls_token_id", n)?.or(Some(BERT_CLS)),
+            b => b,
+        };
+        let sep = match bert {
+            true => id_key(m, "tokenizer.ggml.seperator_token_id", n)?.or(Some(BERT_SEP)),
+            false => None,
+        };
         let eos = id_key(m, "tokenizer.ggml.eos_token_id", n)?;
         Ok(Tokenizer {
             vocab,
@@ -190,9 +236,11 @@ impl Tokenizer {
             bos,
             eos,
             add_bos: forced_bos
+                || bert
                 || m.bool_opt("tokenizer.ggml.add_bos_token")?
                     .unwrap_or(bos_by_default),
             add_eos: m.bool_opt("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            sep,
             end_of_generation,
             fim,
         })
@@ -213,6 +261,7 @@ impl Tokenizer {
         match self.algorithm {
             Algorithm::SentencePiece { .. } => TokenizerKind::SentencePiece,
             Algorithm::BytePairs { .. } => TokenizerKind::BytePairs,
+            Algorithm::WordPiece { .. } => TokenizerKind::WordPiece,
         }
     }
 
@@ -279,6 +328,18 @@ impl Tokenizer {
                             }
                             spm::tokenize(&self.vocab, &escaped, &mut out);
                         }
+                        Algorithm::WordPiece {
+                            normalizer,
+                            unk,
+                            longest,
+                        } => wordpiece::tokenize(
+                            &self.vocab,
+                            t,
+                            *normalizer,
+                            *unk,
+                            *longest,
+                            &mut out,
+                        ),
                         Algorithm::BytePairs {
                             pre,
                             merges,
@@ -329,6 +390,9 @@ impl Tokenizer {
         {
             out.push(e);
         }
+        if add_special && let Some(s) = self.sep {
+            out.push(s);
+        }
         out
     }
 
@@ -357,7 +421,9 @@ impl Tokenizer {
                 None => Cow::Borrowed(piece.as_bytes()),
             },
             TokenType::Normal => match &self.algorithm {
-                Algorithm::SentencePiece { .. } | Algorithm::BytePairs { bytes: None, .. } => {
+                Algorithm::SentencePiece { .. }
+                | Algorithm::WordPiece { .. }
+                | Algorithm::BytePairs { bytes: None, .. } => {
                     if piece.contains('▁') {
                         Cow::Owned(piece.replace('▁', " ").into_bytes())
                     } else {
