@@ -23,7 +23,8 @@ CTX/2 .. CTX-2; OUT is {"ctx", "bos", "running", "ppl"}, the perplexity after
 each chunk.
 With --embed it writes each prompt's embedding: its hidden states after the
 output norm, pooled (mean, cls, last, or none: every token's), unnormalized, as
-{"prompt", "prompt_ids", "pooling", "embedding"} (a list of rows).
+{"prompt", "prompt_ids", "pooling", "embedding"} (a list of rows). BERT files
+run the encoder (class Bert); `rank` gives a reranker's score, [[score]].
 The context (default: the model's) picks LongRoPE's factor set, as llama.cpp's -c.
 """
 import json
@@ -476,10 +477,68 @@ def perplexity(model, tokens, ctx, bos):
     return running
 
 
+class Bert:
+    """A BERT encoder (src/models/bert.cpp): token, type-0 and position
+    embeddings, a layer norm, post-norm layers of bidirectional attention and a
+    tanh-GELU feed-forward, every map with its bias."""
+
+    def __init__(self, path):
+        r = GGUFReader(path)
+        self.t = {}
+        for t in r.tensors:
+            w = dequantize(t.data, t.tensor_type).astype(np.float64)
+            shape = [int(x) for x in t.shape]
+            self.t[t.name] = w.reshape(list(reversed(shape))) if len(shape) > 1 else w.reshape(-1)
+        f = r.fields
+        self.n_layer = int(f["bert.block_count"].contents())
+        self.heads = int(f["bert.attention.head_count"].contents())
+        self.eps = float(f["bert.attention.layer_norm_epsilon"].contents())
+
+    def ln(self, x, name):
+        mu = x.mean(axis=-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + self.eps) * self.t[name + ".weight"] + self.t[name + ".bias"]
+
+    def lin(self, name, x):
+        return x @ self.t[name + ".weight"].T + self.t[name + ".bias"]
+
+    def rows(self, ids):
+        """Every token's last-layer state."""
+        t = self.t
+        x = t["token_embd.weight"][ids] + t["position_embd.weight"][: len(ids)]
+        if "token_types.weight" in t:
+            x = x + t["token_types.weight"][0]
+        x = self.ln(x, "token_embd_norm")
+        n, d = x.shape
+        hd = d // self.heads
+        gelu = lambda g: 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
+        for il in range(self.n_layer):
+            p = f"blk.{il}."
+            q, k, v = (self.lin(p + m, x).reshape(n, self.heads, hd).transpose(1, 0, 2) for m in ("attn_q", "attn_k", "attn_v"))
+            s = q @ k.transpose(0, 2, 1) / math.sqrt(hd)
+            s = np.exp(s - s.max(axis=-1, keepdims=True))
+            a = (s / s.sum(axis=-1, keepdims=True)) @ v
+            x = self.ln(x + self.lin(p + "attn_output", a.transpose(1, 0, 2).reshape(n, d)), p + "attn_output_norm")
+            x = self.ln(x + self.lin(p + "ffn_down", gelu(self.lin(p + "ffn_up", x))), p + "layer_output_norm")
+        return list(x)
+
+    def rank(self, ids):
+        """The classification head's score of the first token's state."""
+        h = self.rows(ids)[0]
+        if "cls.weight" in self.t:
+            h = np.tanh(self.lin("cls", h))
+        return float(self.lin("cls.output", h)[0])
+
+
 def embed(model, prompt_ids, pooling):
     """The prompt's hidden states pooled (none: every token's), unnormalized."""
-    cache = [[] for _ in range(model.n_layer)]
-    rows = [model.trunk(t, pos, cache) for pos, t in enumerate(prompt_ids)]
+    if isinstance(model, Bert):
+        if pooling == "rank":
+            return [[model.rank(prompt_ids)]]
+        rows = model.rows(prompt_ids)
+    else:
+        cache = [[] for _ in range(model.n_layer)]
+        rows = [model.trunk(t, pos, cache) for pos, t in enumerate(prompt_ids)]
     pooled = {"mean": lambda: [np.mean(rows, axis=0)], "cls": lambda: [rows[0]],
               "last": lambda: [rows[-1]], "none": lambda: rows}[pooling]()
     return [[float(v) for v in r] for r in pooled]
@@ -489,7 +548,8 @@ def embed_main(args):
     pooling = args.pop(args.index("--embed") + 1)
     args.remove("--embed")
     path, prompts, out = args
-    model = Model(path)
+    arch = GGUFReader(path).fields["general.architecture"].contents()
+    model = Bert(path) if arch == "bert" else Model(path)
     with open(prompts) as f, open(out, "w") as o:
         for line in f:
             row = json.loads(line)

@@ -217,8 +217,9 @@ impl Session {
         let t_load = Instant::now();
         let model = Model::load_with(&path, threads, a.path.activations)?;
         let load_s = t_load.elapsed().as_secs_f64();
-        let packed_mib = model.transformer.packed_bytes() as f64 / (1 << 20) as f64;
-        let context_length = model.transformer.hyper_params().context_length;
+        let transformer = model.net.generator()?;
+        let packed_mib = transformer.packed_bytes() as f64 / (1 << 20) as f64;
+        let context_length = transformer.hyper_params().context_length;
         let ctx = a.ctx.unwrap_or(context_length.min(4096));
         if ctx == 0 || ctx > context_length {
             bail!(
@@ -243,7 +244,7 @@ impl Session {
         };
         let tokenizer = std::sync::Arc::new(model.tokenizer);
         let engine = ferrox_engine::start(
-            Box::new(model.transformer),
+            Box::new(transformer),
             std::sync::Arc::clone(&tokenizer),
             config,
         )?;

@@ -11,8 +11,7 @@ use clap::Args;
 use ferrox_engine::byte_size::format_bytes;
 use ferrox_engine::kv_plan::KvPlan;
 use ferrox_engine::kv_plan::{KvShape, defaults};
-use ferrox_models::decoder::Decoder;
-use ferrox_models::model::Model;
+use ferrox_models::model::{Model, Net};
 use ferrox_models::pooling::Normalize;
 use ferrox_sampling::grammar::Grammars;
 use ferrox_server::auth::ApiKey;
@@ -333,7 +332,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             Ok((path, started))
         })
         .await??;
-        let (path, Started { state, config, kv_peak }) = started;
+        let (path, Started { state, config, kv_peak, activations }) = started;
         let models = a.models_dir.as_ref().map(|dir| {
             Arc::new(ferrox_server::registry::Registry::new(
                 dir.clone(),
@@ -352,7 +351,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let blocks = config.kv_blocks.map_or("unbounded".to_string(), |b| {
             format!("{b} blocks of {}, {} at peak", config.block_size, format_bytes(kv_peak))
         });
-        let activations = a.path.activations;
         let folder = a.models_dir.as_ref().map_or(String::new(), |d| format!("; the models of {} on first use", d.display()));
         ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace), models }, stop, |addr| {
             // One line, one write: a client that reads this line and closes the
@@ -374,6 +372,8 @@ struct Started {
     state: Arc<AppState>,
     config: ferrox_engine::EngineConfig,
     kv_peak: u64,
+    /// The activation path the model runs (an encoder's is f32).
+    activations: ferrox_models::ActivationPath,
 }
 
 /// Loads the model at `path` and starts its engine (blocking).
@@ -392,13 +392,18 @@ fn start_model(
     if let Err(e) = &grammars {
         tracing::warn!("structured output is off for {model_id}: {e}");
     }
-    let shape = KvShape::new(model.transformer.hyper_params(), defaults::KV_ELEMENT_BYTES);
+    let shape = KvShape::new(model.net.hyper_params(), defaults::KV_ELEMENT_BYTES);
     let normalize = Normalize::from_code(a.embd_normalize).expect("checked by the parser");
+    let has_rank_head = matches!(&model.net, Net::Encoder(e) if e.has_classifier());
+    let activations = match &model.net {
+        Net::Decoder(t) => t.activation_path(),
+        Net::Encoder(_) => ferrox_models::ActivationPath::F32,
+    };
     let embedding = EmbeddingSettings::choose(
         a.pooling,
         normalize,
-        model.transformer.hyper_params(),
-        false,
+        model.net.hyper_params(),
+        has_rank_head,
     )?;
     let config = a.engine.config(&shape)?;
     let kv_peak = kv_peak_bytes(&shape, &config)?;
@@ -407,18 +412,18 @@ fn start_model(
         model_path: path.display().to_string(),
         total_slots: config.max_seqs,
         chat_template: model
-            .transformer
+            .net
             .file()
             .header()
             .metadata
             .string_opt("tokenizer.chat_template")?,
         card: ferrox_server::model_card::ModelCard::of(
-            model.transformer.file(),
+            model.net.file(),
             ferrox_hub::model_ref::known_sha256(path),
         ),
     };
     let engine = ferrox_engine::start(
-        Box::new(model.transformer),
+        model.net.into_decoder(),
         Arc::clone(&tokenizer),
         config.clone(),
     )?;
@@ -442,6 +447,7 @@ fn start_model(
         facts,
     });
     Ok(Started {
+        activations,
         state,
         config,
         kv_peak,

@@ -72,6 +72,9 @@ pub enum Chunking {
     /// its last page: a hybrid model with the prefix cache, whose recurrent state
     /// is checkpointed at boundaries only, so the prompt's last one is reached.
     PagesThenTail,
+    /// Whole prompts only: a chunk is the rest of the prompt, or nothing (an
+    /// encoder's sequence runs in one pass).
+    Whole,
 }
 
 /// Tokens of a chunk for a prompt with `prefilled` tokens run and `remaining` to
@@ -93,6 +96,8 @@ pub fn chunk_len(
         Chunking::PagesThenTail if boundary > 0 => boundary,
         Chunking::PagesThenTail if take == remaining => take,
         Chunking::PagesThenTail => 0,
+        Chunking::Whole if take == remaining => take,
+        Chunking::Whole => 0,
     }
 }
 

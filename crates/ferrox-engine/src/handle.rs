@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub stats: Arc<EngineStats>,
     pub ceiling: KvCeiling,
     pub vocab: usize,
+    /// Whether the model generates (an encoder only embeds).
+    pub generates: bool,
     /// Cleared when the worker ends for any reason but a requested shutdown.
     pub healthy: Arc<AtomicBool>,
 }
@@ -85,7 +87,7 @@ impl EngineHandle {
         if !s.healthy.load(Ordering::Acquire) {
             return Err(SubmitError::Stopped);
         }
-        if let Err(e) = validate(&prompt, &params, s.vocab) {
+        if let Err(e) = validate(&prompt, &params, s.vocab, s.generates) {
             EngineStats::add(&s.stats.refusals_invalid, 1);
             return Err(SubmitError::Invalid(e));
         }

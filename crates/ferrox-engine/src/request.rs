@@ -127,7 +127,8 @@ pub enum Event {
     /// once, when the prompt has run, before any token.
     PromptLogprobs(Vec<TokenLogprob>),
     /// The prompt's embedding (asked by [`GenerationParams::embed`]): one row,
-    /// or one per prompt token when unpooled, unnormalized. Sent once, when the
+    /// or one per prompt token when unpooled, unnormalized; with rank pooling,
+    /// the classification head's scores of the pooled row. Sent once, when the
     /// prompt has run, just before the request finishes.
     Embedding(Vec<Vec<f32>>),
     /// A generated token and the text it released (may be empty while text is withheld).

@@ -20,8 +20,21 @@ fn bad(param: &'static str, message: String) -> Result<(), InvalidRequest> {
 /// Most alternatives a token's log-probability comes with.
 pub const MAX_ALTERNATIVES: usize = 20;
 
-/// Checks a prompt and its parameters against a vocabulary of `vocab` tokens.
-pub fn validate(prompt: &[u32], p: &GenerationParams, vocab: usize) -> Result<(), InvalidRequest> {
+/// Checks a prompt and its parameters against a vocabulary of `vocab` tokens
+/// and a model that `generates` (or only embeds).
+pub fn validate(
+    prompt: &[u32],
+    p: &GenerationParams,
+    vocab: usize,
+    generates: bool,
+) -> Result<(), InvalidRequest> {
+    if !generates && p.embed.is_none() {
+        return bad(
+            "model",
+            "this model is an encoder: it embeds (/v1/embeddings, /v1/rerank) and does not generate"
+                .into(),
+        );
+    }
     if let Some(t) = prompt.iter().find(|&&t| t as usize >= vocab) {
         return bad(
             "prompt",
@@ -93,8 +106,11 @@ mod tests {
     #[test]
     fn out_of_range_values_are_refused_naming_the_field() {
         let ok = GenerationParams::greedy(4);
-        assert!(validate(&[1, 2], &ok, 10).is_ok());
-        assert_eq!(validate(&[1, 20], &ok, 10).unwrap_err().param, "prompt");
+        assert!(validate(&[1, 2], &ok, 10, true).is_ok());
+        assert_eq!(
+            validate(&[1, 20], &ok, 10, true).unwrap_err().param,
+            "prompt"
+        );
         assert_eq!(
             validate(
                 &[1],
@@ -102,7 +118,8 @@ mod tests {
                     max_tokens: 0,
                     ..ok.clone()
                 },
-                10
+                10,
+                true
             )
             .unwrap_err()
             .param,
@@ -110,23 +127,46 @@ mod tests {
         );
         let mut nan = ok.clone();
         nan.sampling.temperature = f32::NAN;
-        assert_eq!(validate(&[1], &nan, 10).unwrap_err().param, "temperature");
+        assert_eq!(
+            validate(&[1], &nan, 10, true).unwrap_err().param,
+            "temperature"
+        );
         let mut neg = ok.clone();
         neg.sampling.temperature = -1.0;
-        assert_eq!(validate(&[1], &neg, 10).unwrap_err().param, "temperature");
+        assert_eq!(
+            validate(&[1], &neg, 10, true).unwrap_err().param,
+            "temperature"
+        );
         let mut top_p = ok.clone();
         top_p.sampling.top_p = 0.0;
-        assert_eq!(validate(&[1], &top_p, 10).unwrap_err().param, "top_p");
+        assert_eq!(validate(&[1], &top_p, 10, true).unwrap_err().param, "top_p");
         let stop = GenerationParams {
             stop_token_ids: vec![10],
             ..ok.clone()
         };
         assert_eq!(
-            validate(&[1], &stop, 10).unwrap_err().param,
+            validate(&[1], &stop, 10, true).unwrap_err().param,
             "stop_token_ids"
         );
         let mut bias = ok;
         bias.sampling.logit_bias = vec![(3, f32::INFINITY)];
-        assert_eq!(validate(&[1], &bias, 10).unwrap_err().param, "logit_bias");
+        assert_eq!(
+            validate(&[1], &bias, 10, true).unwrap_err().param,
+            "logit_bias"
+        );
+    }
+
+    #[test]
+    fn an_encoder_embeds_and_never_generates() {
+        let generate = GenerationParams::greedy(4);
+        assert_eq!(
+            validate(&[1], &generate, 10, false).unwrap_err().param,
+            "model"
+        );
+        let embed = GenerationParams {
+            embed: Some(ferrox_models::Pooling::Cls),
+            ..GenerationParams::greedy(0)
+        };
+        assert!(validate(&[1], &embed, 10, false).is_ok());
     }
 }

@@ -22,7 +22,7 @@ use std::sync::mpsc;
 use crate::kv_plan::{KvPlan, KvShape, defaults};
 use ferrox_models::decoder::{Decoder, Rows, Span, Want};
 use ferrox_models::kv_store::KvStore;
-use ferrox_models::pooling::Pool;
+use ferrox_models::pooling::{Pool, Pooling};
 use ferrox_sampling::grammar::Constraint;
 use ferrox_sampling::sampler::Sampler;
 use ferrox_text::tokenizer::Tokenizer;
@@ -174,6 +174,8 @@ pub fn start(
     config: EngineConfig,
 ) -> Result<EngineHandle, StartError> {
     check_knobs(&config)?;
+    let encoder = decoder.is_encoder();
+    let config = whole_sequences(config, decoder.as_ref());
     let hp = decoder.hyper_params().clone();
     let shape = KvShape::new(&hp, defaults::KV_ELEMENT_BYTES);
     let plan = match config.kv_blocks {
@@ -215,6 +217,7 @@ pub fn start(
     // A hybrid model's state is checkpointed at page boundaries: its prompts
     // also stop at their last one, so a later prompt can start there.
     let chunking = match (layout.window(), config.prefix_cache && whole_page) {
+        _ if encoder => Chunking::Whole,
         (None, true) if states.is_some() => Chunking::PagesThenTail,
         (Some(_), _) | (None, true) => Chunking::Pages,
         (None, false) => Chunking::Free,
@@ -248,6 +251,7 @@ pub fn start(
         stats: Arc::clone(&stats),
         ceiling,
         vocab: hp.vocab_size,
+        generates: !encoder,
         healthy: Arc::clone(&healthy),
     });
     let worker = Worker {
@@ -271,6 +275,22 @@ pub fn start(
         .spawn(move || worker.serve(rx))
         .map_err(StartError::Thread)?;
     Ok(EngineHandle { shared })
+}
+
+/// An encoder's engine: its sequences run whole, in one pass each (a pass
+/// holds a whole context), and never from the prefix cache (a position's
+/// state depends on the tokens after it).
+fn whole_sequences(mut config: EngineConfig, decoder: &dyn Decoder) -> EngineConfig {
+    if decoder.is_encoder() {
+        let hp = decoder.hyper_params();
+        let context = config
+            .max_context
+            .unwrap_or(hp.context_length)
+            .min(hp.context_length);
+        config.prefix_cache = false;
+        config.prefill_chunk = config.prefill_chunk.max(context);
+    }
+    config
 }
 
 /// The text of a panic's payload.
@@ -686,7 +706,16 @@ impl Worker {
             pool.add(position, row, position + 1 == prompt_len);
         }
         if r.start + r.len == prompt_len {
-            let rows = a.embedding.take().map(Pool::finish).unwrap_or_default();
+            let pool = a.embedding.take().expect("pooled above");
+            let rank = pool.pooling() == Pooling::Rank;
+            let mut rows = pool.finish();
+            if rank {
+                // The classification head's scores of the pooled first token.
+                rows = rows
+                    .iter()
+                    .map(|r| self.decoder.classify(r).unwrap_or_default())
+                    .collect();
+            }
             let _ = a.reply.send(Event::Embedding(rows));
             self.finish(r.id, FinishReason::Length);
         }

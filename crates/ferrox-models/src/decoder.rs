@@ -114,4 +114,19 @@ pub trait Decoder: Send + Sync {
     fn limit_context(&mut self, context: usize) {
         let _ = context;
     }
+
+    /// Whether the model is a bidirectional encoder: it embeds and does not
+    /// generate, and each sequence must run whole, in one span from position
+    /// 0, never from a cached prefix.
+    fn is_encoder(&self) -> bool {
+        false
+    }
+
+    /// A relevance score (or several labels' scores) from the model's
+    /// classification head on a pooled hidden state, if it has such a head
+    /// (rerankers).
+    fn classify(&self, pooled: &[f32]) -> Option<Vec<f32>> {
+        let _ = pooled;
+        None
+    }
 }

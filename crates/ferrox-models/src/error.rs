@@ -38,6 +38,13 @@ pub enum ModelError {
     },
     #[error("forward pass: {0}")]
     Forward(String),
+    /// An encoder (embeddings only) where a generating model is needed, or
+    /// the other way round.
+    #[error("{architecture} is {kind}")]
+    WrongKind {
+        architecture: &'static str,
+        kind: &'static str,
+    },
     /// The compute threads could not be started.
     #[error("cannot start compute threads: {0}")]
     Threads(String),

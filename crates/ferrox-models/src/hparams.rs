@@ -90,6 +90,11 @@ pub struct HyperParams {
     /// How the file says its embeddings are pooled (`pooling_type`), if it
     /// says.
     pub pooling: Option<Pooling>,
+    /// An encoder's token types (`tokenizer.ggml.token_type_count`; 0 for a
+    /// decoder).
+    pub n_token_types: usize,
+    /// A classification head's outputs (`classifier.output_labels`, else 1).
+    pub n_cls_out: usize,
 }
 
 /// How one layer's attention is shaped, and whose KV it reads.
@@ -237,9 +242,12 @@ impl HyperParams {
             None => m.string_array("tokenizer.ggml.tokens")?.len(),
         };
         let moe = moe_params(m, &key, architecture, n_ff)?;
-        let rms_eps = m
-            .float_opt(&key("attention.layer_norm_rms_epsilon"))?
-            .unwrap_or(1e-5) as f32;
+        // The norms' epsilon: RMS norms', or an encoder's layer norms'.
+        let rms_eps = match spec.encoder {
+            false => m.float_opt(&key("attention.layer_norm_rms_epsilon"))?,
+            true => m.float_opt(&key("attention.layer_norm_epsilon"))?,
+        }
+        .unwrap_or(1e-5) as f32;
         let rope_freq_base = m
             .float_opt(&key("rope.freq_base"))?
             .unwrap_or(spec.default_rope_base as f64) as f32;
@@ -304,6 +312,17 @@ impl HyperParams {
             moe,
             delta_net,
             pooling,
+            n_token_types: match spec.encoder {
+                true => m.count_opt("tokenizer.ggml.token_type_count")?.unwrap_or(0),
+                false => 0,
+            },
+            n_cls_out: match m.get(&key("classifier.output_labels")) {
+                Some(_) => m
+                    .string_array(&key("classifier.output_labels"))?
+                    .len()
+                    .max(1),
+                None => 1,
+            },
         })
     }
 

@@ -5,6 +5,7 @@
 //! * [`weights`]: the tensors a layer reads, repacked for the kernels.
 //! * [`transformer`]: the forward pass over a batch of spans ([`decoder`]),
 //!   with [`moe`] experts and [`delta_net`] recurrent layers.
+//! * [`encoder`]: a bidirectional encoder (BERT): embeddings and rerank scores.
 //! * [`kv_store`]: KV bytes at the pages the engine's ledger hands out.
 //! * [`activation_path`]: the fast integer-activation path or the exact f32 one.
 //! * [`model`]: a file loaded with its tokenizer and chat template.
@@ -15,6 +16,7 @@ pub mod activation_path;
 pub mod arch;
 pub mod decoder;
 pub mod delta_net;
+pub mod encoder;
 pub mod error;
 pub mod hparams;
 pub mod kv_store;

@@ -1,5 +1,6 @@
-//! A model as commands use it: the transformer, its tokenizer and its chat format,
-//! loaded together from one GGUF file.
+//! A model as commands use it: the network (a decoder transformer, or an
+//! encoder), its tokenizer and its chat format, loaded together from one GGUF
+//! file.
 //!
 //! Chat prompts are encoded by `chat::encode_chat`, the one encoding every path uses.
 
@@ -8,16 +9,64 @@ use std::path::Path;
 use ferrox_gguf::GgufFile;
 
 use crate::activation_path::ActivationPath;
+use crate::decoder::Decoder;
+use crate::encoder::Encoder;
 use crate::error::ModelError;
+use crate::hparams::HyperParams;
 use crate::transformer::Transformer;
 use ferrox_text::Tokenizer;
 use ferrox_text::chat::{ChatMessage, ChatTemplate};
 
 /// A loaded model with its tokenizer and chat template.
 pub struct Model {
-    pub transformer: Transformer,
+    pub net: Net,
     pub tokenizer: Tokenizer,
     pub chat: Option<ChatTemplate>,
+}
+
+/// Why an encoder cannot stand where a generating model is needed.
+pub const NOT_A_GENERATOR: &str = "an embedding model (an encoder): it does not generate; serve it and use /v1/embeddings or /v1/rerank";
+
+/// What computes: a generating decoder, or an encoder that only embeds.
+pub enum Net {
+    Decoder(Box<Transformer>),
+    Encoder(Box<Encoder>),
+}
+
+impl Net {
+    pub fn hyper_params(&self) -> &HyperParams {
+        match self {
+            Net::Decoder(t) => t.hyper_params(),
+            Net::Encoder(e) => e.hyper_params(),
+        }
+    }
+
+    /// The file the model was loaded from.
+    pub fn file(&self) -> &GgufFile {
+        match self {
+            Net::Decoder(t) => t.file(),
+            Net::Encoder(e) => e.file(),
+        }
+    }
+
+    /// The network as the engine runs it.
+    pub fn into_decoder(self) -> Box<dyn Decoder> {
+        match self {
+            Net::Decoder(t) => t,
+            Net::Encoder(e) => e,
+        }
+    }
+
+    /// The generating transformer, or why there is none.
+    pub fn generator(self) -> Result<Transformer, ModelError> {
+        match self {
+            Net::Decoder(t) => Ok(*t),
+            Net::Encoder(e) => Err(ModelError::WrongKind {
+                architecture: e.hyper_params().architecture.gguf_name(),
+                kind: NOT_A_GENERATOR,
+            }),
+        }
+    }
 }
 
 impl Model {
@@ -49,9 +98,16 @@ impl Model {
         let arch = crate::hparams::Architecture::from_gguf_name(m.str("general.architecture")?)?;
         let builtin = arch.spec().builtin_chat;
         let chat = ChatTemplate::for_model(template.as_deref(), builtin, &bos, &eos)?;
-        let transformer = Transformer::with_path(file, threads, activations)?;
+        let net = match arch.spec().encoder {
+            true => Net::Encoder(Box::new(Encoder::new(file, threads)?)),
+            false => Net::Decoder(Box::new(Transformer::with_path(
+                file,
+                threads,
+                activations,
+            )?)),
+        };
         Ok(Model {
-            transformer,
+            net,
             tokenizer,
             chat,
         })

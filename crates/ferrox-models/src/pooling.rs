@@ -111,6 +111,11 @@ impl Pool {
         }
     }
 
+    /// Its pooling.
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
+    }
+
     /// Takes the hidden state of the prompt's token at `position`; `last`
     /// says whether it is the prompt's last token. Positions come in order,
     /// from 0 unless the pooling reads the last only.

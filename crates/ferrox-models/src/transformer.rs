@@ -307,6 +307,12 @@ impl Transformer {
         path: ActivationPath,
     ) -> Result<Transformer, ModelError> {
         let hp = HyperParams::from_metadata(&file.header().metadata)?;
+        if hp.spec().encoder {
+            return Err(ModelError::WrongKind {
+                architecture: hp.architecture.gguf_name(),
+                kind: crate::model::NOT_A_GENERATOR,
+            });
+        }
         Self::with_hyper_params(file, hp, threads, path)
     }
 

@@ -23,6 +23,7 @@ use crate::arch::tensors::{self, Dim, full_name, names as n};
 use crate::error::ModelError;
 use crate::hparams::{AttentionKind, HyperParams};
 
+pub mod encoder;
 mod ffn;
 
 /// Where a weight matrix lies in the file.

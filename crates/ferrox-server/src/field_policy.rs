@@ -483,6 +483,14 @@ const OLLAMA_EMBED_FIELDS: Table = &[
     ("keep_alive", NoOp),
 ];
 
+const RERANK_FIELDS: Table = &[
+    ("model", Implemented),
+    ("query", Implemented),
+    ("documents", Implemented),
+    ("top_n", Implemented),
+    ("return_documents", Implemented),
+];
+
 pub const CHAT_COMPLETIONS: Policy = Policy {
     route: "/v1/chat/completions",
     tables: &[OPENAI_COMMON, CHAT, NO_ECHO],
@@ -549,8 +557,13 @@ pub const OLLAMA_EMBED: Policy = Policy {
     tables: &[OLLAMA_EMBED_FIELDS],
 };
 
+pub const RERANK: Policy = Policy {
+    route: "/v1/rerank",
+    tables: &[RERANK_FIELDS],
+};
+
 /// Every route's policy, for the hint of an unknown field.
-const ROUTES: [Policy; 12] = [
+const ROUTES: [Policy; 13] = [
     CHAT_COMPLETIONS,
     TEXT_COMPLETIONS,
     ANTHROPIC_MESSAGES,
@@ -563,6 +576,7 @@ const ROUTES: [Policy; 12] = [
     EMBEDDINGS,
     NATIVE_EMBEDDING,
     OLLAMA_EMBED,
+    RERANK,
 ];
 
 impl Policy {

@@ -36,6 +36,7 @@ pub enum Route {
     Embeddings,
     Embedding,
     OllamaEmbed,
+    Rerank,
 }
 
 impl Route {
@@ -52,6 +53,7 @@ impl Route {
             Route::Embeddings => "/v1/embeddings",
             Route::Embedding => "/embedding",
             Route::OllamaEmbed => "/api/embed",
+            Route::Rerank => "/v1/rerank",
         }
     }
 }

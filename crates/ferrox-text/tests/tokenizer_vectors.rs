@@ -126,7 +126,11 @@ fn bert_special_tokens_wrap_the_text() {
     assert_eq!(wrapped.first(), Some(&101));
     assert_eq!(wrapped.last(), Some(&102));
     assert_eq!(&wrapped[1..wrapped.len() - 1], &plain[..]);
-    assert_eq!(tok.encode("[CLS] hi [SEP]", false, true)[0], 101, "specials parse");
+    assert_eq!(
+        tok.encode("[CLS] hi [SEP]", false, true)[0],
+        101,
+        "specials parse"
+    );
     assert_eq!(tok.decode(&plain, false), " hello world");
 }
 

@@ -27,6 +27,7 @@ pub const SPEC: ArchSpec = ArchSpec {
     shared_kv: false,
     per_layer_inputs: false,
     builtin_chat: None,
+    encoder: false,
 };
 
 pub const TENSORS: Manifest = Manifest {

@@ -13,6 +13,7 @@ use ferrox_text::chat::BuiltinTemplate;
 
 use crate::error::ModelError;
 
+mod bert;
 mod gemma2;
 mod gemma3;
 mod gemma4;
@@ -65,6 +66,9 @@ pub enum Architecture {
     /// last layers reading earlier layers' KV, per-layer token inputs and a
     /// per-layer output scale.
     Gemma4,
+    /// BERT (bge, all-MiniLM, e5, bge-reranker): a bidirectional encoder of
+    /// embeddings (and, with a classification head, relevance scores).
+    Bert,
 }
 
 /// Where the sliding-window layers are, when the file does not list them.
@@ -147,6 +151,9 @@ pub struct ArchSpec {
     pub per_layer_inputs: bool,
     /// The chat format of a file of this architecture without a template.
     pub builtin_chat: Option<BuiltinTemplate>,
+    /// A bidirectional encoder (`crate::encoder`): it embeds, it does not
+    /// generate.
+    pub encoder: bool,
 }
 
 /// The feed-forward: one dense block, or routed experts (llama.cpp's
@@ -184,7 +191,7 @@ pub enum Softcap {
 }
 
 impl Architecture {
-    /// Every supported architecture.
+    /// Every supported decoder (generating) architecture.
     pub const ALL: [Architecture; 10] = [
         Architecture::Llama,
         Architecture::Qwen2,
@@ -197,6 +204,9 @@ impl Architecture {
         Architecture::Qwen35,
         Architecture::Gemma4,
     ];
+
+    /// Every supported encoder architecture.
+    pub const ENCODERS: [Architecture; 1] = [Architecture::Bert];
 
     /// The `general.architecture` string.
     pub fn gguf_name(self) -> &'static str {
@@ -211,17 +221,18 @@ impl Architecture {
             Architecture::GptOss => "gpt-oss",
             Architecture::Qwen35 => "qwen35",
             Architecture::Gemma4 => "gemma4",
+            Architecture::Bert => "bert",
         }
     }
 
     /// Parses `general.architecture`; an error lists what is supported.
     pub fn from_gguf_name(name: &str) -> Result<Architecture, ModelError> {
-        Architecture::ALL
-            .into_iter()
+        let all = || Architecture::ALL.into_iter().chain(Architecture::ENCODERS);
+        all()
             .find(|a| a.gguf_name() == name)
             .ok_or_else(|| ModelError::UnsupportedArchitecture {
                 found: name.to_string(),
-                supported: Architecture::ALL.map(|a| a.gguf_name()).join(", "),
+                supported: all().map(|a| a.gguf_name()).collect::<Vec<_>>().join(", "),
             })
     }
 
@@ -238,6 +249,7 @@ impl Architecture {
             Architecture::GptOss => gpt_oss::SPEC,
             Architecture::Qwen35 => qwen35::SPEC,
             Architecture::Gemma4 => gemma4::SPEC,
+            Architecture::Bert => bert::SPEC,
         }
     }
 
@@ -254,6 +266,7 @@ impl Architecture {
             Architecture::GptOss => gpt_oss::TENSORS,
             Architecture::Qwen35 => qwen35::TENSORS,
             Architecture::Gemma4 => gemma4::TENSORS,
+            Architecture::Bert => bert::TENSORS,
         }
     }
 }

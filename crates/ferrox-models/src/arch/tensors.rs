@@ -72,6 +72,20 @@ pub mod names {
     pub const PROJ: &str = "proj.weight";
     pub const POST_NORM: &str = "post_norm.weight";
     pub const LAYER_OUTPUT_SCALE: &str = "layer_output_scale.weight";
+
+    // Encoders (BERT).
+    pub const TOKEN_TYPES: &str = "token_types.weight";
+    pub const POSITION_EMBD: &str = "position_embd.weight";
+    pub const TOKEN_EMBD_NORM: &str = "token_embd_norm.weight";
+    pub const TOKEN_EMBD_NORM_BIAS: &str = "token_embd_norm.bias";
+    pub const ATTN_OUTPUT_NORM: &str = "attn_output_norm.weight";
+    pub const ATTN_OUTPUT_NORM_BIAS: &str = "attn_output_norm.bias";
+    pub const LAYER_OUTPUT_NORM: &str = "layer_output_norm.weight";
+    pub const LAYER_OUTPUT_NORM_BIAS: &str = "layer_output_norm.bias";
+    pub const FFN_UP_BIAS: &str = "ffn_up.bias";
+    pub const FFN_DOWN_BIAS: &str = "ffn_down.bias";
+    pub const CLS: &str = "cls.weight";
+    pub const CLS_OUT: &str = "cls.output.weight";
 }
 
 /// One dimension of a tensor's shape, read from the hyper-parameters (and, for
@@ -118,6 +132,12 @@ pub enum Dim {
     DeltaHeads,
     /// Gated delta-net: head width.
     DeltaHead,
+    /// Positions of an absolute position embedding (the context length).
+    Positions,
+    /// Token types of an encoder (`tokenizer.ggml.token_type_count`).
+    TokenTypes,
+    /// Outputs of a classification head (`classifier.output_labels`).
+    ClsOut,
 }
 
 /// Whether a file must have a tensor.
@@ -366,6 +386,9 @@ pub fn dim(d: Dim, hp: &HyperParams, layer: Option<usize>) -> usize {
         Dim::DeltaValue => delta().value_dim(),
         Dim::DeltaHeads => delta().n_v_heads,
         Dim::DeltaHead => delta().head_dim,
+        Dim::Positions => hp.context_length,
+        Dim::TokenTypes => hp.n_token_types,
+        Dim::ClsOut => hp.n_cls_out,
     }
 }
 

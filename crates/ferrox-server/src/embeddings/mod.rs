@@ -1,6 +1,7 @@
 //! Embeddings over the engine: OpenAI's `POST /v1/embeddings` (also
 //! `/embeddings`), llama-server's `POST /embedding` (its `content` shape),
-//! and the core Ollama's `/api/embed` uses too. Each input is its own engine
+//! `/v1/rerank` (a reranker's scores), and the core Ollama's `/api/embed`
+//! uses too. Each input is its own engine
 //! request with `max_tokens` 0, batched with the rest; the engine pools its
 //! hidden states ([`ferrox_models::pooling`]) and this module normalizes and
 //! truncates them.
@@ -11,6 +12,7 @@
 
 mod native;
 mod openai;
+mod rerank;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +35,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/embeddings", post(openai::embeddings))
         .route("/embedding", post(native::embedding))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
+        .route("/reranking", post(rerank::rerank))
+        .route("/v1/reranking", post(rerank::rerank))
 }
 
 /// How a server embeds: its pooling (`--pooling`, else the file's

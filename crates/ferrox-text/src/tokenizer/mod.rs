@@ -286,6 +286,36 @@ impl Tokenizer {
         self.add_bos && self.bos.is_some()
     }
 
+    /// Whether special tokens end a text with EOS.
+    pub fn adds_eos(&self) -> bool {
+        self.add_eos && self.eos.is_some()
+    }
+
+    /// The separator special tokens close a WordPiece text with (`[SEP]`).
+    pub fn sep(&self) -> Option<u32> {
+        self.sep
+    }
+
+    /// A query and a document as one input to a cross-encoder, as llama.cpp
+    /// joins them without a rerank template: `BOS query EOS SEP document EOS`,
+    /// each special where the vocabulary adds it (`[CLS] query [SEP] document`
+    /// for BERT); neither text's special tokens are parsed.
+    pub fn encode_pair(&self, query: &str, document: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        if self.adds_bos()
+            && let Some(b) = self.bos
+        {
+            out.push(b);
+        }
+        let end = self.adds_eos().then_some(self.eos).flatten();
+        out.extend(self.encode(query, false, false));
+        out.extend(end);
+        out.extend(self.sep);
+        out.extend(self.encode(document, false, false));
+        out.extend(end);
+        out
+    }
+
     /// Every token that ends generation: EOS and the end-of-turn tokens (SPEC S14).
     pub fn end_of_generation(&self) -> &[u32] {
         &self.end_of_generation

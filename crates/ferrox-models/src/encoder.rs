@@ -1,0 +1,263 @@
+//! A bidirectional encoder (BERT), on the exact f32 path, in llama.cpp's
+//! graph (`src/models/bert.cpp`):
+//!
+//! * embed: `x = token_embd[t] + token_types[0] + position_embd[pos]`, then a
+//!   layer norm (`token_embd_norm`);
+//! * per layer, post-norm: `x = LN(x + Wo attn(Wq x, Wk x, Wv x))`, attention
+//!   over every token of the sequence (both ways), scaled by `1/sqrt(head)`;
+//!   `x = LN(x + Wdown gelu(Wup x))`, every map with its bias;
+//! * out: every token's `x` (an encoder has no output norm and no head);
+//!   [`Encoder::classify`] runs a reranker's head on the pooled first token:
+//!   `out(tanh(dense(x)))`.
+//!
+//! Invariants: a sequence runs whole, in one span starting at position 0 (a
+//! token attends to the ones after it, so a sequence cannot be split); it
+//! keeps no KV. Every per-token product and norm is independent of the other
+//! tokens in the call, and attention reads only its own sequence (SPEC S3).
+
+use ferrox_core::ops::activation::gelu_tanh;
+use ferrox_core::ops::matmul::matmul;
+use ferrox_core::ops::norm::layer_norm;
+use ferrox_core::ops::vector::dot;
+use ferrox_gguf::GgufFile;
+
+use crate::decoder::{Decoder, Output, Rows, Span, Want};
+use crate::error::ModelError;
+use crate::hparams::HyperParams;
+use crate::kv_store::KvStore;
+use crate::weights::Linear;
+use crate::weights::encoder::{EncoderWeights, LayerNorm};
+
+/// A loaded encoder.
+pub struct Encoder {
+    file: GgufFile,
+    hp: HyperParams,
+    weights: EncoderWeights,
+    pool: rayon::ThreadPool,
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoder")
+            .field("hp", &self.hp)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Encoder {
+    /// Loads the encoder `file` describes, computing on `threads` threads.
+    pub fn new(file: GgufFile, threads: usize) -> Result<Encoder, ModelError> {
+        let hp = HyperParams::from_metadata(&file.header().metadata)?;
+        if !hp.spec().encoder {
+            return Err(ModelError::WrongKind {
+                architecture: hp.architecture.gguf_name(),
+                kind: "a generating decoder, not an encoder",
+            });
+        }
+        let weights = EncoderWeights::load(&file, &hp)?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .build()
+            .map_err(|e| ModelError::Forward(format!("thread pool: {e}")))?;
+        Ok(Encoder {
+            file,
+            hp,
+            weights,
+            pool,
+        })
+    }
+
+    /// The file the model was loaded from.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// Whether the file has a classification head (a reranker).
+    pub fn has_classifier(&self) -> bool {
+        self.weights.classifier.is_some()
+    }
+
+    /// `l`'s map of the `n` rows of `x`, with its bias.
+    fn linear(&self, l: &Linear, x: &[f32], n: usize) -> Vec<f32> {
+        let mut out = vec![0.0f32; n * l.weight.rows];
+        matmul(&l.weight.matrix(&self.file), x, n, &mut out, &self.pool);
+        if let Some(b) = &l.bias {
+            for row in out.chunks_exact_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
+            }
+        }
+        out
+    }
+
+    fn norm_rows(&self, x: &mut [f32], norm: &LayerNorm) {
+        for row in x.chunks_exact_mut(self.hp.n_embd) {
+            layer_norm(row, &norm.weight, &norm.bias, self.hp.rms_eps);
+        }
+    }
+
+    /// The embedding rows of the tokens of `spans`, normed: `[tokens][n_embd]`.
+    fn embed(&self, spans: &[Span<'_>]) -> Vec<f32> {
+        let d = self.hp.n_embd;
+        let w = &self.weights;
+        let (tokens, positions) = (
+            w.token_embd.matrix(&self.file),
+            w.positions.matrix(&self.file),
+        );
+        let mut x = Vec::new();
+        let mut pos_row = vec![0.0f32; d];
+        for s in spans {
+            for (p, &t) in s.tokens.iter().enumerate() {
+                let start = x.len();
+                x.resize(start + d, 0.0);
+                let row = &mut x[start..];
+                tokens.dequantize_row(t as usize, row);
+                positions.dequantize_row(p, &mut pos_row);
+                row.iter_mut().zip(&pos_row).for_each(|(v, &q)| *v += q);
+                if let Some(ty) = &w.token_type {
+                    row.iter_mut().zip(ty).for_each(|(v, &q)| *v += q);
+                }
+            }
+        }
+        self.norm_rows(&mut x, &w.embd_norm);
+        x
+    }
+
+    /// Bidirectional attention of each span's tokens over its own: `[tokens][n_embd]`.
+    fn attend(&self, q: &[f32], k: &[f32], v: &[f32], spans: &[Span<'_>]) -> Vec<f32> {
+        let d = self.hp.n_embd;
+        let (heads, hd) = (self.hp.n_heads, self.hp.head_dim_k);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut out = vec![0.0f32; q.len()];
+        let mut first = 0;
+        let mut scores = Vec::new();
+        for s in spans {
+            let n = s.tokens.len();
+            for i in first..first + n {
+                for h in 0..heads {
+                    let qi = &q[i * d + h * hd..i * d + (h + 1) * hd];
+                    scores.clear();
+                    scores.extend(
+                        (first..first + n)
+                            .map(|j| dot(qi, &k[j * d + h * hd..j * d + (h + 1) * hd]) * scale),
+                    );
+                    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let mut sum = 0.0f64;
+                    for x in scores.iter_mut() {
+                        *x = (*x - max).exp();
+                        sum += *x as f64;
+                    }
+                    let o = &mut out[i * d + h * hd..i * d + (h + 1) * hd];
+                    for (jj, &p) in scores.iter().enumerate() {
+                        let j = first + jj;
+                        let p = (p as f64 / sum) as f32;
+                        let vj = &v[j * d + h * hd..j * d + (h + 1) * hd];
+                        o.iter_mut().zip(vj).for_each(|(a, &b)| *a += p * b);
+                    }
+                }
+            }
+            first += n;
+        }
+        out
+    }
+
+    /// Every token's last-layer state: `[tokens][n_embd]`.
+    fn hidden(&self, spans: &[Span<'_>]) -> Vec<f32> {
+        let mut x = self.embed(spans);
+        let n = x.len() / self.hp.n_embd;
+        for l in &self.weights.layers {
+            let (q, k, v) = (
+                self.linear(&l.q, &x, n),
+                self.linear(&l.k, &x, n),
+                self.linear(&l.v, &x, n),
+            );
+            let att = self.attend(&q, &k, &v, spans);
+            let o = self.linear(&l.o, &att, n);
+            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
+            self.norm_rows(&mut x, &l.attn_norm);
+            let mut up = self.linear(&l.up, &x, n);
+            up.iter_mut().for_each(|u| *u = gelu_tanh(*u));
+            let down = self.linear(&l.down, &up, n);
+            x.iter_mut().zip(&down).for_each(|(a, &b)| *a += b);
+            self.norm_rows(&mut x, &l.out_norm);
+        }
+        x
+    }
+
+    fn check(&self, spans: &[Span<'_>]) -> Result<(), ModelError> {
+        for (i, s) in spans.iter().enumerate() {
+            let fail = |why: String| Err(ModelError::Forward(format!("span {i}: {why}")));
+            if s.start != 0 {
+                return fail(format!(
+                    "an encoder runs a sequence whole, from position 0 (this span starts at {})",
+                    s.start
+                ));
+            }
+            if s.tokens.len() > self.hp.context_length {
+                return fail(format!(
+                    "{} tokens: the encoder's positions end at {}",
+                    s.tokens.len(),
+                    self.hp.context_length
+                ));
+            }
+            if matches!(s.want, Want::Last | Want::All) {
+                return fail("an encoder has no output head: it gives hidden states only".into());
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= self.hp.vocab_size) {
+                return fail(format!(
+                    "token {bad} is outside the vocabulary of {}",
+                    self.hp.vocab_size
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Decoder for Encoder {
+    fn forward(&self, _store: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
+        self.check(spans)?;
+        let d = self.hp.n_embd;
+        let mut out = Output {
+            logits: Rows {
+                width: self.hp.vocab_size,
+                ..Rows::default()
+            },
+            hidden: Rows {
+                width: d,
+                ..Rows::default()
+            },
+        };
+        if spans.iter().all(|s| s.tokens.is_empty()) {
+            return Ok(out);
+        }
+        let x = self.pool.install(|| self.hidden(spans));
+        let mut at = 0;
+        for (si, s) in spans.iter().enumerate() {
+            let n = s.tokens.len();
+            if s.want == Want::Hidden {
+                out.hidden.data.extend_from_slice(&x[at * d..(at + n) * d]);
+                out.hidden.index.extend((0..n).map(|t| (si, t)));
+            }
+            at += n;
+        }
+        Ok(out)
+    }
+
+    fn hyper_params(&self) -> &HyperParams {
+        &self.hp
+    }
+
+    fn is_encoder(&self) -> bool {
+        true
+    }
+
+    fn classify(&self, pooled: &[f32]) -> Option<Vec<f32>> {
+        let c = self.weights.classifier.as_ref()?;
+        let mut x = pooled.to_vec();
+        if let Some(dense) = &c.dense {
+            x = self.linear(dense, &x, 1);
+            x.iter_mut().for_each(|v| *v = v.tanh());
+        }
+        Some(self.linear(&c.out, &x, 1))
+    }
+}

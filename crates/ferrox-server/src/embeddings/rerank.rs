@@ -1,0 +1,112 @@
+//! `POST /v1/rerank` (also `/rerank`, `/reranking`, `/v1/reranking`), in
+//! the Jina / Cohere shape llama-server answers: `query`, `documents`,
+//! `top_n`, `return_documents`; `results[{index, relevance_score}]`, best
+//! first. Each document is its own engine request, the query and the
+//! document joined as llama.cpp joins them ([`ferrox_text::Tokenizer::encode_pair`]),
+//! scored by the model's classification head on the pooled first token
+//! (`--pooling rank`, a reranker's own pooling).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::{IntoResponse, Response};
+use ferrox_models::pooling::{Normalize, Pooling};
+use serde_json::{Value, json};
+
+use super::{EmbedRequest, embed};
+use crate::error::ApiError;
+use crate::field_policy::RERANK;
+use crate::invalid::Invalid;
+use crate::json_body::json_body;
+use crate::request::{policed, typed};
+use crate::request_log::Route;
+use crate::state::AppState;
+
+#[derive(serde::Deserialize)]
+struct Body {
+    query: String,
+    documents: Vec<String>,
+    top_n: Option<usize>,
+    #[serde(default)]
+    return_documents: bool,
+    #[serde(rename = "model")]
+    _model: Option<serde::de::IgnoredAny>,
+}
+
+pub(super) async fn rerank(
+    State(st): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let answer = handle(&st, body).await;
+    st.respond(answer, IntoResponse::into_response)
+}
+
+async fn handle(
+    st: &Arc<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    st.accepting()?;
+    let b: Body = typed(&policed(&RERANK, &json_body(body)?)?)?;
+    if st.embedding.pooling != Pooling::Rank {
+        return Err(ApiError::invalid(
+            None,
+            "this server does not rerank: serve a reranker (a model with a classification head, \
+             which pools by rank)",
+        ));
+    }
+    if b.documents.is_empty() {
+        return Err(Invalid::Empty {
+            field: "documents",
+            item: "document",
+        }
+        .into());
+    }
+    let inputs = b
+        .documents
+        .iter()
+        .map(|d| st.tokenizer.encode_pair(&b.query, d))
+        .collect();
+    let request = EmbedRequest {
+        inputs,
+        normalize: Normalize::Off,
+        dimensions: None,
+        field: "documents",
+        route: Route::Rerank,
+    };
+    let done = embed(st, request).await?;
+    let mut results: Vec<(usize, f32)> = done
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(i, rows)| {
+            (
+                i,
+                rows.first().and_then(|r| r.first()).copied().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    // Best first; ties keep the documents' order.
+    results.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    results.truncate(b.top_n.unwrap_or(results.len()));
+    let results: Vec<Value> = results
+        .into_iter()
+        .map(|(index, score)| {
+            let mut r = json!({"index": index, "relevance_score": score});
+            if b.return_documents {
+                r["document"] = json!({"text": b.documents[index]});
+            }
+            r
+        })
+        .collect();
+    let n = done.prompt_tokens;
+    Ok(Json(json!({
+        "model": st.model_id,
+        "object": "list",
+        "usage": {"prompt_tokens": n, "total_tokens": n},
+        "results": results,
+    }))
+    .into_response())
+}
