@@ -122,42 +122,66 @@ impl Encoder {
         x
     }
 
-    /// Bidirectional attention of each span's tokens over its own: `[tokens][n_embd]`.
+    /// Bidirectional attention of each span's tokens over its own: `[tokens][n_embd]`,
+    /// token by token on the pool's threads.
     fn attend(&self, q: &[f32], k: &[f32], v: &[f32], spans: &[Span<'_>]) -> Vec<f32> {
+        use rayon::prelude::*;
         let d = self.hp.n_embd;
-        let (heads, hd) = (self.hp.n_heads, self.hp.head_dim_k);
-        let scale = 1.0 / (hd as f32).sqrt();
         let mut out = vec![0.0f32; q.len()];
+        // Each token's own sequence: the range of rows it attends over.
+        let mut seqs = Vec::with_capacity(q.len() / d);
         let mut first = 0;
-        let mut scores = Vec::new();
         for s in spans {
-            let n = s.tokens.len();
-            for i in first..first + n {
-                for h in 0..heads {
-                    let qi = &q[i * d + h * hd..i * d + (h + 1) * hd];
-                    scores.clear();
-                    scores.extend(
-                        (first..first + n)
-                            .map(|j| dot(qi, &k[j * d + h * hd..j * d + (h + 1) * hd]) * scale),
-                    );
-                    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                    let mut sum = 0.0f64;
-                    for x in scores.iter_mut() {
-                        *x = (*x - max).exp();
-                        sum += *x as f64;
-                    }
-                    let o = &mut out[i * d + h * hd..i * d + (h + 1) * hd];
-                    for (jj, &p) in scores.iter().enumerate() {
-                        let j = first + jj;
-                        let p = (p as f64 / sum) as f32;
-                        let vj = &v[j * d + h * hd..j * d + (h + 1) * hd];
-                        o.iter_mut().zip(vj).for_each(|(a, &b)| *a += p * b);
-                    }
-                }
-            }
-            first += n;
+            seqs.extend(std::iter::repeat_n(
+                first..first + s.tokens.len(),
+                s.tokens.len(),
+            ));
+            first += s.tokens.len();
         }
+        out.par_chunks_mut(d)
+            .zip(seqs.par_iter())
+            .enumerate()
+            .for_each(|(i, (o, seq))| {
+                self.attend_one(&q[i * d..(i + 1) * d], k, v, seq.clone(), o)
+            });
         out
+    }
+
+    /// One token's attention (query row `qi`) over rows `seq` of `k` and `v`,
+    /// head by head, into `o`.
+    fn attend_one(
+        &self,
+        qi: &[f32],
+        k: &[f32],
+        v: &[f32],
+        seq: std::ops::Range<usize>,
+        o: &mut [f32],
+    ) {
+        let d = self.hp.n_embd;
+        let hd = self.hp.head_dim_k;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut scores = Vec::with_capacity(seq.len());
+        for h in 0..self.hp.n_heads {
+            let head = h * hd..(h + 1) * hd;
+            let qh = &qi[head.clone()];
+            scores.clear();
+            scores.extend(
+                seq.clone()
+                    .map(|j| dot(qh, &k[j * d + h * hd..j * d + (h + 1) * hd]) * scale),
+            );
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let mut sum = 0.0f64;
+            for x in scores.iter_mut() {
+                *x = (*x - max).exp();
+                sum += *x as f64;
+            }
+            let oh = &mut o[head];
+            for (j, &p) in seq.clone().zip(&scores) {
+                let p = (p as f64 / sum) as f32;
+                let vj = &v[j * d + h * hd..j * d + (h + 1) * hd];
+                oh.iter_mut().zip(vj).for_each(|(a, &b)| *a += p * b);
+            }
+        }
     }
 
     /// Every token's last-layer state: `[tokens][n_embd]`.
