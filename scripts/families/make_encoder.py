@@ -7,9 +7,12 @@ checking ferrox's encoder against llama.cpp (llama-embedding, llama-server
     make_encoder.py VOCAB.gguf OUT_DIR
 
 writes OUT_DIR/bge-small.gguf (bge-small-en-v1.5's shape: 12 layers of 384,
-12 heads, feed-forward 1536, 512 positions, CLS pooling) and
+12 heads, feed-forward 1536, 512 positions, CLS pooling),
 OUT_DIR/minilm-reranker.gguf (ms-marco-MiniLM-L-6-v2's shape: 6 layers, a
-classification head, rank pooling). Matrices are F16 (as the converter writes
+classification head, rank pooling) and OUT_DIR/nomic-embed.gguf
+(nomic-embed-text-v1.5's `nomic-bert`: width 768, 12 heads, feed-forward 3072,
+2048 positions, rotary base 1000, fused QKV, SwiGLU, mean pooling; 2 of its 12
+layers). Matrices are F16 (as the converter writes
 them by default), token types, norms and biases F32. The weights are drawn from a fixed
 seed at BERT's initial scale (0.02), norms near 1.
 """
@@ -18,11 +21,14 @@ import sys
 import numpy as np
 from gguf import GGUFReader, GGUFWriter
 
+SMALL = {"arch": "bert", "embd": 384, "heads": 12, "ff": 1536, "ctx": 512}
 SHAPES = {
-    "bge-small": {"layers": 12, "pooling": 2, "classifier": False},
-    "minilm-reranker": {"layers": 6, "pooling": 4, "classifier": True},
+    "bge-small": {**SMALL, "layers": 12, "pooling": 2, "classifier": False},
+    "minilm-reranker": {**SMALL, "layers": 6, "pooling": 4, "classifier": True},
+    "nomic-embed": {"arch": "nomic-bert", "embd": 768, "heads": 12, "ff": 3072, "ctx": 2048,
+                    "layers": 2, "pooling": 1, "classifier": False, "rope_base": 1000.0},
 }
-EMBD, HEADS, FF, CTX, TYPES = 384, 12, 1536, 512, 2
+TYPES = 2
 
 
 def vocab(path):
@@ -35,16 +41,20 @@ def vocab(path):
 
 
 def write(path, name, spec, tokens, types, ids, rng):
-    w = GGUFWriter(path, "bert")
+    arch = spec["arch"]
+    EMBD, FF, CTX = spec["embd"], spec["ff"], spec["ctx"]
+    w = GGUFWriter(path, arch)
     w.add_name(f"ferrox random {name}")
     w.add_block_count(spec["layers"])
     w.add_context_length(CTX)
     w.add_embedding_length(EMBD)
     w.add_feed_forward_length(FF)
-    w.add_head_count(HEADS)
+    w.add_head_count(spec["heads"])
     w.add_layer_norm_eps(1e-12)
     w.add_causal_attention(False)
-    w.add_uint32("bert.pooling_type", spec["pooling"])
+    w.add_uint32(f"{arch}.pooling_type", spec["pooling"])
+    if "rope_base" in spec:
+        w.add_rope_freq_base(spec["rope_base"])
     w.add_file_type(1)
     w.add_tokenizer_model("bert")
     w.add_tokenizer_pre("bert-bge")
@@ -54,7 +64,7 @@ def write(path, name, spec, tokens, types, ids, rng):
     for key, value in ids.items():
         w.add_uint32(key, value)
     if spec["classifier"]:
-        w.add_array("bert.classifier.output_labels", ["LABEL_0"])
+        w.add_array(f"{arch}.classifier.output_labels", ["LABEL_0"])
 
     def mat(name, rows, cols):
         w.add_tensor(name, (rng.standard_normal((rows, cols)) * 0.02).astype(np.float16))
@@ -66,20 +76,31 @@ def write(path, name, spec, tokens, types, ids, rng):
     # Token types stay F32, as the converter keeps them (llama.cpp adds the
     # row to f32 activations and has no f16 operand there).
     w.add_tensor("token_types.weight", (rng.standard_normal((TYPES, EMBD)) * 0.02).astype(np.float32))
-    mat("position_embd.weight", CTX, EMBD)
+    rotary = arch == "nomic-bert"
+    if not rotary:
+        mat("position_embd.weight", CTX, EMBD)
     vec("token_embd_norm.weight", EMBD, 1.0, 0.05)
     vec("token_embd_norm.bias", EMBD)
     for i in range(spec["layers"]):
         p = f"blk.{i}."
-        for m in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            mat(p + m + ".weight", EMBD, EMBD)
-            vec(p + m + ".bias", EMBD)
+        if rotary:
+            # nomic-bert: a fused QKV, no biases; a SwiGLU feed-forward.
+            mat(p + "attn_qkv.weight", 3 * EMBD, EMBD)
+            mat(p + "attn_output.weight", EMBD, EMBD)
+        else:
+            for m in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                mat(p + m + ".weight", EMBD, EMBD)
+                vec(p + m + ".bias", EMBD)
         vec(p + "attn_output_norm.weight", EMBD, 1.0, 0.05)
         vec(p + "attn_output_norm.bias", EMBD)
         mat(p + "ffn_up.weight", FF, EMBD)
-        vec(p + "ffn_up.bias", FF)
+        if rotary:
+            mat(p + "ffn_gate.weight", FF, EMBD)
+        else:
+            vec(p + "ffn_up.bias", FF)
         mat(p + "ffn_down.weight", EMBD, FF)
-        vec(p + "ffn_down.bias", EMBD)
+        if not rotary:
+            vec(p + "ffn_down.bias", EMBD)
         vec(p + "layer_output_norm.weight", EMBD, 1.0, 0.05)
         vec(p + "layer_output_norm.bias", EMBD)
     if spec["classifier"]:

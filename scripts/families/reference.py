@@ -39,6 +39,7 @@ STEPS = 32
 # The architectures whose graphs this file follows; any other (Gemma 3's
 # windows and QK norms, say) would be computed as some other function.
 WRITTEN = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gpt-oss", "qwen35", "gemma4"}
+# and the encoders of class Bert: bert, nomic-bert.
 
 
 class Model:
@@ -480,7 +481,9 @@ def perplexity(model, tokens, ctx, bos):
 class Bert:
     """A BERT encoder (src/models/bert.cpp): token, type-0 and position
     embeddings, a layer norm, post-norm layers of bidirectional attention and a
-    tanh-GELU feed-forward, every map with its bias."""
+    tanh-GELU feed-forward, every map with its bias. nomic-bert: no position
+    embeddings but NeoX rotary queries and keys, a fused QKV, and a SwiGLU
+    feed-forward without biases."""
 
     def __init__(self, path):
         r = GGUFReader(path)
@@ -490,9 +493,21 @@ class Bert:
             shape = [int(x) for x in t.shape]
             self.t[t.name] = w.reshape(list(reversed(shape))) if len(shape) > 1 else w.reshape(-1)
         f = r.fields
-        self.n_layer = int(f["bert.block_count"].contents())
-        self.heads = int(f["bert.attention.head_count"].contents())
-        self.eps = float(f["bert.attention.layer_norm_epsilon"].contents())
+        a = f["general.architecture"].contents()
+        self.n_layer = int(f[a + ".block_count"].contents())
+        self.heads = int(f[a + ".attention.head_count"].contents())
+        self.eps = float(f[a + ".attention.layer_norm_epsilon"].contents())
+        self.base = float(f[a + ".rope.freq_base"].contents()) if a + ".rope.freq_base" in f else 10000.0
+
+    def rope(self, x):
+        """NeoX rotation of every head of x [heads, n, hd] by its position."""
+        hd = x.shape[-1]
+        half = hd // 2
+        w = self.base ** (-2.0 * np.arange(half) / hd)
+        th = np.arange(x.shape[1])[:, None] * w[None, :]
+        c, s = np.cos(th), np.sin(th)
+        a, b = x[..., :half], x[..., half:]
+        return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
 
     def ln(self, x, name):
         mu = x.mean(axis=-1, keepdims=True)
@@ -500,12 +515,15 @@ class Bert:
         return (x - mu) / np.sqrt(var + self.eps) * self.t[name + ".weight"] + self.t[name + ".bias"]
 
     def lin(self, name, x):
-        return x @ self.t[name + ".weight"].T + self.t[name + ".bias"]
+        y = x @ self.t[name + ".weight"].T
+        return y + self.t[name + ".bias"] if name + ".bias" in self.t else y
 
     def rows(self, ids):
         """Every token's last-layer state."""
         t = self.t
-        x = t["token_embd.weight"][ids] + t["position_embd.weight"][: len(ids)]
+        x = t["token_embd.weight"][ids]
+        if "position_embd.weight" in t:
+            x = x + t["position_embd.weight"][: len(ids)]
         if "token_types.weight" in t:
             x = x + t["token_types.weight"][0]
         x = self.ln(x, "token_embd_norm")
@@ -514,12 +532,23 @@ class Bert:
         gelu = lambda g: 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
         for il in range(self.n_layer):
             p = f"blk.{il}."
-            q, k, v = (self.lin(p + m, x).reshape(n, self.heads, hd).transpose(1, 0, 2) for m in ("attn_q", "attn_k", "attn_v"))
+            heads = lambda y: y.reshape(n, self.heads, hd).transpose(1, 0, 2)
+            if p + "attn_qkv.weight" in t:
+                q, k, v = (heads(y) for y in np.split(self.lin(p + "attn_qkv", x), 3, axis=-1))
+            else:
+                q, k, v = (heads(self.lin(p + m, x)) for m in ("attn_q", "attn_k", "attn_v"))
+            if "position_embd.weight" not in t:
+                q, k = self.rope(q), self.rope(k)
             s = q @ k.transpose(0, 2, 1) / math.sqrt(hd)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             a = (s / s.sum(axis=-1, keepdims=True)) @ v
             x = self.ln(x + self.lin(p + "attn_output", a.transpose(1, 0, 2).reshape(n, d)), p + "attn_output_norm")
-            x = self.ln(x + self.lin(p + "ffn_down", gelu(self.lin(p + "ffn_up", x))), p + "layer_output_norm")
+            if p + "ffn_gate.weight" in t:
+                g = x @ t[p + "ffn_gate.weight"].T
+                f = (g / (1 + np.exp(-g)) * (x @ t[p + "ffn_up.weight"].T)) @ t[p + "ffn_down.weight"].T
+            else:
+                f = self.lin(p + "ffn_down", gelu(self.lin(p + "ffn_up", x)))
+            x = self.ln(x + f, p + "layer_output_norm")
         return list(x)
 
     def rank(self, ids):
@@ -549,7 +578,7 @@ def embed_main(args):
     args.remove("--embed")
     path, prompts, out = args
     arch = GGUFReader(path).fields["general.architecture"].contents()
-    model = Bert(path) if arch == "bert" else Model(path)
+    model = Bert(path) if arch in ("bert", "nomic-bert") else Model(path)
     with open(prompts) as f, open(out, "w") as o:
         for line in f:
             row = json.loads(line)

@@ -1,7 +1,8 @@
-"""Encoders (issue 29): BERT embeddings and a BERT cross-encoder's reranking
-against a real `ferrox serve`, on random-weight files with the keys, tensor
-names and shapes of bge-small-en-v1.5 and ms-marco-MiniLM-L-6-v2 and the real
-bge vocabulary (scripts/families/make_encoder.py, from llama.cpp's
+"""Encoders (issue 29): BERT and nomic-bert embeddings and a BERT
+cross-encoder's reranking against a real `ferrox serve`, on random-weight
+files with the keys, tensor names and shapes of bge-small-en-v1.5,
+nomic-embed-text-v1.5 (two of its layers) and ms-marco-MiniLM-L-6-v2 and the
+real bge vocabulary (scripts/families/make_encoder.py, from llama.cpp's
 ggml-vocab-bert-bge.gguf).
 
 Checked against the float64 reference of the same files
@@ -66,22 +67,24 @@ class Files:
         vocab = os.path.join(REFS, "ggml-vocab-bert-bge.gguf")
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "families", "make_encoder.py"), vocab, folder], check=True)
         self.bge = os.path.join(folder, "bge-small.gguf")
+        self.nomic = os.path.join(folder, "nomic-embed.gguf")
         self.reranker = os.path.join(folder, "minilm-reranker.gguf")
         with open(GOLDEN) as f:
             self.golden = json.load(f)
-        same = [sha256(p) == self.golden["files"][n] for p, n in ((self.bge, "bge-small"), (self.reranker, "minilm-reranker"))]
+        named = ((self.bge, "bge-small"), (self.nomic, "nomic-embed"), (self.reranker, "minilm-reranker"))
+        same = [sha256(p) == self.golden["files"][n] for p, n in named]
         self.llama = all(same)
         if not self.llama:
             print("note: the generated files differ from the recorded ones (another numpy?); llama.cpp's answers are not compared")
 
 
-def embeddings(files, pooling):
-    @check(f"BERT {pooling} pooling: embeddings.create equals the float64 reference and agrees with llama.cpp")
+def embeddings(files, model, pooling, recorded):
+    @check(f"{os.path.basename(model)}, {pooling} pooling: embeddings.create equals the float64 reference and agrees with llama.cpp")
     def test(s):
         prompts = files.golden["prompts"]
-        rows = [{"prompt": p, "prompt_ids": tokenize(files.bge, p)} for p in prompts]
+        rows = [{"prompt": p, "prompt_ids": tokenize(model, p)} for p in prompts]
         assert rows[0]["prompt_ids"][0] == 101 and rows[0]["prompt_ids"][-1] == 102, rows[0]
-        exact = reference(files.bge, pooling, rows)
+        exact = reference(model, pooling, rows)
         r = s.client.embeddings.create(model="bge", input=prompts, encoding_format="float", extra_body={"embd_normalize": -1})
         got = [d.embedding for d in r.data]
         assert r.usage.prompt_tokens == sum(len(x["prompt_ids"]) for x in rows), r.usage
@@ -89,7 +92,7 @@ def embeddings(files, pooling):
             assert cos(g, e) >= 0.99999, cos(g, e)
             assert max(abs(a - b) for a, b in zip(g, e)) < 1e-3
         if files.llama:
-            for g, lc in zip(got, files.golden["embeddings"][pooling], strict=True):
+            for g, lc in zip(got, files.golden["embeddings"][recorded], strict=True):
                 assert cos(g, lc) >= 0.9999, cos(g, lc)
         # Sixteen at once: each the bits of the same input alone (SPEC S3).
         alone = s.client.embeddings.create(model="bge", input=prompts[0], encoding_format="float").data[0].embedding
@@ -149,11 +152,11 @@ def rerank(s, files):
 def main():
     with tempfile.TemporaryDirectory() as folder:
         files = Files(folder)
-        for pooling in ("cls", "mean"):
-            s = Server("-m", files.bge, "--pooling", pooling)
+        for model, pooling, recorded in ((files.bge, "cls", "cls"), (files.bge, "mean", "mean"), (files.nomic, "mean", "nomic-mean")):
+            s = Server("-m", model, "--pooling", pooling)
             try:
-                embeddings(files, pooling)(s)
-                if pooling == "cls":
+                embeddings(files, model, pooling, recorded)(s)
+                if recorded == "cls":
                     encoder_refusals(s)
             finally:
                 s.stop()

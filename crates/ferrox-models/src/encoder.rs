@@ -1,11 +1,13 @@
-//! A bidirectional encoder (BERT), on the exact f32 path, in llama.cpp's
-//! graph (`src/models/bert.cpp`):
+//! A bidirectional encoder (BERT, nomic-bert), on the exact f32 path, in
+//! llama.cpp's graph (`src/models/bert.cpp`):
 //!
-//! * embed: `x = token_embd[t] + token_types[0] + position_embd[pos]`, then a
-//!   layer norm (`token_embd_norm`);
+//! * embed: `x = token_embd[t] + token_types[0] (+ position_embd[pos])`, then
+//!   a layer norm (`token_embd_norm`);
 //! * per layer, post-norm: `x = LN(x + Wo attn(Wq x, Wk x, Wv x))`, attention
-//!   over every token of the sequence (both ways), scaled by `1/sqrt(head)`;
-//!   `x = LN(x + Wdown gelu(Wup x))`, every map with its bias;
+//!   over every token of the sequence (both ways), scaled by `1/sqrt(head)`,
+//!   queries and keys rotated (NeoX pairs) when the model has no position
+//!   embeddings (nomic-bert); `x = LN(x + Wdown gelu(Wup x))`, every map with
+//!   its bias, or `x = LN(x + Wdown (silu(Wgate x) * Wup x))` (nomic-bert);
 //! * out: every token's `x` (an encoder has no output norm and no head);
 //!   [`Encoder::classify`] runs a reranker's head on the pooled first token:
 //!   `out(tanh(dense(x)))`.
@@ -15,9 +17,10 @@
 //! keeps no KV. Every per-token product and norm is independent of the other
 //! tokens in the call, and attention reads only its own sequence (SPEC S3).
 
-use ferrox_core::ops::activation::gelu_tanh;
+use ferrox_core::ops::activation::{gelu_tanh, silu};
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::layer_norm;
+use ferrox_core::ops::rope::{self, RopeFreqs, RopeStyle};
 use ferrox_core::ops::vector::dot;
 use ferrox_gguf::GgufFile;
 
@@ -33,6 +36,8 @@ pub struct Encoder {
     file: GgufFile,
     hp: HyperParams,
     weights: EncoderWeights,
+    /// Rotary positions, for a model without position embeddings.
+    rope: Option<RopeFreqs>,
     pool: rayon::ThreadPool,
 }
 
@@ -59,10 +64,20 @@ impl Encoder {
             .num_threads(threads.max(1))
             .build()
             .map_err(|e| ModelError::Forward(format!("thread pool: {e}")))?;
+        let rope = weights.positions.is_none().then(|| {
+            RopeFreqs::new(
+                hp.rope_dim,
+                hp.rope_freq_base,
+                hp.rope_scaling,
+                None,
+                hp.rope_attn_factor,
+            )
+        });
         Ok(Encoder {
             file,
             hp,
             weights,
+            rope,
             pool,
         })
     }
@@ -99,10 +114,8 @@ impl Encoder {
     fn embed(&self, spans: &[Span<'_>]) -> Vec<f32> {
         let d = self.hp.n_embd;
         let w = &self.weights;
-        let (tokens, positions) = (
-            w.token_embd.matrix(&self.file),
-            w.positions.matrix(&self.file),
-        );
+        let tokens = w.token_embd.matrix(&self.file);
+        let positions = w.positions.map(|p| p.matrix(&self.file));
         let mut x = Vec::new();
         let mut pos_row = vec![0.0f32; d];
         for s in spans {
@@ -111,8 +124,10 @@ impl Encoder {
                 x.resize(start + d, 0.0);
                 let row = &mut x[start..];
                 tokens.dequantize_row(t as usize, row);
-                positions.dequantize_row(p, &mut pos_row);
-                row.iter_mut().zip(&pos_row).for_each(|(v, &q)| *v += q);
+                if let Some(positions) = &positions {
+                    positions.dequantize_row(p, &mut pos_row);
+                    row.iter_mut().zip(&pos_row).for_each(|(v, &q)| *v += q);
+                }
                 if let Some(ty) = &w.token_type {
                     row.iter_mut().zip(ty).for_each(|(v, &q)| *v += q);
                 }
@@ -189,22 +204,45 @@ impl Encoder {
         let mut x = self.embed(spans);
         let n = x.len() / self.hp.n_embd;
         for l in &self.weights.layers {
-            let (q, k, v) = (
+            let (mut q, mut k, v) = (
                 self.linear(&l.q, &x, n),
                 self.linear(&l.k, &x, n),
                 self.linear(&l.v, &x, n),
             );
+            self.rotate(&mut q, &mut k, spans);
             let att = self.attend(&q, &k, &v, spans);
             let o = self.linear(&l.o, &att, n);
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
             self.norm_rows(&mut x, &l.attn_norm);
             let mut up = self.linear(&l.up, &x, n);
-            up.iter_mut().for_each(|u| *u = gelu_tanh(*u));
+            match &l.gate {
+                Some(gate) => {
+                    let g = self.linear(gate, &x, n);
+                    up.iter_mut().zip(&g).for_each(|(u, &g)| *u *= silu(g));
+                }
+                None => up.iter_mut().for_each(|u| *u = gelu_tanh(*u)),
+            }
             let down = self.linear(&l.down, &up, n);
             x.iter_mut().zip(&down).for_each(|(a, &b)| *a += b);
             self.norm_rows(&mut x, &l.out_norm);
         }
         x
+    }
+
+    /// Rotates every token's queries and keys by its position in its span
+    /// (NeoX pairs), when the model has rotary positions.
+    fn rotate(&self, q: &mut [f32], k: &mut [f32], spans: &[Span<'_>]) {
+        let Some(freqs) = &self.rope else { return };
+        let d = self.hp.n_embd;
+        let (hd, rd) = (self.hp.head_dim_k, self.hp.rope_dim);
+        let (mut cos, mut sin) = (vec![0.0f32; freqs.pairs()], vec![0.0f32; freqs.pairs()]);
+        let positions = spans.iter().flat_map(|s| 0..s.tokens.len());
+        for (t, p) in positions.enumerate() {
+            freqs.angles(p, &mut cos, &mut sin);
+            let row = t * d..(t + 1) * d;
+            rope::apply(&mut q[row.clone()], hd, rd, RopeStyle::Neox, &cos, &sin);
+            rope::apply(&mut k[row], hd, rd, RopeStyle::Neox, &cos, &sin);
+        }
     }
 
     fn check(&self, spans: &[Span<'_>]) -> Result<(), ModelError> {

@@ -604,7 +604,9 @@ impl Family {
             Architecture::Gemma4 => self.gemma4_metadata(w, shape),
             // The families are decoders; encoder files come from
             // scripts/families/make-encoder.
-            Architecture::Bert => unreachable!("no decoder family is an encoder"),
+            Architecture::Bert | Architecture::NomicBert => {
+                unreachable!("no decoder family is an encoder")
+            }
             Architecture::Gemma3 => unreachable!("Gemma 3 is checked on the real model"),
         }
         if let Some(window) = self.sliding_window {

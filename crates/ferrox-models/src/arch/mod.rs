@@ -19,6 +19,7 @@ mod gemma3;
 mod gemma4;
 mod gpt_oss;
 mod llama;
+mod nomic_bert;
 mod parts;
 mod phi3;
 mod qwen2;
@@ -69,6 +70,10 @@ pub enum Architecture {
     /// BERT (bge, all-MiniLM, e5, bge-reranker): a bidirectional encoder of
     /// embeddings (and, with a classification head, relevance scores).
     Bert,
+    /// nomic-bert (nomic-embed-text v1, v1.5): BERT with rotary positions, a
+    /// fused QKV and a SwiGLU feed-forward.
+    #[serde(rename = "nomic-bert")]
+    NomicBert,
 }
 
 /// Where the sliding-window layers are, when the file does not list them.
@@ -206,7 +211,7 @@ impl Architecture {
     ];
 
     /// Every supported encoder architecture.
-    pub const ENCODERS: [Architecture; 1] = [Architecture::Bert];
+    pub const ENCODERS: [Architecture; 2] = [Architecture::Bert, Architecture::NomicBert];
 
     /// The `general.architecture` string.
     pub fn gguf_name(self) -> &'static str {
@@ -222,6 +227,7 @@ impl Architecture {
             Architecture::Qwen35 => "qwen35",
             Architecture::Gemma4 => "gemma4",
             Architecture::Bert => "bert",
+            Architecture::NomicBert => "nomic-bert",
         }
     }
 
@@ -250,6 +256,7 @@ impl Architecture {
             Architecture::Qwen35 => qwen35::SPEC,
             Architecture::Gemma4 => gemma4::SPEC,
             Architecture::Bert => bert::SPEC,
+            Architecture::NomicBert => nomic_bert::SPEC,
         }
     }
 
@@ -267,6 +274,7 @@ impl Architecture {
             Architecture::Qwen35 => qwen35::TENSORS,
             Architecture::Gemma4 => gemma4::TENSORS,
             Architecture::Bert => bert::TENSORS,
+            Architecture::NomicBert => nomic_bert::TENSORS,
         }
     }
 }

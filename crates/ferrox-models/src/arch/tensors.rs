@@ -82,8 +82,6 @@ pub mod names {
     pub const ATTN_OUTPUT_NORM_BIAS: &str = "attn_output_norm.bias";
     pub const LAYER_OUTPUT_NORM: &str = "layer_output_norm.weight";
     pub const LAYER_OUTPUT_NORM_BIAS: &str = "layer_output_norm.bias";
-    pub const FFN_UP_BIAS: &str = "ffn_up.bias";
-    pub const FFN_DOWN_BIAS: &str = "ffn_down.bias";
     pub const CLS: &str = "cls.weight";
     pub const CLS_OUT: &str = "cls.output.weight";
 }

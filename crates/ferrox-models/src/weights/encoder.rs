@@ -24,6 +24,8 @@ pub struct EncoderLayer {
     pub o: Linear,
     pub attn_norm: LayerNorm,
     pub up: Linear,
+    /// A SwiGLU feed-forward's gate (nomic-bert); without it, GELU of `up`.
+    pub gate: Option<Linear>,
     pub down: Linear,
     pub out_norm: LayerNorm,
 }
@@ -43,7 +45,8 @@ pub struct EncoderWeights {
     /// Row 0 of `token_types` (every token is of type 0, "sentence A"), if the
     /// file has token types.
     pub token_type: Option<Vec<f32>>,
-    pub positions: TensorRef,
+    /// Absolute position embeddings (BERT; rotary models have none).
+    pub positions: Option<TensorRef>,
     pub embd_norm: LayerNorm,
     pub layers: Vec<EncoderLayer>,
     /// The classification head, when the file has one (`cls.output`).
@@ -75,14 +78,35 @@ impl EncoderWeights {
         let layers = (0..hp.n_layers)
             .map(|i| {
                 let t = |name: &str| full_name(name, Some(i));
+                let [q, k, v] = match l.has(&t(n::ATTN_QKV)) {
+                    true => l.split(&t(n::ATTN_QKV), [hp.n_embd; 3])?,
+                    false => [
+                        l.linear(&t(n::ATTN_Q))?,
+                        l.linear(&t(n::ATTN_K))?,
+                        l.linear(&t(n::ATTN_V))?,
+                    ],
+                };
+                // A gated feed-forward's maps carry no biases (llama.cpp
+                // reads none for them).
+                let gate = match l.has(&t(n::FFN_GATE)) {
+                    true => Some(Linear::new(l.matrix(&t(n::FFN_GATE))?, None)),
+                    false => None,
+                };
+                let unbiased = |name: &str| -> Result<Linear, ModelError> {
+                    match gate.is_some() {
+                        true => Ok(Linear::new(l.matrix(name)?, None)),
+                        false => l.linear(name),
+                    }
+                };
                 Ok(EncoderLayer {
-                    q: l.linear(&t(n::ATTN_Q))?,
-                    k: l.linear(&t(n::ATTN_K))?,
-                    v: l.linear(&t(n::ATTN_V))?,
+                    q,
+                    k,
+                    v,
                     o: l.linear(&t(n::ATTN_OUTPUT))?,
                     attn_norm: norm(&t(n::ATTN_OUTPUT_NORM), &t(n::ATTN_OUTPUT_NORM_BIAS))?,
-                    up: l.linear(&t(n::FFN_UP))?,
-                    down: l.linear(&t(n::FFN_DOWN))?,
+                    up: unbiased(&t(n::FFN_UP))?,
+                    down: unbiased(&t(n::FFN_DOWN))?,
+                    gate,
                     out_norm: norm(&t(n::LAYER_OUTPUT_NORM), &t(n::LAYER_OUTPUT_NORM_BIAS))?,
                 })
             })
@@ -100,7 +124,10 @@ impl EncoderWeights {
         Ok(EncoderWeights {
             token_embd: l.matrix(n::TOKEN_EMBD)?,
             token_type,
-            positions: l.matrix(n::POSITION_EMBD)?,
+            positions: match l.has(n::POSITION_EMBD) {
+                true => Some(l.matrix(n::POSITION_EMBD)?),
+                false => None,
+            },
             embd_norm: norm(n::TOKEN_EMBD_NORM, n::TOKEN_EMBD_NORM_BIAS)?,
             layers,
             classifier,
