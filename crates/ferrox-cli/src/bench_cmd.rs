@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ferrox_engine::kv_plan::defaults;
 use ferrox_models::decoder::{Decoder, Span, Want};
+use ferrox_models::kv_store::KvElement;
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::transformer::Transformer;
 
@@ -39,6 +40,13 @@ pub struct BenchArgs {
     /// server batches its requests); tg then reports their aggregate tokens/s.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = crate::knobs::count_knob("--parallel"))]
     pub parallel: usize,
+    /// Positions already in the KV cache when the tg test starts (llama-bench's
+    /// `-d`): decode at this depth of context. Prefilled untimed.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0, value_name = "N")]
+    pub depth: usize,
+    /// KV cache element type (f32, f16), as `ferrox serve`'s.
+    #[arg(long = "kv-type", value_name = "TYPE", default_value_t = KvElement::default())]
+    pub kv_type: KvElement,
     /// Print JSON instead of a markdown table.
     #[arg(long)]
     pub json: bool,
@@ -63,6 +71,8 @@ fn llama_bench_once(
             &a.n_prompt.to_string(),
             "-n",
             &a.n_gen.to_string(),
+            "-d",
+            &a.depth.to_string(),
             "-r",
             "1",
             "-t",
@@ -119,14 +129,35 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-fn one_run(
-    m: &Transformer,
+/// A tg test's suffix at a depth of context, as llama-bench writes it, with
+/// the cache's type (ferrox's; llama-bench's is its default f16).
+fn at_depth(depth: usize, kv: KvElement) -> String {
+    match depth {
+        0 => String::new(),
+        d => format!(" @ d{d} ({kv} KV)"),
+    }
+}
+
+/// What one run measures: the tests' sizes and the cache.
+#[derive(Clone, Copy)]
+struct RunShape {
     n_prompt: usize,
     n_gen: usize,
     parallel: usize,
-) -> Result<(Option<f64>, Option<f64>)> {
+    depth: usize,
+    kv: KvElement,
+}
+
+fn one_run(m: &Transformer, r: RunShape) -> Result<(Option<f64>, Option<f64>)> {
+    let RunShape {
+        n_prompt,
+        n_gen,
+        parallel,
+        depth,
+        kv,
+    } = r;
     let vocab = m.hyper_params().vocab_size;
-    let mut store = KvStore::new(m.kv_layout(), defaults::KV_BLOCK_SIZE);
+    let mut store = KvStore::new(m.kv_layout().with_element(kv), defaults::KV_BLOCK_SIZE);
     let mut pp = None;
     if n_prompt > 0 {
         let pages = store.fresh_table(n_prompt);
@@ -144,7 +175,23 @@ fn one_run(
     }
     let mut tg = None;
     if n_gen > 0 {
-        let tables: Vec<_> = (0..parallel).map(|_| store.fresh_table(n_gen)).collect();
+        let tables: Vec<_> = (0..parallel)
+            .map(|_| store.fresh_table(depth + n_gen))
+            .collect();
+        if depth > 0 {
+            let context = tokens(depth, vocab);
+            for pages in &tables {
+                for (i, chunk) in context.chunks(defaults::PREFILL_CHUNK).enumerate() {
+                    let span = Span {
+                        pages,
+                        start: i * defaults::PREFILL_CHUNK,
+                        tokens: chunk,
+                        want: Want::Nothing,
+                    };
+                    m.forward(&mut store, &[span])?;
+                }
+            }
+        }
         let toks = tokens(n_gen, vocab);
         let t = Instant::now();
         for (pos, tok) in toks.iter().enumerate() {
@@ -152,7 +199,7 @@ fn one_run(
                 .iter()
                 .map(|pages| Span {
                     pages,
-                    start: pos,
+                    start: depth + pos,
                     tokens: std::slice::from_ref(tok),
                     want: Want::Last,
                 })
@@ -235,7 +282,24 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     // Before the model loads: the measuring buffer is gone when the weights come.
     let read_bandwidth = (a.n_gen > 0).then(|| crate::bandwidth::measure(threads));
     let m = Transformer::with_path(file, threads, a.path.activations)?;
-    one_run(&m, a.n_prompt.min(16), a.n_gen.min(4), a.parallel)?; // warm-up: page in the weights
+    let kv = a.kv_type;
+    let shape = RunShape {
+        n_prompt: a.n_prompt,
+        n_gen: a.n_gen,
+        parallel: a.parallel,
+        depth: a.depth,
+        kv,
+    };
+    // Warm-up: page in the weights.
+    one_run(
+        &m,
+        RunShape {
+            n_prompt: a.n_prompt.min(16),
+            n_gen: a.n_gen.min(4),
+            depth: 0,
+            ..shape
+        },
+    )?;
     let (mut pps, mut tgs) = (Vec::new(), Vec::new());
     let (mut lpps, mut ltgs) = (Vec::new(), Vec::new());
     for _ in 0..a.repetitions.max(1) {
@@ -244,7 +308,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             lpps.extend(pp);
             ltgs.extend(tg);
         }
-        let (pp, tg) = one_run(&m, a.n_prompt, a.n_gen, a.parallel)?;
+        let (pp, tg) = one_run(&m, shape)?;
         pps.extend(pp);
         tgs.extend(tg);
     }
@@ -259,7 +323,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         let mut rows = Vec::new();
         for (test, ours, theirs) in [
             (format!("pp{}", a.n_prompt), pps, lpps),
-            (format!("tg{}", a.n_gen), tgs, ltgs),
+            (format!("tg{}{}", a.n_gen, at_depth(a.depth, kv)), tgs, ltgs),
         ] {
             if ours.is_empty() || theirs.is_empty() {
                 continue;
@@ -315,9 +379,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     if !tgs.is_empty() {
         let tg = if a.parallel > 1 {
-            format!("tg{}x{}", a.n_gen, a.parallel)
+            format!("tg{}x{}{}", a.n_gen, a.parallel, at_depth(a.depth, kv))
         } else {
-            format!("tg{}", a.n_gen)
+            format!("tg{}{}", a.n_gen, at_depth(a.depth, kv))
         };
         rows.push((tg, median_and_spread(tgs)));
     }

@@ -469,7 +469,7 @@ mod tests {
             block_size: defaults::KV_BLOCK_SIZE,
             max_seqs: defaults::MAX_SEQS,
             prefill_chunk: defaults::PREFILL_CHUNK,
-            element_bytes: defaults::KV_ELEMENT_BYTES,
+            element_bytes: 4,
         };
         Some(ModelReport::new(&file, &opts).unwrap())
     }

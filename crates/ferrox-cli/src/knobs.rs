@@ -94,6 +94,12 @@ pub struct KvArgs {
     /// Token budget of one step (prefill chunk).
     #[arg(long, env = "FERROX_CB_PREFILL_CHUNK", value_parser = count_knob("FERROX_CB_PREFILL_CHUNK"), default_value_t = defaults::PREFILL_CHUNK, value_name = "N")]
     pub prefill_chunk: usize,
+    /// KV cache element type: f32 (the default) or f16 (half the memory, so
+    /// twice the positions in --kv-memory; 0.001 nats from f32). llama-server's
+    /// `-ctk` / `-ctv` (`--cache-type-k`, `--cache-type-v`) are taken too, and
+    /// must agree: keys and values share a type here.
+    #[arg(long = "kv-type", visible_aliases = ["cache-type-k", "cache-type-v"], env = "FERROX_KV_TYPE", action = clap::ArgAction::Append, value_name = "TYPE")]
+    pub kv_type: Vec<ferrox_models::kv_store::KvElement>,
 }
 
 /// Engine flags beside the KV layout: the queue, a block count, the context ceiling.
@@ -146,6 +152,7 @@ impl EngineArgs {
     pub fn config(
         &self,
         shape: &ferrox_engine::kv_plan::KvShape,
+        kv_element: ferrox_models::kv_store::KvElement,
     ) -> Result<ferrox_engine::EngineConfig> {
         let kv = &self.kv;
         let kv_blocks = match self.kv_blocks {
@@ -170,11 +177,33 @@ impl EngineArgs {
             max_context: self.max_context,
             prefix_cache: !self.no_prefix_cache,
             recurrent_slots: self.recurrent_slots,
+            kv_element,
         })
     }
 }
 
 impl KvArgs {
+    /// The KV element type: as given (every spelling agreeing), else the
+    /// default ([`KvElement`]'s).
+    pub fn kv_element(&self) -> Result<ferrox_models::kv_store::KvElement> {
+        use ferrox_models::kv_store::KvElement;
+        match self.kv_type.split_first() {
+            Some((first, rest)) => {
+                anyhow::ensure!(
+                    rest.iter().all(|t| t == first),
+                    "--kv-type / -ctk / -ctv: keys and values share one type here; got {}",
+                    self.kv_type
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                );
+                Ok(*first)
+            }
+            None => Ok(KvElement::default()),
+        }
+    }
+
     /// The KV memory budget in bytes.
     pub fn memory_bytes(&self) -> Result<u64> {
         match &self.kv_memory {

@@ -20,7 +20,6 @@ use crate::inspect::{KvOptions, ModelReport};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use ferrox_engine::byte_size::format_bytes;
-use ferrox_engine::kv_plan::defaults;
 use ferrox_gguf::GgufFile;
 use ferrox_hub::{catalog, hf, model_ref, pypi};
 
@@ -52,7 +51,7 @@ enum Command {
         json: bool,
     },
     /// Serve the OpenAI-compatible API (chat and text completions, SSE, /metrics).
-    Serve(serve_cmd::ServeArgs),
+    Serve(Box<serve_cmd::ServeArgs>),
     /// Generate text from a prompt, streamed to stdout (without a prompt: a chat).
     Run(run_cmd::RunArgs),
     /// Chat with a model in the terminal: streamed answers, history, /commands.
@@ -116,6 +115,8 @@ fn llama_cli_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<st
         Some("-hf" | "-hfr") => "--hf-repo".into(),
         Some("-ngl") => "--n-gpu-layers".into(),
         Some("-np") => "--parallel".into(),
+        Some("-ctk") => "--cache-type-k".into(),
+        Some("-ctv") => "--cache-type-v".into(),
         _ => a,
     })
     .collect()
@@ -138,7 +139,7 @@ fn run(cli: Cli) -> Result<()> {
                 block_size: kv.kv_block_size,
                 max_seqs: kv.max_seqs,
                 prefill_chunk: kv.prefill_chunk,
-                element_bytes: defaults::KV_ELEMENT_BYTES,
+                element_bytes: kv.kv_element()?.bytes(),
             };
             let report = ModelReport::new(&file, &opts)?;
             if json {
@@ -192,7 +193,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Serve(mut args) => {
             args.habits.apply(&mut args.model)?;
-            serve_cmd::serve(args)?
+            serve_cmd::serve(*args)?
         }
         Command::Run(mut args) => {
             args.habits.apply(&mut args.model)?;

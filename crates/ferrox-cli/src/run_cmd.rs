@@ -10,6 +10,7 @@ use clap::Args;
 use ferrox_engine::kv_plan::defaults;
 use ferrox_engine::{EngineConfig, Event, GenerationParams};
 use ferrox_models::decoder::Decoder;
+use ferrox_models::kv_store::KvElement;
 use ferrox_models::model::Model;
 use ferrox_sampling::sampler::{SamplingError, SamplingParams};
 use ferrox_text::chat::ChatMessage;
@@ -241,6 +242,7 @@ impl Session {
             max_context: Some(ctx),
             prefix_cache,
             recurrent_slots: None,
+            kv_element: KvElement::default(),
         };
         let tokenizer = std::sync::Arc::new(model.tokenizer);
         let engine = ferrox_engine::start(

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ferrox_engine::byte_size::format_bytes;
 use ferrox_engine::kv_plan::KvPlan;
-use ferrox_engine::kv_plan::{KvShape, defaults};
+use ferrox_engine::kv_plan::KvShape;
 use ferrox_models::model::{Model, Net};
 use ferrox_models::pooling::Normalize;
 use ferrox_sampling::grammar::Grammars;
@@ -349,7 +349,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::from_std(std_listener)?;
         let stop = CancellationToken::new();
         let blocks = config.kv_blocks.map_or("unbounded".to_string(), |b| {
-            format!("{b} blocks of {}, {} at peak", config.block_size, format_bytes(kv_peak))
+            format!("{b} blocks of {} {} positions, {} at peak", config.block_size, config.kv_element, format_bytes(kv_peak))
         });
         let folder = a.models_dir.as_ref().map_or(String::new(), |d| format!("; the models of {} on first use", d.display()));
         ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace), models }, stop, |addr| {
@@ -392,20 +392,21 @@ fn start_model(
     if let Err(e) = &grammars {
         tracing::warn!("structured output is off for {model_id}: {e}");
     }
-    let shape = KvShape::new(model.net.hyper_params(), defaults::KV_ELEMENT_BYTES);
-    let normalize = Normalize::from_code(a.embd_normalize).expect("checked by the parser");
-    let has_rank_head = matches!(&model.net, Net::Encoder(e) if e.has_classifier());
     let activations = match &model.net {
         Net::Decoder(t) => t.activation_path(),
         Net::Encoder(_) => ferrox_models::ActivationPath::F32,
     };
+    let kv_element = a.engine.kv.kv_element()?;
+    let shape = KvShape::new(model.net.hyper_params(), kv_element.bytes());
+    let normalize = Normalize::from_code(a.embd_normalize).expect("checked by the parser");
+    let has_rank_head = matches!(&model.net, Net::Encoder(e) if e.has_classifier());
     let embedding = EmbeddingSettings::choose(
         a.pooling,
         normalize,
         model.net.hyper_params(),
         has_rank_head,
     )?;
-    let config = a.engine.config(&shape)?;
+    let config = a.engine.config(&shape, kv_element)?;
     let kv_peak = kv_peak_bytes(&shape, &config)?;
     let tokenizer = Arc::new(model.tokenizer.clone());
     let facts = ferrox_server::props::ServerFacts {

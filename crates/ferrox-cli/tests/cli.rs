@@ -65,6 +65,32 @@ fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
     }
 }
 
+/// `--kv-type f16` (and llama-server's `-ctk` / `-ctv`) halves the price of
+/// a position; keys and values of different types are refused by name.
+#[test]
+fn real_model_f16_kv_halves_the_price_of_a_position() {
+    let Some(smol) = real_model("smollm2-135m") else {
+        return;
+    };
+    let path = smol.to_str().unwrap();
+    for args in [
+        &["inspect", path, "--json", "--kv-type", "f16"][..],
+        &["inspect", path, "--json", "-ctk", "f16", "-ctv", "f16"][..],
+    ] {
+        let o = ferrox(args, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["kv"]["by_layer_kind"][0]["bytes_per_position"], 23040);
+        assert_eq!(j["kv"]["element_bytes"], 2);
+    }
+    let o = ferrox(&["inspect", path, "-ctk", "f16", "-ctv", "f32"], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("share one type"), "{}", stderr(&o));
+    let o = ferrox(&["inspect", path, "--kv-type", "q8_0"], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("q8_0"), "{}", stderr(&o));
+}
+
 #[test]
 fn inspect_of_an_unsupported_architecture_lists_the_supported_ones() {
     let dir = tempfile::tempdir().unwrap();

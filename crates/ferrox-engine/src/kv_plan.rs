@@ -56,9 +56,6 @@ pub mod defaults {
     pub const MAX_SEQS: usize = 16;
     /// Token budget of one step (`--prefill-chunk`).
     pub const PREFILL_CHUNK: usize = 512;
-    /// Bytes per cached key or value element: the cache holds f32, as the forward
-    /// pass computes (an f16 cache would trade fidelity for memory; see kv_store).
-    pub const KV_ELEMENT_BYTES: usize = 4;
 }
 
 /// Pages (blocks) of `page_size` positions that `positions` positions occupy; an

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
-use crate::kv_plan::{KvPlan, KvShape, defaults};
+use crate::kv_plan::{KvPlan, KvShape};
 use ferrox_models::decoder::{Decoder, Rows, Span, Want};
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::pooling::{Pool, Pooling};
@@ -177,7 +177,7 @@ pub fn start(
     let encoder = decoder.is_encoder();
     let config = whole_sequences(config, decoder.as_ref());
     let hp = decoder.hyper_params().clone();
-    let shape = KvShape::new(&hp, defaults::KV_ELEMENT_BYTES);
+    let shape = KvShape::new(&hp, config.kv_element.bytes());
     let plan = match config.kv_blocks {
         Some(n) => Some(KvPlan::from_blocks(
             &shape,
@@ -202,7 +202,7 @@ pub fn start(
         .min(hp.context_length) as u64;
     // The model computes for the context it serves (LongRoPE's factor set).
     decoder.limit_context(max_context as usize);
-    let layout = decoder.kv_layout();
+    let layout = decoder.kv_layout().with_element(config.kv_element);
     if layout.window().is_some() && config.prefill_chunk < config.block_size {
         return Err(StartError::ChunkBelowPage {
             chunk: config.prefill_chunk,

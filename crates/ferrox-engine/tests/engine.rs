@@ -445,7 +445,7 @@ fn a_request_bigger_than_the_whole_budget_is_refused_with_its_price() {
             .unwrap()
             .hyper_params()
             .clone(),
-        defaults::KV_ELEMENT_BYTES,
+        ferrox_models::kv_store::KvElement::F32.bytes(),
     );
     match h.submit(prompt(10, 20), long_greedy(7)) {
         Err(SubmitError::Kv(r)) => {

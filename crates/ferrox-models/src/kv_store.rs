@@ -11,7 +11,11 @@
 //!   past and given back; the model never reads there (a window layer attends only
 //!   to its last `window` positions).
 //!
-//! Layouts (f32 elements): a page holds, layer after layer of its pool, the
+//! Elements are f32 or f16 ([`KvElement`], one type for the whole cache): f16
+//! pages are written rounded to nearest and widened back exactly when read, so
+//! what a position reads depends on its stored bits alone.
+//!
+//! Layouts (in elements): a page holds, layer after layer of its pool, the
 //! layer's keys `[n_kv_heads][page_size][head_dim_k]` then its values
 //! `[n_kv_heads][page_size][head_dim_v]`, each in the layer's own shape (Gemma 4's
 //! window and full layers differ). A shared-KV layer keeps none and reads the
@@ -28,7 +32,75 @@
 //! not written (the model attends only to positions `<` its own, and those are
 //! written first).
 
+use std::cell::RefCell;
+use std::fmt;
+use std::str::FromStr;
+
+use ferrox_core::DType;
+use ferrox_core::kernels::fast;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
 use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
+
+/// The type of the KV cache's elements.
+///
+/// f32 is the default: f16 halves the cache (0.0008-0.0010 nats of mean
+/// top-5 error on the real models, inside the 0.005 budget) but its pages are
+/// widened run by run before the attention kernels read them, which costs
+/// prompt processing 0.76-0.93x on a Llama-3.2-1B shape (docs/PERFORMANCE.md);
+/// it becomes the default when the kernels read f16 themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvElement {
+    #[default]
+    F32,
+    /// IEEE half precision, as llama.cpp's default `-ctk f16`.
+    F16,
+}
+
+/// The names [`KvElement`] parses.
+pub const KV_ELEMENT_NAMES: &str = "f32, f16";
+
+impl KvElement {
+    /// Bytes of one element.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvElement::F32 => 4,
+            KvElement::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvElement::F32 => "f32",
+            KvElement::F16 => "f16",
+        }
+    }
+}
+
+impl fmt::Display for KvElement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A KV type name that is none of [`KV_ELEMENT_NAMES`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown KV type {0:?} (one of: {KV_ELEMENT_NAMES}; q8_0 and q4_0 are not supported yet)")]
+pub struct UnknownKvElement(pub String);
+
+impl FromStr for KvElement {
+    type Err = UnknownKvElement;
+
+    fn from_str(s: &str) -> Result<KvElement, UnknownKvElement> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvElement::F32),
+            "f16" => Ok(KvElement::F16),
+            _ => Err(UnknownKvElement(s.to_string())),
+        }
+    }
+}
 
 /// A hole in a window page table: the page was slid past and given back.
 pub const NO_PAGE: u32 = u32::MAX;
@@ -76,6 +148,8 @@ pub struct KvLayout {
     pub n_recurrent: usize,
     /// Floats of one recurrent layer's state (0 without recurrent layers).
     pub state_floats: usize,
+    /// The type of the KV elements (recurrent states are f32 whatever it is).
+    pub element: KvElement,
 }
 
 impl KvLayout {
@@ -120,7 +194,13 @@ impl KvLayout {
                 .delta_net
                 .as_ref()
                 .map_or(0, DeltaNetParams::state_floats),
+            element: KvElement::F32,
         }
+    }
+
+    /// This layout with KV elements of type `element`.
+    pub fn with_element(self, element: KvElement) -> KvLayout {
+        KvLayout { element, ..self }
     }
 
     /// Floats of one sequence's whole recurrent state (0 without recurrent layers).
@@ -159,23 +239,30 @@ pub struct PageTable {
 }
 
 /// The buffers of one pool's pages, by id, allocated on first write.
-struct PageBuffers {
-    /// Floats per page.
+struct PageBuffers<T> {
+    /// Elements per page.
     floats: usize,
     /// `[page id]`
-    pages: Vec<Option<Box<[f32]>>>,
+    pages: Vec<Option<Box<[T]>>>,
 }
 
-impl PageBuffers {
-    fn page_mut(&mut self, id: u32) -> &mut [f32] {
+impl<T: Copy + Default> PageBuffers<T> {
+    fn new(floats: usize) -> PageBuffers<T> {
+        PageBuffers {
+            floats,
+            pages: Vec::new(),
+        }
+    }
+
+    fn page_mut(&mut self, id: u32) -> &mut [T] {
         let i = id as usize;
         if i >= self.pages.len() {
             self.pages.resize_with(i + 1, || None);
         }
-        self.pages[i].get_or_insert_with(|| vec![0.0; self.floats].into_boxed_slice())
+        self.pages[i].get_or_insert_with(|| vec![T::default(); self.floats].into_boxed_slice())
     }
 
-    fn page(&self, id: u32) -> &[f32] {
+    fn page(&self, id: u32) -> &[T] {
         self.pages
             .get(id as usize)
             .and_then(|p| p.as_deref())
@@ -183,14 +270,76 @@ impl PageBuffers {
     }
 }
 
+/// One pool's KV pages, in the cache's element type.
+enum KvPages {
+    F32(PageBuffers<f32>),
+    /// f16 values, two little-endian bytes each (ggml's F16 layout).
+    F16(PageBuffers<u8>),
+}
+
+impl KvPages {
+    fn new(element: KvElement, floats: usize) -> KvPages {
+        match element {
+            KvElement::F32 => KvPages::F32(PageBuffers::new(floats)),
+            KvElement::F16 => KvPages::F16(PageBuffers::new(2 * floats)),
+        }
+    }
+
+    /// Stores `values` at `at` of page `id`.
+    fn put(&mut self, id: u32, at: usize, values: &[f32]) {
+        match self {
+            KvPages::F32(b) => b.page_mut(id)[at..at + values.len()].copy_from_slice(values),
+            KvPages::F16(b) => {
+                let dst = &mut b.page_mut(id)[2 * at..2 * (at + values.len())];
+                // Rounded to nearest, ties to even (F16C where the CPU has it).
+                let mut halves = [f16::ZERO; 64];
+                for (d, v) in dst.chunks_mut(128).zip(values.chunks(64)) {
+                    let h = &mut halves[..v.len()];
+                    h.convert_from_f32_slice(v);
+                    for (pair, x) in d.chunks_exact_mut(2).zip(h.iter()) {
+                        pair.copy_from_slice(&x.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `f` with `n` elements at `at` of page `id` as f32 (widened into
+    /// `scratch` from f16).
+    fn with<R>(
+        &self,
+        id: u32,
+        at: usize,
+        n: usize,
+        scratch: &mut Vec<f32>,
+        f: impl FnOnce(&[f32]) -> R,
+    ) -> R {
+        match self {
+            KvPages::F32(b) => f(&b.page(id)[at..at + n]),
+            KvPages::F16(b) => {
+                let bytes = &b.page(id)[2 * at..2 * (at + n)];
+                scratch.resize(n, 0.0);
+                // Exact: every f16 is an f32 (the kernels' F16 widening).
+                fast::dequantize_row(DType::F16, bytes, &mut scratch[..n]);
+                f(&scratch[..n])
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Widened keys and values of one run of f16 pages.
+    static WIDENED: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
 /// The bytes of every KV page.
 pub struct KvStore {
     layout: KvLayout,
     page_size: usize,
-    full: PageBuffers,
-    window: PageBuffers,
+    full: KvPages,
+    window: KvPages,
     /// Recurrent-state slots: `[slot]` each `[n_recurrent][state_floats]`.
-    states: PageBuffers,
+    states: PageBuffers<f32>,
     /// The position each state slot's state is at (0 for one never written).
     state_at: Vec<usize>,
     /// Next id [`KvStore::fresh_table`] hands out.
@@ -222,18 +371,9 @@ impl KvStore {
     pub fn new(layout: KvLayout, page_size: usize) -> KvStore {
         assert!(page_size > 0, "a KV page holds at least one position");
         KvStore {
-            full: PageBuffers {
-                floats: layout.full_floats * page_size,
-                pages: Vec::new(),
-            },
-            window: PageBuffers {
-                floats: layout.window_floats * page_size,
-                pages: Vec::new(),
-            },
-            states: PageBuffers {
-                floats: layout.sequence_state_floats(),
-                pages: Vec::new(),
-            },
+            full: KvPages::new(layout.element, layout.full_floats * page_size),
+            window: KvPages::new(layout.element, layout.window_floats * page_size),
+            states: PageBuffers::new(layout.sequence_state_floats()),
             state_at: Vec::new(),
             page_size,
             layout,
@@ -392,29 +532,27 @@ impl KvStore {
             "layer {layer} stores {heads} heads of {dk} + {dv}"
         );
         let store = if at.window {
-            self.window.page_mut(at.page)
+            &mut self.window
         } else {
-            self.full.page_mut(at.page)
+            &mut self.full
         };
         for h in 0..heads {
             let (ko, vo) = (at.key + h * at.key_stride, at.value + h * at.value_stride);
-            store[ko..ko + dk].copy_from_slice(&k[h * dk..(h + 1) * dk]);
-            store[vo..vo + dv].copy_from_slice(&v[h * dv..(h + 1) * dv]);
+            store.put(at.page, ko, &k[h * dk..(h + 1) * dk]);
+            store.put(at.page, vo, &v[h * dv..(h + 1) * dv]);
         }
     }
 
-    fn stored(&self, at: &Place) -> &[f32] {
-        if at.window {
-            self.window.page(at.page)
-        } else {
-            self.full.page(at.page)
-        }
+    fn stored(&self, at: &Place) -> &KvPages {
+        if at.window { &self.window } else { &self.full }
     }
 
     /// Calls `f(first position, keys, values)` for each run of the positions
     /// `from..to` of kv head `head` in `layer` that lies in one page, in position
     /// order; `keys` holds `run * head_dim_k` values, `values` `run * head_dim_v`.
     /// Runs end at page boundaries only, so they depend on positions alone.
+    /// f16 runs are widened first (exactly), into buffers of the calling
+    /// thread; `f` must not call this again.
     pub fn for_each_run(
         &self,
         table: &PageTable,
@@ -435,19 +573,24 @@ impl KvStore {
                 at.key + head * at.key_stride,
                 at.value + head * at.value_stride,
             );
-            f(p, &store[k0..k0 + n * dk], &store[v0..v0 + n * dv]);
+            WIDENED.with_borrow_mut(|(ks, vs)| {
+                store.with(at.page, k0, n * dk, ks, |keys| {
+                    store.with(at.page, v0, n * dv, vs, |values| f(p, keys, values))
+                })
+            });
             p += n;
         }
     }
 
-    /// The key and value of kv head `head` at position `pos` in `layer`.
+    /// The key and value of kv head `head` at position `pos` in `layer`, as
+    /// f32.
     pub fn read(
         &self,
         table: &PageTable,
         layer: usize,
         pos: usize,
         head: usize,
-    ) -> (&[f32], &[f32]) {
+    ) -> (Vec<f32>, Vec<f32>) {
         let at = self.locate(table, layer, pos);
         let (dk, dv) = (at.shape.head_dim_k, at.shape.head_dim_v);
         let store = self.stored(&at);
@@ -455,6 +598,10 @@ impl KvStore {
             at.key + head * at.key_stride,
             at.value + head * at.value_stride,
         );
-        (&store[k0..k0 + dk], &store[v0..v0 + dv])
+        let mut scratch = Vec::new();
+        (
+            store.with(at.page, k0, dk, &mut scratch, <[f32]>::to_vec),
+            store.with(at.page, v0, dv, &mut scratch, <[f32]>::to_vec),
+        )
     }
 }

@@ -5,7 +5,7 @@
 
 use ferrox_gguf::GgufFile;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_store::{KvStore, PageTable};
+use ferrox_models::kv_store::{KvElement, KvStore, PageTable};
 use ferrox_models::{ActivationPath, Architecture, Transformer};
 use ferrox_testkit::{TinyModel, real_model};
 
@@ -39,8 +39,8 @@ fn prompt_logits(
     rows
 }
 
-fn check_prompt_chunking(m: &Transformer, prompt: &[u32]) {
-    let mut cache = KvStore::new(m.kv_layout(), 4);
+fn check_prompt_chunking(m: &Transformer, prompt: &[u32], kv: KvElement) {
+    let mut cache = KvStore::new(m.kv_layout().with_element(kv), 4);
     let whole = prompt_logits(m, &mut cache, prompt, prompt.len());
     assert_eq!(whole.len(), prompt.len());
     for chunk in [1, 2, 5, 64] {
@@ -53,8 +53,8 @@ fn check_prompt_chunking(m: &Transformer, prompt: &[u32]) {
 }
 
 /// A store with each of `prompts` prefilled in its own sequence.
-fn prefilled(m: &Transformer, prompts: &[Vec<u32>; 9]) -> (KvStore, Vec<PageTable>) {
-    let mut cache = KvStore::new(m.kv_layout(), 4);
+fn prefilled(m: &Transformer, prompts: &[Vec<u32>; 9], kv: KvElement) -> (KvStore, Vec<PageTable>) {
+    let mut cache = KvStore::new(m.kv_layout().with_element(kv), 4);
     let seqs: Vec<_> = prompts
         .iter()
         .map(|p| cache.fresh_table(p.len() + 1))
@@ -77,8 +77,8 @@ fn prefilled(m: &Transformer, prompts: &[Vec<u32>; 9]) -> (KvStore, Vec<PageTabl
 /// Decode logits of sequence 0 alone, then beside 8 other sequences (on a
 /// second store prefilled the same way: a recurrent state cannot step twice
 /// from one position).
-fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
-    let (mut cache, seqs) = prefilled(m, prompts);
+fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32, kv: KvElement) {
+    let (mut cache, seqs) = prefilled(m, prompts, kv);
     let tok = [next];
     let alone = m
         .forward(
@@ -105,7 +105,7 @@ fn check_decode_batching(m: &Transformer, prompts: &[Vec<u32>; 9], next: u32) {
         .collect();
     spans[0].tokens = &tok;
     spans.rotate_left(4); // sequence 0 is not first in the batch
-    let (mut fresh, _) = prefilled(m, prompts);
+    let (mut fresh, _) = prefilled(m, prompts, kv);
     let together = m.forward(&mut fresh, &spans).unwrap();
     assert_eq!(
         bits(alone.logits.last_of(0).unwrap()),
@@ -127,7 +127,9 @@ fn tiny_models_give_identical_logits_for_any_prompt_chunking() {
     for arch in Architecture::ALL {
         for path in [ActivationPath::Int16, ActivationPath::F32] {
             let m = TinyModel::new(arch).load_with(2, path);
-            check_prompt_chunking(&m, &prompt);
+            for kv in [KvElement::F32, KvElement::F16] {
+                check_prompt_chunking(&m, &prompt, kv);
+            }
         }
     }
 }
@@ -137,7 +139,9 @@ fn tiny_models_give_identical_decode_logits_alone_and_beside_eight_others() {
     for arch in Architecture::ALL {
         for path in [ActivationPath::Int16, ActivationPath::F32] {
             let m = TinyModel::new(arch).load_with(2, path);
-            check_decode_batching(&m, &tiny_prompts(), 40);
+            for kv in [KvElement::F32, KvElement::F16] {
+                check_decode_batching(&m, &tiny_prompts(), 40, kv);
+            }
         }
     }
 }
@@ -234,9 +238,9 @@ fn real_model_smollm2_logits_are_batch_invariant() {
     let prompt: Vec<u32> = vec![
         504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 2988, 314,
     ];
-    check_prompt_chunking(&m, &prompt);
+    check_prompt_chunking(&m, &prompt, KvElement::F16);
     let prompts: [Vec<u32>; 9] = std::array::from_fn(|i| prompt[..3 + i].to_vec());
-    check_decode_batching(&m, &prompts, 260);
+    check_decode_batching(&m, &prompts, 260, KvElement::F16);
 }
 
 /// The tiny llama model with `meta` set and an extra F32 tensor per `extra`, loaded.

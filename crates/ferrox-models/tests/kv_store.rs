@@ -82,3 +82,36 @@ fn positions_written_read_back_per_head_in_both_pools() {
         }
     }
 }
+
+#[test]
+fn an_f16_cache_stores_values_rounded_to_nearest_and_reads_them_back_widened() {
+    use ferrox_models::kv_store::KvElement;
+    let mut s = KvStore::new(layout().with_element(KvElement::F16), 4);
+    let t = s.fresh_table(8);
+    let p = s.layout().place(0).unwrap();
+    let kd = p.n_kv_heads * p.head_dim_k;
+    let vd = p.n_kv_heads * p.head_dim_v;
+    // 1/3 rounds to the nearest f16; 2049 to 2048 (ties to even); 65504 is
+    // f16's largest; 0.5 is exact.
+    let k: Vec<f32> = (0..kd)
+        .map(|i| [1.0 / 3.0, 2049.0, 65504.0, 0.5][i % 4])
+        .collect();
+    let v: Vec<f32> = (0..vd).map(|i| -(i as f32) / 7.0).collect();
+    s.write(&t, 0, 5, &k, &v);
+    let (rk, rv) = s.read(&t, 0, 5, 0);
+    let want_k: Vec<f32> = k[..p.head_dim_k]
+        .iter()
+        .map(|&x| half::f16::from_f32(x).to_f32())
+        .collect();
+    assert_eq!(rk, want_k);
+    assert_eq!(&rk[..4], &[0.333_251_95, 2048.0, 65504.0, 0.5]);
+    assert!(
+        rv.iter()
+            .zip(&v)
+            .all(|(a, b)| (a - b).abs() <= b.abs() / 1024.0)
+    );
+    s.for_each_run(&t, 0, 0, 5, 6, |_, keys, values| {
+        assert_eq!(keys, &rk[..]);
+        assert_eq!(values, &rv[..]);
+    });
+}

@@ -15,7 +15,7 @@ use serde_json::Value;
 use ferrox_models::ActivationPath;
 use ferrox_models::Transformer;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_store::{KvStore, PageTable};
+use ferrox_models::kv_store::{KvElement, KvStore, PageTable};
 
 /// How a model's continuations compare with a golden file's.
 #[derive(Clone, Debug, Default)]
@@ -186,7 +186,12 @@ const PROMPTS_PER_CALL: usize = 4;
 /// every row's logits (the golden tokens are the inputs; SPEC S3 makes these
 /// the logits of a token-by-token run, whatever the split and the batch).
 pub fn score(m: &Transformer, rows: &[Value], label: &str) -> Score {
-    let mut cache = KvStore::new(m.kv_layout(), 16);
+    score_with_kv(m, rows, label, KvElement::F32)
+}
+
+/// [`score`] with a KV cache of `element`s.
+pub fn score_with_kv(m: &Transformer, rows: &[Value], label: &str, element: KvElement) -> Score {
+    let mut cache = KvStore::new(m.kv_layout().with_element(element), 16);
     let mut s = Score {
         prompts: rows.len(),
         ..Score::default()

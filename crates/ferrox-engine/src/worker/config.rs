@@ -1,6 +1,7 @@
 //! The engine's knobs and what they must satisfy before it starts.
 
 use crate::kv_plan::defaults;
+use ferrox_models::kv_store::KvElement;
 
 use crate::admission::RECURRENT_SLOTS_PER_REQUEST;
 use crate::ledger::StatePools;
@@ -26,6 +27,8 @@ pub struct EngineConfig {
     /// Recurrent-state slots of a hybrid model's pool, three per request
     /// (`None`: three per request row, so the slots never bind first).
     pub recurrent_slots: Option<usize>,
+    /// The KV cache's element type.
+    pub kv_element: KvElement,
 }
 
 impl Default for EngineConfig {
@@ -39,6 +42,7 @@ impl Default for EngineConfig {
             max_context: None,
             prefix_cache: true,
             recurrent_slots: None,
+            kv_element: KvElement::F32,
         }
     }
 }
