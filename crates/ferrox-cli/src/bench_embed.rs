@@ -5,14 +5,12 @@
 //! sent; the report gives embeddings and input tokens per second (the tokens
 //! as the server's usage counts them) and the latency percentiles.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use serde_json::json;
 
-use crate::bench_serve::{BenchServeArgs, percentile};
+use crate::bench_serve::{BenchServeArgs, percentile, run_clients};
 
 /// One request's measure.
 struct Measured {
@@ -81,28 +79,7 @@ fn one(agent: &ureq::Agent, a: &BenchServeArgs, first: usize) -> Measured {
 /// Runs the load and prints the report.
 pub fn bench_embed(a: &BenchServeArgs, agent: ureq::Agent) -> Result<()> {
     anyhow::ensure!(a.batch >= 1, "--batch must be at least 1");
-    let next = Arc::new(AtomicUsize::new(0));
-    let t0 = Instant::now();
-    let handles: Vec<_> = (0..a.concurrency)
-        .map(|_| {
-            let (agent, a, next) = (agent.clone(), a.clone(), Arc::clone(&next));
-            std::thread::spawn(move || {
-                let mut out = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= a.requests {
-                        return out;
-                    }
-                    out.push(one(&agent, &a, i * a.batch));
-                }
-            })
-        })
-        .collect();
-    let mut samples = Vec::new();
-    for h in handles {
-        samples.extend(h.join().map_err(|_| anyhow!("a client thread panicked"))?);
-    }
-    let wall = t0.elapsed().as_secs_f64();
+    let (samples, wall) = run_clients(a, &agent, |agent, a, i| one(agent, a, i * a.batch))?;
     let errors: Vec<&String> = samples.iter().filter_map(|s| s.error.as_ref()).collect();
     let vectors: usize = samples.iter().map(|s| s.vectors).sum();
     let tokens: usize = samples.iter().map(|s| s.tokens).sum();

@@ -191,6 +191,41 @@ pub fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Runs `--concurrency` clients, each calling `one(agent, args, i)` for the
+/// next request index `i` until `--requests` have been sent; returns every
+/// result and the wall time in seconds.
+pub fn run_clients<T: Send + 'static>(
+    a: &BenchServeArgs,
+    agent: &ureq::Agent,
+    one: fn(&ureq::Agent, &BenchServeArgs, usize) -> T,
+) -> Result<(Vec<T>, f64)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..a.concurrency)
+        .map(|_| {
+            let (agent, a, next) = (agent.clone(), a.clone(), Arc::clone(&next));
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= a.requests {
+                        return out;
+                    }
+                    out.push(one(&agent, &a, i));
+                }
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for h in handles {
+        results.extend(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))?,
+        );
+    }
+    Ok((results, t0.elapsed().as_secs_f64()))
+}
+
 /// Runs the load and prints the report.
 pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
     anyhow::ensure!(
@@ -208,31 +243,7 @@ pub fn bench_serve(a: BenchServeArgs) -> Result<()> {
     if a.scenario == Scenario::Embed {
         return crate::bench_embed::bench_embed(&a, agent);
     }
-    let next = Arc::new(AtomicUsize::new(0));
-    let t0 = Instant::now();
-    let handles: Vec<_> = (0..a.concurrency)
-        .map(|_| {
-            let (agent, a, next) = (agent.clone(), a.clone(), Arc::clone(&next));
-            std::thread::spawn(move || {
-                let mut out = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= a.requests {
-                        return out;
-                    }
-                    out.push(one_request(&agent, &a, i));
-                }
-            })
-        })
-        .collect();
-    let mut samples = Vec::new();
-    for h in handles {
-        samples.extend(
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a client thread panicked"))?,
-        );
-    }
-    let wall = t0.elapsed().as_secs_f64();
+    let (samples, wall) = run_clients(&a, &agent, one_request)?;
     let errors: Vec<&String> = samples.iter().filter_map(|s| s.error.as_ref()).collect();
     let tokens: usize = samples.iter().map(|s| s.tokens).sum();
     let mut ttft: Vec<f64> = samples.iter().filter_map(|s| s.ttft).collect();

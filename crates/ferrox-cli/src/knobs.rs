@@ -184,7 +184,7 @@ impl EngineArgs {
 
 impl KvArgs {
     /// The KV element type: as given (every spelling agreeing), else the
-    /// default ([`KvElement`]'s).
+    /// default ([`ferrox_models::kv_store::KvElement`]'s).
     pub fn kv_element(&self) -> Result<ferrox_models::kv_store::KvElement> {
         use ferrox_models::kv_store::KvElement;
         match self.kv_type.split_first() {

@@ -23,9 +23,15 @@ use ferrox_engine::{Event, GenerationParams, Usage};
 use ferrox_models::HyperParams;
 use ferrox_models::pooling::{Normalize, Pooling};
 
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+
 use crate::error::ApiError;
+use crate::field_policy::Policy;
 use crate::invalid::Invalid;
+use crate::json_body::json_body;
 use crate::limits::{request_timeout, within_request_timeout};
+use crate::request::{policed, typed};
 use crate::request_log::{RequestLog, Route, unique_id};
 use crate::state::AppState;
 
@@ -78,6 +84,17 @@ impl EmbeddingSettings {
             width: model.n_embd,
         })
     }
+}
+
+/// The body of a request to an embedding route, after the route's field
+/// policy, typed; refused while the server drains.
+fn parse<T: serde::de::DeserializeOwned>(
+    st: &AppState,
+    policy: &Policy,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    st.accepting()?;
+    typed(&policed(policy, &json_body(body)?)?)
 }
 
 /// The inputs an embedding request takes: a string, strings, token ids, or

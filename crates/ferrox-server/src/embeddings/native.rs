@@ -12,11 +12,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{EmbedRequest, Inputs, embed, normalize_code};
+use super::{EmbedRequest, Inputs, embed, normalize_code, parse};
 use crate::error::ApiError;
 use crate::field_policy::NATIVE_EMBEDDING;
-use crate::json_body::json_body;
-use crate::request::{policed, typed};
 use crate::request_log::Route;
 use crate::state::AppState;
 use ferrox_models::pooling::Pooling;
@@ -41,8 +39,7 @@ async fn handle(
     st: &Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    st.accepting()?;
-    let b: Body = typed(&policed(&NATIVE_EMBEDDING, &json_body(body)?)?)?;
+    let b: Body = parse(st, &NATIVE_EMBEDDING, body)?;
     if st.embedding.pooling == Pooling::Rank {
         return Err(ApiError::invalid(
             None,

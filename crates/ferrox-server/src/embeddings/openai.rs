@@ -13,11 +13,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::{EmbedRequest, Inputs, embed, normalize_code, pooled};
+use super::{EmbedRequest, Inputs, embed, normalize_code, parse, pooled};
 use crate::error::ApiError;
 use crate::field_policy::EMBEDDINGS;
-use crate::json_body::json_body;
-use crate::request::{policed, typed};
 use crate::request_log::Route;
 use crate::state::AppState;
 
@@ -53,8 +51,7 @@ async fn handle(
     st: &Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    st.accepting()?;
-    let b: Body = typed(&policed(&EMBEDDINGS, &json_body(body)?)?)?;
+    let b: Body = parse(st, &EMBEDDINGS, body)?;
     pooled(st)?;
     let request = EmbedRequest {
         inputs: b.input.tokenize(st, "input")?,

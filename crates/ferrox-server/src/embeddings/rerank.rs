@@ -16,12 +16,10 @@ use axum::response::{IntoResponse, Response};
 use ferrox_models::pooling::{Normalize, Pooling};
 use serde_json::{Value, json};
 
-use super::{EmbedRequest, embed};
+use super::{EmbedRequest, embed, parse};
 use crate::error::ApiError;
 use crate::field_policy::RERANK;
 use crate::invalid::Invalid;
-use crate::json_body::json_body;
-use crate::request::{policed, typed};
 use crate::request_log::Route;
 use crate::state::AppState;
 
@@ -48,8 +46,7 @@ async fn handle(
     st: &Arc<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    st.accepting()?;
-    let b: Body = typed(&policed(&RERANK, &json_body(body)?)?)?;
+    let b: Body = parse(st, &RERANK, body)?;
     if st.embedding.pooling != Pooling::Rank {
         return Err(ApiError::invalid(
             None,
