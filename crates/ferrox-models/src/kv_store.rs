@@ -47,9 +47,9 @@ use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 ///
 /// f32 is the default: f16 halves the cache (0.0008-0.0010 nats of mean
 /// top-5 error on the real models, inside the 0.005 budget) but its pages are
-/// widened run by run before the attention kernels read them, which costs
-/// prompt processing 0.76-0.93x on a Llama-3.2-1B shape (docs/PERFORMANCE.md);
-/// it becomes the default when the kernels read f16 themselves.
+/// widened run by run before the attention kernels read them, which still
+/// costs SmolLM2's prompt processing about 0.87x (docs/PERFORMANCE.md); it
+/// becomes the default when the kernels read f16 themselves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvElement {
@@ -562,22 +562,73 @@ impl KvStore {
         to: usize,
         mut f: impl FnMut(usize, &[f32], &[f32]),
     ) {
-        let ps = self.page_size;
-        let mut p = from;
-        while p < to {
-            let at = self.locate(table, layer, p);
+        self.runs(table, layer, head, from..to, |store, at, p, n, (k0, v0)| {
             let (dk, dv) = (at.shape.head_dim_k, at.shape.head_dim_v);
-            let n = (ps - p % ps).min(to - p);
-            let store = self.stored(&at);
-            let (k0, v0) = (
-                at.key + head * at.key_stride,
-                at.value + head * at.value_stride,
-            );
             WIDENED.with_borrow_mut(|(ks, vs)| {
                 store.with(at.page, k0, n * dk, ks, |keys| {
                     store.with(at.page, v0, n * dv, vs, |values| f(p, keys, values))
                 })
             });
+        });
+    }
+
+    /// [`Self::for_each_run`] over the keys alone (an f16 cache widens only
+    /// them).
+    pub fn for_each_key_run(
+        &self,
+        table: &PageTable,
+        layer: usize,
+        head: usize,
+        from: usize,
+        to: usize,
+        mut f: impl FnMut(usize, &[f32]),
+    ) {
+        self.runs(table, layer, head, from..to, |store, at, p, n, (k0, _)| {
+            let dk = at.shape.head_dim_k;
+            WIDENED
+                .with_borrow_mut(|(ks, _)| store.with(at.page, k0, n * dk, ks, |keys| f(p, keys)));
+        });
+    }
+
+    /// [`Self::for_each_run`] over the values alone.
+    pub fn for_each_value_run(
+        &self,
+        table: &PageTable,
+        layer: usize,
+        head: usize,
+        from: usize,
+        to: usize,
+        mut f: impl FnMut(usize, &[f32]),
+    ) {
+        self.runs(table, layer, head, from..to, |store, at, p, n, (_, v0)| {
+            let dv = at.shape.head_dim_v;
+            WIDENED.with_borrow_mut(|(_, vs)| {
+                store.with(at.page, v0, n * dv, vs, |values| f(p, values))
+            });
+        });
+    }
+
+    /// Calls `f(pages, place, first position, run length, (key offset, value
+    /// offset))` for each run of `positions` of kv head `head` in `layer` that
+    /// lies in one page, in position order.
+    fn runs(
+        &self,
+        table: &PageTable,
+        layer: usize,
+        head: usize,
+        positions: std::ops::Range<usize>,
+        mut f: impl FnMut(&KvPages, &Place, usize, usize, (usize, usize)),
+    ) {
+        let ps = self.page_size;
+        let mut p = positions.start;
+        while p < positions.end {
+            let at = self.locate(table, layer, p);
+            let n = (ps - p % ps).min(positions.end - p);
+            let offsets = (
+                at.key + head * at.key_stride,
+                at.value + head * at.value_stride,
+            );
+            f(self.stored(&at), &at, p, n, offsets);
             p += n;
         }
     }

@@ -183,7 +183,7 @@ impl Transformer {
                 scores.clear();
                 scores.resize(group * n_keys, 0.0);
                 let mut j = 0;
-                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, keys, _| {
+                cache.for_each_key_run(seq, li, kvh, lo, slot.pos + 1, |_, keys| {
                     scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
                     j += keys.len() / dk;
                 });
@@ -196,7 +196,7 @@ impl Transformer {
                 }
                 out.fill(0.0);
                 let mut j = 0;
-                cache.for_each_run(seq, li, kvh, lo, slot.pos + 1, |_, _, values| {
+                cache.for_each_value_run(seq, li, kvh, lo, slot.pos + 1, |_, values| {
                     let m = values.len() / dv;
                     weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
                     j += m;
