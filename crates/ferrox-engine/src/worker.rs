@@ -20,14 +20,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use crate::kv_plan::{KvPlan, KvShape};
-use ferrox_models::decoder::{Decoder, Rows, Span, Want};
+use ferrox_models::decoder::{Decoder, Span, Want};
 use ferrox_models::kv_store::KvStore;
-use ferrox_models::pooling::{Pool, Pooling};
+use ferrox_models::pooling::Pool;
 use ferrox_sampling::grammar::Constraint;
 use ferrox_sampling::sampler::Sampler;
 use ferrox_text::tokenizer::Tokenizer;
 
 mod config;
+mod prompt_rows;
+
+use prompt_rows::{PromptScores, runs_whole};
 
 pub use config::{EngineConfig, StartError};
 use config::{check_knobs, state_pools};
@@ -38,7 +41,7 @@ use crate::handle::{EngineHandle, Job, Msg, Shared};
 use crate::ledger::{KvLedger, LedgerConfig, PageNeed, PrefixHit};
 use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::{QueueGate, QueueSlot};
-use crate::request::{Event, Failure, GenerationParams, RequestId, TokenLogprob, Usage};
+use crate::request::{Event, Failure, RequestId, TokenLogprob, Usage};
 use crate::scheduler::{Admissions, Prefilling, admissions_first, admit_fifo, plan_continuations};
 use crate::stats::EngineStats;
 
@@ -86,20 +89,6 @@ impl Active {
     fn samples_after(&self, r: &Row) -> bool {
         r.decode || r.start + r.len == self.prompt_len
     }
-}
-
-/// Whether a request with `params` runs its prompt whole, never from the
-/// prefix cache: its every position is scored or pooled.
-fn runs_whole(params: &GenerationParams) -> bool {
-    params.prompt_logprobs.is_some() || params.embed.is_some_and(|p| !p.last_only())
-}
-
-/// A scored prompt's log-probabilities, gathered chunk by chunk.
-struct PromptScores {
-    /// Alternatives per token.
-    top: usize,
-    /// Tokens `1..` of the prompt scored so far.
-    scores: Vec<TokenLogprob>,
 }
 
 struct Worker {
@@ -658,68 +647,6 @@ impl Worker {
                 self.on_logits(r.id, row);
             }
         }
-    }
-
-    /// Scores the prompt tokens that span `i` (row `r`, a chunk of a scored
-    /// prompt) predicts, and sends the scores once the prompt has run.
-    fn score_prompt(&mut self, i: usize, r: &Row, logits: &Rows) {
-        let Some(a) = self.running.get_mut(&r.id) else {
-            return;
-        };
-        if r.decode {
-            return;
-        }
-        let last_chunk = a.samples_after(r);
-        let Some(p) = a.prompt_scores.as_mut() else {
-            return;
-        };
-        // Token j of the chunk predicts the prompt token after it.
-        for (j, row) in logits.rows_of(i) {
-            let next = r.start + j + 1;
-            if next >= a.prompt_len {
-                break;
-            }
-            p.scores.push(TokenLogprob::of(row, a.tokens[next], p.top));
-        }
-        if last_chunk {
-            let scores = std::mem::take(&mut p.scores);
-            let _ = a.reply.send(Event::PromptLogprobs(scores));
-            if a.output.limit() == 0 {
-                self.finish(r.id, FinishReason::Length);
-            }
-        }
-    }
-
-    /// Pools the hidden states of span `i` (row `r`, a chunk of an embedded
-    /// prompt); once the prompt has run, sends the embedding and finishes the
-    /// request. Returns whether `r` is an embedding's (which never samples).
-    fn pool_prompt(&mut self, i: usize, r: &Row, hidden: &Rows) -> bool {
-        let Some(a) = self.running.get_mut(&r.id) else {
-            return false;
-        };
-        let prompt_len = a.prompt_len;
-        let Some(pool) = a.embedding.as_mut() else {
-            return false;
-        };
-        for (j, row) in hidden.rows_of(i) {
-            let position = r.start + j;
-            pool.add(position, row, position + 1 == prompt_len);
-        }
-        if r.start + r.len == prompt_len {
-            let pool = a.embedding.take().expect("pooled above");
-            let rank = pool.pooling() == Pooling::Rank;
-            let mut rows = pool.finish();
-            if rank {
-                // The classification head's scores of the pooled first token.
-                rows = rows
-                    .iter()
-                    .map(|r| self.decoder.classify(r).unwrap_or_default())
-                    .collect();
-            }
-            let _ = a.reply.send(Event::Embedding(rows));
-            self.finish(r.id, FinishReason::Length);
-        }
-        true
     }
 
     /// The row's KV is written: advance the request and tell the ledger.
