@@ -119,6 +119,28 @@ def errors(s):
             assert e.body["type"] == "error" and e.body["error"]["type"] == "invalid_request_error", e.body
 
 
+@check("thinking: taken, with earlier thinking blocks in the history; a model that does not think answers in text alone")
+def thinking(s):
+    c = client(s)
+    on = {"type": "enabled", "budget_tokens": 16}
+    m = c.messages.create(model=MODEL, max_tokens=48, thinking=on, messages=QUESTION, extra_body={"temperature": 0})
+    off = c.messages.create(model=MODEL, max_tokens=48, messages=QUESTION, extra_body={"temperature": 0})
+    assert [b.type for b in m.content] == ["text"] and m.content[0].text == off.content[0].text, (m, off)
+    history = QUESTION + [
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "Paris, surely.", "signature": ""},
+                                          {"type": "text", "text": "Paris."}]},
+        {"role": "user", "content": "And of Italy?"},
+    ]
+    n = c.messages.count_tokens(model=MODEL, messages=history, thinking=on).input_tokens
+    plain = [dict(history[1], content=[history[1]["content"][1]])]
+    assert n == c.messages.count_tokens(model=MODEL, messages=QUESTION + plain + history[2:]).input_tokens, n
+    try:
+        c.messages.create(model=MODEL, max_tokens=16, messages=QUESTION, thinking={"type": "enabled", "budget_tokens": 0})
+        raise AssertionError("budget_tokens 0 accepted")
+    except anthropic.BadRequestError as e:
+        assert "budget_tokens" in e.body["error"]["message"], e.body
+
+
 WEATHER = {"name": "get_weather", "description": "Current weather of a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"]}}
 
@@ -166,7 +188,7 @@ def api_key(_):
 def main():
     s = Server()
     try:
-        for t in (plain, streamed, stop_sequence, system_and_prefill, count_tokens, errors, tool_use):
+        for t in (plain, streamed, stop_sequence, system_and_prefill, count_tokens, errors, tool_use, thinking):
             t(s)
     finally:
         s.stop()

@@ -103,6 +103,22 @@ def native(s):
     assert abs(norm(out[0]["embedding"][0]) - 1) < 1e-5
     status, _, body = s.raw("/embedding", json.dumps({"content": "hello", "embd_normalize": -1}).encode())
     assert status == 200 and abs(norm(json.loads(body)[0]["embedding"][0]) - 1) > 1e-3, body
+    # llama-server's prompt forms, on both routes: ids mixed with text, prompt
+    # objects, content parts; /embeddings is /embedding, as llama-server routes it.
+    _, _, body = s.raw("/tokenize", json.dumps({"content": "hello"}).encode())
+    ids = json.loads(body)["tokens"]
+    one = s.client.embeddings.create(model=MODEL, input="hello world").data[0].embedding
+    for form in ({"prompt_string": "hello world"}, {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]},
+                 ids + [" world"]):
+        status, _, body = s.raw("/v1/embeddings", json.dumps({"input": [form, "hello world"]}).encode())
+        assert status == 200, (form, body)
+        data = json.loads(body)["data"]
+        assert len(data) == 2 and cos(data[0]["embedding"], one) > 0.99999, form
+    status, _, body = s.raw("/embeddings", json.dumps({"input": ["hello", {"prompt_string": "world"}]}).encode())
+    assert status == 200 and [o["index"] for o in json.loads(body)] == [0, 1], body
+    for bad, param in (({"content": "text"}, "input.content"), ({"content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "input.content[0]")):
+        status, _, body = s.raw("/v1/embeddings", json.dumps({"input": bad}).encode())
+        assert status == 400 and json.loads(body)["error"]["param"] == param, body
 
 
 @check("bad input is a 400 that names the field")

@@ -143,6 +143,19 @@ def rerank(s, files):
         top = json.loads(body)["results"]
         assert status == 200 and [x["index"] for x in top] == [x["index"] for x in r["results"][:2]], top
         assert top[0]["document"]["text"] == req["documents"][top[0]["index"]], top
+    # Hugging Face TEI's shape: `texts` in, a list of {index, score} out,
+    # each score the sigmoid of the model's unless raw_scores.
+    tei = {"query": req["query"], "texts": req["documents"]}
+    for raw in (False, True):
+        status, _, body = s.raw("/rerank", json.dumps({**tei, "raw_scores": raw, "return_text": True}).encode())
+        assert status == 200, body
+        out = json.loads(body)
+        assert [x["index"] for x in out] == [x["index"] for x in r["results"]], out
+        for x, y in zip(out, r["results"]):
+            want = y["relevance_score"] if raw else 1 / (1 + math.exp(-y["relevance_score"]))
+            assert abs(x["score"] - want) < 1e-5 and x["text"] == req["documents"][x["index"]], (x, y)
+    status, _, body = s.raw("/rerank", json.dumps({**tei, "documents": tei["texts"]}).encode())
+    assert status == 400 and json.loads(body)["error"]["param"] == "texts", body
     status, _, body = s.raw("/v1/rerank", json.dumps({"query": "q", "documents": []}).encode())
     assert status == 400 and json.loads(body)["error"]["param"] == "documents", body
     status, _, body = s.raw("/v1/embeddings", json.dumps({"input": "q"}).encode())

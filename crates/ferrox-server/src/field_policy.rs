@@ -234,7 +234,7 @@ const MESSAGES_PROMPT: Table = &[
     ("diagnostics", NoOp),
     ("user_profile_id", NoOp),
     ("workspace_id", NoOp),
-    ("thinking", Refused("thinking is not supported")),
+    ("thinking", Implemented),
     ("output_config", Refused("output_config is not supported")),
     ("container", Refused("container is not supported")),
 ];
@@ -489,6 +489,18 @@ const RERANK_FIELDS: Table = &[
     ("documents", Implemented),
     ("top_n", Implemented),
     ("return_documents", Implemented),
+    // Hugging Face TEI's shape.
+    ("texts", Implemented),
+    ("return_text", Implemented),
+    ("raw_scores", Implemented),
+    (
+        "truncate",
+        Default(
+            Fixed::Bool(false),
+            "an input over the context is refused, never cut",
+        ),
+    ),
+    ("truncation_direction", NoOp),
 ];
 
 pub const CHAT_COMPLETIONS: Policy = Policy {

@@ -5,6 +5,8 @@
 //!   alias, no-op or refused.
 //! * [`input_tokens`]: prompts without generation: token counts, `/apply-template`.
 //! * [`invalid`]: the typed causes of a 400.
+//! * [`prompt_forms`]: llama-server's prompt forms (ids mixed with text, prompt
+//!   objects), as token ids.
 //! * [`answer`]: the one typed answer every API renders, gathered from the engine.
 //! * [`sampling`]: the one sampling validator, with each API's bounds.
 //! * [`openai`]: the OpenAI request, response and chunk types (serde).
@@ -51,6 +53,7 @@ pub mod model_card;
 pub mod native;
 pub mod ollama;
 pub mod openai;
+pub mod prompt_forms;
 pub mod props;
 pub mod registry;
 pub mod request;

@@ -115,7 +115,7 @@ async fn llama_server_spellings_are_read_as_it_reads_them() {
             json!({"prompt": "a", "post_sampling_probs": true}),
             "post_sampling_probs",
         ),
-        (json!({"prompt": [1, {}]}), "prompt[0]"),
+        (json!({"prompt": [1, {}]}), "prompt[1]"),
         (
             json!({"prompt": {"prompt_string": "a", "multimodal_data": ["aGk="]}}),
             "prompt.multimodal_data",

@@ -2,6 +2,7 @@
 //! after streaming began (an error event and no `[DONE]`), the API key (F4) and
 //! a panic in the forward pass.
 
+use serde_json::json;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use ferrox_server::router;
@@ -453,6 +454,72 @@ async fn thinking_goes_to_reasoning_content() {
             "{text}"
         );
     }
+}
+
+/// Anthropic's `thinking`: enabled, a thinking model's thinking comes back
+/// as a `thinking` block before the text (streamed: its deltas, then an empty
+/// `signature_delta`, the text block at index 1); left out, the template is
+/// told `enable_thinking: false` and no thinking block appears.
+#[tokio::test]
+async fn anthropic_thinking_is_a_block_when_enabled() {
+    // The prompt ends inside `<think>` when thinking is on, so all the tiny
+    // model writes is thinking.
+    let template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% if enable_thinking is not defined or enable_thinking %}<think>{% endif %}{% endif %}{# </think> #}";
+    let app = || {
+        router(state(Setup {
+            chat_template: Some(template),
+            ..Setup::default()
+        }))
+    };
+    let body = |thinking: &str, stream: bool| {
+        format!(
+            r#"{{"model": "m", "max_tokens": 6, "temperature": 0, "stream": {stream}, {thinking} "messages": [{{"role": "user", "content": "hi"}}]}}"#
+        )
+    };
+    let on = r#""thinking": {"type": "enabled", "budget_tokens": 50},"#;
+    let (status, text) = post(app(), "/v1/messages", &body(on, false)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let thought = v["content"][0]["thinking"].as_str().unwrap().to_string();
+    assert_eq!(v["content"][0]["type"], "thinking", "{text}");
+    assert_eq!(v["content"][0]["signature"], "", "{text}");
+    assert!(!thought.is_empty(), "{text}");
+    assert_eq!(v["content"][1]["type"], "text", "{text}");
+
+    let (status, text) = post(app(), "/v1/messages", &body(on, true)).await;
+    assert_eq!(status, StatusCode::OK);
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |kind: &'static str| events.iter().filter(move |e| e["type"] == kind);
+    let starts: Vec<_> = of("content_block_start")
+        .map(|e| (e["index"].clone(), e["content_block"]["type"].clone()))
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            (json!(0), json!("thinking")),
+            (json!(1), json!("text"))
+        ],
+        "{text}"
+    );
+    let streamed: String = of("content_block_delta")
+        .filter_map(|e| e["delta"]["thinking"].as_str())
+        .collect();
+    assert_eq!(streamed, thought);
+    let signature = of("content_block_delta").position(|e| e["delta"]["type"] == "signature_delta");
+    assert!(signature.is_some(), "{text}");
+
+    let (status, off) = post(app(), "/v1/messages", &body("", false)).await;
+    assert_eq!(status, StatusCode::OK, "{off}");
+    let v_off: serde_json::Value = serde_json::from_str(&off).unwrap();
+    assert_eq!(v_off["content"][0]["type"], "text", "{off}");
+    assert!(
+        v_off["usage"]["input_tokens"].as_u64() < v["usage"]["input_tokens"].as_u64(),
+        "no <think> in the prompt: {off}"
+    );
 }
 
 /// A wrong method gets a 405 with the API's error body and an `Allow` header,

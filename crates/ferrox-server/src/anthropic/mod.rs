@@ -36,6 +36,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, FinishReason, RequestStream, Usage};
+use ferrox_text::chat::TemplateVars;
 use ferrox_text::tools::{ToolCall, ToolFormat};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
@@ -129,6 +130,12 @@ impl IntoResponse for AnthropicError {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ContentBlock {
+    /// A local model's thinking carries an empty signature: there is nothing
+    /// to sign it with (llama-server does the same).
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     Text {
         text: String,
     },
@@ -140,6 +147,13 @@ enum ContentBlock {
 }
 
 impl ContentBlock {
+    fn thinking(thinking: String) -> ContentBlock {
+        ContentBlock::Thinking {
+            thinking,
+            signature: String::new(),
+        }
+    }
+
     fn tool_use(c: ToolCall) -> ContentBlock {
         ContentBlock::ToolUse {
             id: c.id,
@@ -163,9 +177,14 @@ fn tool_use_ids(format: ToolFormat) -> impl FnMut() -> String {
     }
 }
 
-/// The answer's blocks: its text, then its calls.
-fn answer_blocks(text: String, calls: Vec<ToolCall>) -> Vec<ContentBlock> {
-    let mut blocks = Vec::with_capacity(calls.len() + 1);
+/// The answer's blocks: its thinking (when shown), its text, then its calls.
+fn answer_blocks(
+    thinking: Option<String>,
+    text: String,
+    calls: Vec<ToolCall>,
+) -> Vec<ContentBlock> {
+    let mut blocks = Vec::with_capacity(calls.len() + 2);
+    blocks.extend(thinking.map(ContentBlock::thinking));
     if !text.is_empty() || calls.is_empty() {
         blocks.push(ContentBlock::Text { text });
     }
@@ -220,6 +239,8 @@ fn stop_reason(reason: FinishReason, stops: &[String]) -> (&'static str, Option<
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Delta<'a> {
+    ThinkingDelta { thinking: &'a str },
+    SignatureDelta { signature: &'a str },
     TextDelta { text: &'a str },
     InputJsonDelta { partial_json: &'a str },
 }
@@ -302,7 +323,8 @@ pub async fn count_tokens(
             detail: e.to_string(),
         })?;
         let valid = request::parse_count(&bytes)?;
-        let prepared = generation::prepare(&st, valid.generation()).await?;
+        let vars = thinking_vars(&st, valid.thinking);
+        let prepared = generation::prepare(&st, valid.generation(vars)).await?;
         Ok::<_, ApiError>(prepared.prompts[0].len())
     };
     let answer = counted
@@ -322,7 +344,10 @@ async fn handle(
     let req = parse(&bytes)?;
     let tools = req.tools.as_ref().map(|_| st.tool_format());
     let (streaming, stops) = (req.stream, req.params.stop.clone());
-    let prepared = generation::prepare(&st, req.generation()).await?;
+    let show_thinking = req.thinking;
+    let vars = thinking_vars(&st, show_thinking);
+    let prepared = generation::prepare(&st, req.generation(vars)).await?;
+    let thinking = st.thinking_start(&prepared.prompts[0]);
     let prompt_text = RequestLog::prompt_text(&st, &prepared.prompts);
     let started = Instant::now();
     let mut submitted = prepared.submit(&st)?;
@@ -337,7 +362,12 @@ async fn handle(
         &[n],
         prompt_text,
     );
-    let answer = Answer { id, stops, tools };
+    let answer = Answer {
+        id,
+        stops,
+        shape: Shape { tools, thinking },
+        show_thinking: show_thinking && thinking.is_some(),
+    };
     if streaming {
         return Ok(sse(st, answer, stream, n, log).into_response());
     }
@@ -348,8 +378,23 @@ async fn handle(
 struct Answer {
     id: String,
     stops: Vec<String>,
-    /// The tool-call format, when tools are on offer.
-    tools: Option<ToolFormat>,
+    /// How the answer is taken apart: a thinking model's thinking is always
+    /// split off; tool calls, when tools are on offer.
+    shape: Shape,
+    /// Whether the thinking is shown (`thinking` blocks) or left out.
+    show_thinking: bool,
+}
+
+/// The template variables of a request's `thinking`: a model that thinks
+/// is told not to (`enable_thinking: false`, where its template reads it)
+/// unless the request shows its thinking.
+fn thinking_vars(st: &AppState, shown: bool) -> TemplateVars {
+    let mut vars = TemplateVars::new();
+    let thinks = st.chat.as_ref().is_some_and(|c| c.thinks().is_some());
+    if thinks && !shown {
+        vars.insert("enable_thinking".into(), Value::Bool(false));
+    }
+    vars
 }
 
 /// The whole answer as one message.
@@ -359,11 +404,8 @@ async fn collect(
     stream: RequestStream,
     mut log: RequestLog,
 ) -> Response {
-    let shape = Shape {
-        tools: answer.tools,
-        thinking: None,
-    };
-    let mut ids: Box<dyn FnMut() -> String + Send> = match answer.tools {
+    let shape = answer.shape;
+    let mut ids: Box<dyn FnMut() -> String + Send> = match shape.tools {
         Some(f) => Box::new(tool_use_ids(f)),
         None => Box::new(String::new),
     };
@@ -390,7 +432,11 @@ async fn collect(
         kind: "message",
         role: "assistant",
         model: &st.model_id,
-        content: answer_blocks(reply.text, reply.calls),
+        content: answer_blocks(
+            reply.reasoning.filter(|r| answer.show_thinking && !r.is_empty()),
+            reply.text,
+            reply.calls,
+        ),
         stop_reason: Some(stop_reason),
         stop_sequence,
         usage: UsageOut::from(&reply.usage),
@@ -398,8 +444,9 @@ async fn collect(
     .into_response()
 }
 
-/// The stream's opening events.
-fn opening(id: &str, model: &str, prompt_tokens: usize) -> Vec<SseEvent> {
+/// The stream's opening events: the message, then (unless the thinking
+/// may come first) the text block at index 0, and a ping.
+fn opening(id: &str, model: &str, prompt_tokens: usize, blocks: &mut Blocks) -> Vec<SseEvent> {
     let start = StreamEvent::MessageStart {
         message: Message {
             id,
@@ -415,45 +462,109 @@ fn opening(id: &str, model: &str, prompt_tokens: usize) -> Vec<SseEvent> {
             },
         },
     };
-    let block = StreamEvent::ContentBlockStart {
-        index: 0,
-        content_block: ContentBlock::Text {
-            text: String::new(),
-        },
-    };
-    [start, block, StreamEvent::Ping]
-        .iter()
-        .map(StreamEvent::sse)
-        .collect()
+    let mut out = vec![start.sse()];
+    if !blocks.show_thinking {
+        out.extend(blocks.open(Open::Text));
+    }
+    out.push(StreamEvent::Ping.sse());
+    out
 }
 
-/// A stream's state: the text block is index 0; with tools, text that may be a
-/// call is held back and the calls become `tool_use` blocks at the end.
+/// The kind of the block a stream has open.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Thinking,
+    Text,
+}
+
+/// A stream's content blocks: at most one open, numbered as they open. A
+/// thinking block closes with an (empty) `signature_delta`, as Anthropic's
+/// clients expect.
+struct Blocks {
+    show_thinking: bool,
+    open: Option<(Open, usize)>,
+    next: usize,
+}
+
+impl Blocks {
+    /// The events that leave a block of `kind` open (closing another).
+    fn open(&mut self, kind: Open) -> Vec<SseEvent> {
+        if self.open.is_some_and(|(k, _)| k == kind) {
+            return Vec::new();
+        }
+        let mut out = self.close();
+        let index = self.next;
+        self.next += 1;
+        self.open = Some((kind, index));
+        let content_block = match kind {
+            Open::Thinking => ContentBlock::thinking(String::new()),
+            Open::Text => ContentBlock::Text {
+                text: String::new(),
+            },
+        };
+        out.push(
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            }
+            .sse(),
+        );
+        out
+    }
+
+    /// The events that close the open block, if one is.
+    fn close(&mut self) -> Vec<SseEvent> {
+        let Some((kind, index)) = self.open.take() else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(2);
+        if kind == Open::Thinking {
+            let delta = Delta::SignatureDelta { signature: "" };
+            out.push(StreamEvent::ContentBlockDelta { index, delta }.sse());
+        }
+        out.push(StreamEvent::ContentBlockStop { index }.sse());
+        out
+    }
+
+    /// The events of a piece of the answer: thinking (when shown), then text.
+    fn show(&mut self, pieces: &Pieces) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        for (kind, piece) in [
+            (Open::Thinking, &pieces.reasoning),
+            (Open::Text, &pieces.text),
+        ] {
+            if piece.is_empty() || (kind == Open::Thinking && !self.show_thinking) {
+                continue;
+            }
+            out.extend(self.open(kind));
+            let index = self.next - 1;
+            let delta = match kind {
+                Open::Thinking => Delta::ThinkingDelta { thinking: piece },
+                Open::Text => Delta::TextDelta { text: piece },
+            };
+            out.push(StreamEvent::ContentBlockDelta { index, delta }.sse());
+        }
+        out
+    }
+}
+
+/// A stream's state: its blocks; with tools, text that may be a call is held
+/// back and the calls become `tool_use` blocks at the end.
 struct Streamer {
     stops: Vec<String>,
     split: Splitter,
     tools: Option<ToolFormat>,
+    blocks: Blocks,
 }
 
 impl Streamer {
-    fn text_delta(text: &str) -> SseEvent {
-        StreamEvent::ContentBlockDelta {
-            index: 0,
-            delta: Delta::TextDelta { text },
-        }
-        .sse()
-    }
-
     /// The SSE events of one engine event.
     fn events(&mut self, e: Event) -> Vec<SseEvent> {
         match e {
             Event::Admitted | Event::PromptLogprobs(_) | Event::Embedding(_) => Vec::new(),
             Event::Token { text, .. } => {
-                let text = self.split.push(&text).text;
-                (!text.is_empty())
-                    .then(|| Self::text_delta(&text))
-                    .into_iter()
-                    .collect()
+                let pieces = self.split.push(&text);
+                self.blocks.show(&pieces)
             }
             Event::Finished {
                 reason,
@@ -469,18 +580,20 @@ impl Streamer {
             Some(f) => Box::new(tool_use_ids(f)),
             None => Box::new(String::new),
         };
-        let (Pieces { text, .. }, calls) = self.split.finish(&text, &mut ids);
+        let (pieces, calls) = self.split.finish(&text, &mut ids);
         let (mut stop_reason, stop_sequence) = stop_reason(reason, &self.stops);
-        let mut out: Vec<SseEvent> = (!text.is_empty())
-            .then(|| Self::text_delta(&text))
-            .into_iter()
-            .collect();
-        out.push(StreamEvent::ContentBlockStop { index: 0 }.sse());
+        let mut out = self.blocks.show(&pieces);
+        if calls.is_empty() {
+            // An answer has a text block, empty or not.
+            out.extend(self.blocks.open(Open::Text));
+        }
+        out.extend(self.blocks.close());
         if !calls.is_empty() {
             stop_reason = "tool_use";
         }
+        let first = self.blocks.next;
         for (k, c) in calls.into_iter().enumerate() {
-            out.extend(tool_use_events(k + 1, c));
+            out.extend(tool_use_events(first + k, c));
         }
         out.extend([
             StreamEvent::MessageDelta {
@@ -534,14 +647,17 @@ fn sse(
     prompt_tokens: usize,
     log: RequestLog,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let head = opening(&answer.id, &st.model_id, prompt_tokens);
+    let mut blocks = Blocks {
+        show_thinking: answer.show_thinking,
+        open: None,
+        next: 0,
+    };
+    let head = opening(&answer.id, &st.model_id, prompt_tokens, &mut blocks);
     let mut streamer = Streamer {
         stops: answer.stops,
-        split: Splitter::new(Shape {
-            tools: answer.tools,
-            thinking: None,
-        }),
-        tools: answer.tools,
+        split: Splitter::new(answer.shape),
+        tools: answer.shape.tools,
+        blocks,
     };
     let limit = st.limits.request_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));

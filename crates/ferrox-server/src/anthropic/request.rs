@@ -40,6 +40,19 @@ struct MessagesRequest {
     tools: Vec<ToolIn>,
     #[serde(default)]
     tool_choice: Option<ToolChoiceIn>,
+    #[serde(default)]
+    thinking: Option<ThinkingIn>,
+}
+
+/// `thinking`: whether a thinking model's thinking is shown, as `thinking`
+/// blocks. `budget_tokens` is checked but not enforced: `max_tokens` bounds
+/// the thinking and the answer together.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum ThinkingIn {
+    Enabled { budget_tokens: i64 },
+    Adaptive,
+    Disabled,
 }
 
 /// A tool the client offers: a function with an input schema. Anthropic's
@@ -131,6 +144,19 @@ enum Block {
         #[allow(dead_code)]
         cache_control: Option<IgnoredAny>,
     },
+    /// Earlier thinking of the assistant's: chat templates drop it from the
+    /// history, so it is read and left out.
+    Thinking {
+        #[allow(dead_code)]
+        thinking: String,
+        #[serde(default)]
+        #[allow(dead_code)]
+        signature: Option<IgnoredAny>,
+    },
+    RedactedThinking {
+        #[allow(dead_code)]
+        data: String,
+    },
     /// Images and documents: refused.
     #[serde(other)]
     Other,
@@ -143,7 +169,15 @@ impl Content {
             Content::Text(t) => Ok(t.clone()),
             Content::Blocks(blocks) => blocks
                 .iter()
-                .filter(|b| !matches!(b, Block::ToolUse { .. } | Block::ToolResult { .. }))
+                .filter(|b| {
+                    !matches!(
+                        b,
+                        Block::ToolUse { .. }
+                            | Block::ToolResult { .. }
+                            | Block::Thinking { .. }
+                            | Block::RedactedThinking { .. }
+                    )
+                })
                 .map(|b| match b {
                     Block::Text { text, .. } => Ok(text.as_str()),
                     _ => Err(ApiError::from(Invalid::Unsupported {
@@ -260,16 +294,20 @@ pub(super) struct Valid {
     pub(super) params: GenerationParams,
     pub(super) stream: bool,
     pub(super) tools: Option<ToolRequest>,
+    /// Whether the answer shows a thinking model's thinking (`thinking`
+    /// enabled or adaptive).
+    pub(super) thinking: bool,
 }
 
 impl Valid {
     /// What the request asks the engine for: the conversation, continued from
-    /// the prefill when the last message is the assistant's.
-    pub(super) fn generation(self) -> Generation {
+    /// the prefill when the last message is the assistant's, rendered with
+    /// `vars`.
+    pub(super) fn generation(self, vars: TemplateVars) -> Generation {
         Generation {
             prompt: Prompt::Chat {
                 messages: self.messages,
-                vars: TemplateVars::new(),
+                vars,
                 prefill: self.prefill,
             },
             tools: self.tools,
@@ -325,6 +363,19 @@ fn read(policy: &crate::field_policy::Policy, body: &[u8]) -> Result<MessagesReq
 
 fn valid(req: MessagesRequest, max_tokens: usize) -> Result<Valid, ApiError> {
     let (messages, prefill) = conversation(&req)?;
+    let thinking = match req.thinking {
+        None | Some(ThinkingIn::Disabled) => false,
+        Some(ThinkingIn::Adaptive) => true,
+        Some(ThinkingIn::Enabled { budget_tokens }) if budget_tokens < 1 => {
+            return Err(Invalid::OutOfRange {
+                field: "thinking.budget_tokens",
+                bound: "at least 1".into(),
+                got: budget_tokens.to_string(),
+            }
+            .into());
+        }
+        Some(ThinkingIn::Enabled { .. }) => true,
+    };
     let tools = tool_request(&req)?;
     if tools.is_some() && prefill.is_some() {
         return Err(Invalid::Conflict {
@@ -349,6 +400,7 @@ fn valid(req: MessagesRequest, max_tokens: usize) -> Result<Valid, ApiError> {
         messages,
         prefill,
         stream: req.stream,
+        thinking,
     })
 }
 

@@ -33,7 +33,7 @@ fn unsupported_or_malformed_fields_are_refused_by_name() {
     for (body, says) in [
         (
             r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled"}}"#,
-            "thinking",
+            "budget_tokens",
         ),
         (
             r#"{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]}"#,

@@ -1,5 +1,6 @@
-//! Embeddings over the engine: OpenAI's `POST /v1/embeddings` (also
-//! `/embeddings`), llama-server's `POST /embedding` (its `content` shape),
+//! Embeddings over the engine: OpenAI's `POST /v1/embeddings`,
+//! llama-server's `POST /embedding` (also `/embeddings`, as llama-server
+//! routes it: its `content` shape, per-token rows with pooling none),
 //! `/v1/rerank` (a reranker's scores), and the core Ollama's `/api/embed`
 //! uses too. Each input is its own engine
 //! request with `max_tokens` 0, batched with the rest; the engine pools its
@@ -19,6 +20,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::routing::post;
+use ferrox_engine::ceiling::CeilingKind;
 use ferrox_engine::{Event, GenerationParams, Usage};
 use ferrox_models::HyperParams;
 use ferrox_models::pooling::{Normalize, Pooling};
@@ -31,6 +33,7 @@ use crate::field_policy::Policy;
 use crate::invalid::Invalid;
 use crate::json_body::json_body;
 use crate::limits::{request_timeout, within_request_timeout};
+use crate::prompt_forms::prompts;
 use crate::request::{policed, typed};
 use crate::request_log::{RequestLog, Route, unique_id};
 use crate::state::AppState;
@@ -39,8 +42,8 @@ use crate::state::AppState;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/embeddings", post(openai::embeddings))
-        .route("/embeddings", post(openai::embeddings))
         .route("/embedding", post(native::embedding))
+        .route("/embeddings", post(native::embedding))
         .route("/v1/rerank", post(rerank::rerank))
         .route("/rerank", post(rerank::rerank))
         .route("/reranking", post(rerank::rerank))
@@ -97,28 +100,29 @@ fn parse<T: serde::de::DeserializeOwned>(
     typed(&policed(policy, &json_body(body)?)?)
 }
 
-/// The inputs an embedding request takes: a string, strings, token ids, or
-/// lists of token ids (OpenAI's four forms).
+/// The inputs an embedding request takes: OpenAI's four forms (a string,
+/// strings, token ids, lists of token ids) and llama-server's
+/// ([`crate::prompt_forms`]: ids mixed with text, prompt objects, content
+/// parts), read when the request is tokenized.
 #[derive(Clone, Debug, serde::Deserialize)]
-#[serde(untagged)]
-pub enum Inputs {
-    Text(String),
-    Texts(Vec<String>),
-    Tokens(Vec<u32>),
-    TokenLists(Vec<Vec<u32>>),
-}
+#[serde(transparent)]
+pub struct Inputs(serde_json::Value);
 
 impl Inputs {
+    /// Whether the input is one string.
+    pub fn is_text(&self) -> bool {
+        self.0.is_string()
+    }
+
     /// Each input's token ids (text with the model's BOS and EOS as its
     /// metadata asks, special tokens parsed, as llama-server tokenizes it);
-    /// `field` names the inputs in errors. An empty list or input is refused.
+    /// `field` names the inputs in errors. An empty list, or an input with no
+    /// tokens, is refused.
     pub fn tokenize(self, st: &AppState, field: &'static str) -> Result<Vec<Vec<u32>>, ApiError> {
-        let ids: Vec<Vec<u32>> = match self {
-            Inputs::Text(t) => vec![encode(st, &t)],
-            Inputs::Texts(ts) => ts.iter().map(|t| encode(st, t)).collect(),
-            Inputs::Tokens(ids) => vec![ids],
-            Inputs::TokenLists(lists) => lists,
-        };
+        if self.0.is_null() {
+            return Err(Invalid::Missing { field }.into());
+        }
+        let ids = prompts(&st.tokenizer, &self.0, field)?.into_vec();
         if ids.is_empty() {
             return Err(Invalid::Empty {
                 field,
@@ -138,10 +142,6 @@ impl Inputs {
         }
         Ok(ids)
     }
-}
-
-fn encode(st: &AppState, text: &str) -> Vec<u32> {
-    st.tokenizer.encode(text, true, true)
 }
 
 /// What one embedding request asks.
@@ -197,7 +197,7 @@ pub async fn embed(st: &Arc<AppState>, r: EmbedRequest) -> Result<Embedded, ApiE
     }
     let mut streams = Vec::with_capacity(r.inputs.len());
     let lens: Vec<usize> = r.inputs.iter().map(Vec::len).collect();
-    for ids in r.inputs {
+    for (i, ids) in r.inputs.into_iter().enumerate() {
         let params = GenerationParams {
             embed: Some(st.embedding.pooling),
             ..GenerationParams::greedy(0)
@@ -205,7 +205,14 @@ pub async fn embed(st: &Arc<AppState>, r: EmbedRequest) -> Result<Embedded, ApiE
         let n = ids.len();
         let s = st.engine.submit(ids, params).map_err(|e| {
             let mut err = ApiError::from_submit(e, n);
-            if err.kv.is_some() {
+            if let Some(kv) = &err.kv {
+                if err.code == CeilingKind::ContextLength.code() {
+                    err.message = format!(
+                        "{}[{i}] is too large to embed: {n} tokens, but the context holds {}",
+                        r.field, kv.n_ctx
+                    )
+                    .into();
+                }
                 err.param = Some(r.field.into());
             }
             err

@@ -1,7 +1,10 @@
 //! `POST /v1/rerank` (also `/rerank`, `/reranking`, `/v1/reranking`), in
 //! the Jina / Cohere shape llama-server answers: `query`, `documents`,
 //! `top_n`, `return_documents`; `results[{index, relevance_score}]`, best
-//! first. Each document is its own engine request, the query and the
+//! first. A body with `texts` in place of `documents` is in Hugging Face
+//! TEI's shape, as llama-server reads it: the answer is the list
+//! `[{index, score}]` (with `text` under `return_text`), and each score is
+//! the sigmoid of the model's unless `raw_scores` (TEI's default). Each document is its own engine request, the query and the
 //! document joined as llama.cpp joins them ([`ferrox_text::Tokenizer::encode_pair`]),
 //! scored by the model's classification head on the pooled first token
 //! (`--pooling rank`, a reranker's own pooling).
@@ -26,10 +29,16 @@ use crate::state::AppState;
 #[derive(serde::Deserialize)]
 struct Body {
     query: String,
-    documents: Vec<String>,
+    documents: Option<Vec<String>>,
+    /// TEI's name for `documents`, which also picks TEI's answer.
+    texts: Option<Vec<String>>,
     top_n: Option<usize>,
     #[serde(default)]
     return_documents: bool,
+    #[serde(default)]
+    return_text: bool,
+    #[serde(default)]
+    raw_scores: bool,
     #[serde(rename = "model")]
     _model: Option<serde::de::IgnoredAny>,
 }
@@ -54,15 +63,27 @@ async fn handle(
              which pools by rank)",
         ));
     }
-    if b.documents.is_empty() {
+    let tei = b.texts.is_some();
+    let (documents, field) = match (b.documents, b.texts) {
+        (Some(d), None) => (d, "documents"),
+        (None, Some(t)) => (t, "texts"),
+        (None, None) => return Err(Invalid::Missing { field: "documents" }.into()),
+        (Some(_), Some(_)) => {
+            return Err(Invalid::Conflict {
+                field: "texts",
+                why: "texts is TEI's name for documents: give one of the two",
+            }
+            .into());
+        }
+    };
+    if documents.is_empty() {
         return Err(Invalid::Empty {
-            field: "documents",
+            field,
             item: "document",
         }
         .into());
     }
-    let inputs = b
-        .documents
+    let inputs = documents
         .iter()
         .map(|d| st.tokenizer.encode_pair(&b.query, d))
         .collect();
@@ -70,30 +91,32 @@ async fn handle(
         inputs,
         normalize: Normalize::Off,
         dimensions: None,
-        field: "documents",
+        field,
         route: Route::Rerank,
     };
     let done = embed(st, request).await?;
-    let mut results: Vec<(usize, f32)> = done
-        .vectors
-        .iter()
-        .enumerate()
-        .map(|(i, rows)| {
-            (
-                i,
-                rows.first().and_then(|r| r.first()).copied().unwrap_or(0.0),
-            )
-        })
-        .collect();
-    // Best first; ties keep the documents' order.
-    results.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    results.truncate(b.top_n.unwrap_or(results.len()));
-    let results: Vec<Value> = results
+    let ranked = ranked(&done.vectors, b.top_n);
+    if tei {
+        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let list: Vec<Value> = ranked
+            .into_iter()
+            .map(|(index, score)| {
+                let score = if b.raw_scores { score } else { sigmoid(score) };
+                let mut r = json!({"index": index, "score": score});
+                if b.return_text {
+                    r["text"] = json!(documents[index]);
+                }
+                r
+            })
+            .collect();
+        return Ok(Json(list).into_response());
+    }
+    let results: Vec<Value> = ranked
         .into_iter()
         .map(|(index, score)| {
             let mut r = json!({"index": index, "relevance_score": score});
             if b.return_documents {
-                r["document"] = json!({"text": b.documents[index]});
+                r["document"] = json!({"text": documents[index]});
             }
             r
         })
@@ -106,4 +129,22 @@ async fn handle(
         "results": results,
     }))
     .into_response())
+}
+
+/// Each document's index and score, best first (ties keep the documents'
+/// order), the first `top_n` of them.
+fn ranked(vectors: &[Vec<Vec<f32>>], top_n: Option<usize>) -> Vec<(usize, f32)> {
+    let mut results: Vec<(usize, f32)> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, rows)| {
+            (
+                i,
+                rows.first().and_then(|r| r.first()).copied().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    results.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    results.truncate(top_n.unwrap_or(results.len()));
+    results
 }

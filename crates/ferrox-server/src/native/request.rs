@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 use crate::field_policy::{NATIVE_COMPLETION, NATIVE_INFILL};
 use crate::invalid::Invalid;
+use crate::prompt_forms::{Prompts, is_openai_form, prompts};
 use crate::request::{PromptInput, ValidRequest, completion_of, policed, typed};
 use crate::state::AppState;
 
@@ -219,86 +220,17 @@ fn logit_bias(st: &AppState, given: &Value) -> Result<Map<String, Value>, ApiErr
     Ok(map)
 }
 
-/// A prompt in one of llama-server's forms OpenAI's route does not take, as
-/// token ids: a sequence mixing ids and text (`[12, "text", 34]`), a
-/// `{"prompt_string": ...}` object, or a list of prompts mixing these with
-/// text and id lists. Text is tokenized with special tokens, BOS first when a
-/// prompt starts with text (as llama-server does). `None` for the forms
-/// OpenAI's route reads.
+/// A prompt in one of llama-server's forms OpenAI's route does not take
+/// ([`crate::prompt_forms`]), as token ids; `None` for the forms OpenAI's
+/// route reads.
 fn prompt_ids(st: &AppState, p: &Value) -> Result<Option<Value>, ApiError> {
-    match p {
-        Value::Object(_) => Ok(Some(one_prompt(st, p, "prompt")?.into())),
-        Value::Array(items) => {
-            let is_mixed = items.iter().any(Value::is_string) && items.iter().any(Value::is_number);
-            if is_mixed {
-                return Ok(Some(mixed_ids(st, items, "prompt")?.into()));
-            }
-            let nested = items.iter().any(|i| i.is_array() || i.is_object());
-            let plain_lists = items
-                .iter()
-                .all(|i| i.as_array().is_some_and(|a| a.iter().all(Value::is_number)));
-            if !nested || plain_lists {
-                return Ok(None);
-            }
-            let lists = items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| one_prompt(st, item, &format!("prompt[{i}]")))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Some(lists.into()))
-        }
-        _ => Ok(None),
+    if is_openai_form(p) {
+        return Ok(None);
     }
-}
-
-/// One prompt of a list, as token ids; `field` names it in errors.
-fn one_prompt(st: &AppState, p: &Value, field: &str) -> Result<Vec<u32>, ApiError> {
-    match p {
-        Value::String(s) => Ok(st.tokenizer.encode(s, true, true)),
-        Value::Array(items) => mixed_ids(st, items, field),
-        Value::Object(o) => {
-            if o.get("multimodal_data").is_some_and(|m| !m.is_null()) {
-                return Err(Invalid::Unsupported {
-                    field: format!("{field}.multimodal_data"),
-                    what: "images and audio are not supported: the models here take text only",
-                }
-                .into());
-            }
-            match o.get("prompt_string") {
-                Some(Value::String(s)) => Ok(st.tokenizer.encode(s, true, true)),
-                _ => Err(Invalid::Body {
-                    path: Some(field.to_string()),
-                    detail: "a prompt object needs a prompt_string".into(),
-                }
-                .into()),
-            }
-        }
-        _ => Err(Invalid::Body {
-            path: Some(field.to_string()),
-            detail: "expected text, token ids and text, or a prompt object".into(),
-        }
-        .into()),
-    }
-}
-
-fn mixed_ids(st: &AppState, items: &[Value], field: &str) -> Result<Vec<u32>, ApiError> {
-    let mut ids = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        match item {
-            Value::String(s) => ids.extend(st.tokenizer.encode(s, i == 0, true)),
-            Value::Number(n) if n.as_u64().is_some_and(|n| n <= u32::MAX as u64) => {
-                ids.push(n.as_u64().expect("checked") as u32)
-            }
-            _ => {
-                return Err(Invalid::Body {
-                    path: Some(format!("{field}[{i}]")),
-                    detail: "expected a token id or text".into(),
-                }
-                .into());
-            }
-        }
-    }
-    Ok(ids)
+    Ok(Some(match prompts(&st.tokenizer, p, "prompt")? {
+        Prompts::One(ids) => ids.into(),
+        Prompts::Many(lists) => lists.into(),
+    }))
 }
 
 /// The samplers ferrox applies, in its order.

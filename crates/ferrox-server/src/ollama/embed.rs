@@ -84,7 +84,7 @@ async fn handle(
     let started = Instant::now();
     let b: Body = typed(&policed(&OLLAMA_EMBED, &body_json(body)?)?)?;
     pooled(st)?;
-    if kind == Kind::Legacy && !matches!(b.input, Inputs::Text(_)) {
+    if kind == Kind::Legacy && !b.input.is_text() {
         return Err(ApiError::invalid(
             Some("prompt"),
             "prompt must be one string on /api/embeddings (/api/embed takes several)",
