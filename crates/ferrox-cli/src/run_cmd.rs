@@ -227,11 +227,7 @@ impl Session {
                 "--ctx-size {ctx}: must be between 1 and the model's context length {context_length}"
             );
         }
-        let seed = a.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
+        let seed = a.seed.unwrap_or_else(ferrox_sampling::sampler::clock_seed);
         // The same engine, ceiling, sampler and stop matcher as the server (SPEC S10).
         let config = EngineConfig {
             max_seqs: 1,
@@ -262,7 +258,7 @@ impl Session {
                 top_p: a.top_p,
                 min_p: a.min_p,
                 repetition_penalty: a.repeat_penalty,
-                seed,
+                seed: Some(seed),
                 ..Default::default()
             },
             stops: a.stops.clone(),

@@ -103,6 +103,11 @@ pub struct ServeArgs {
     /// prompt + max_tokens, so this bounds what a default request holds).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", value_parser = crate::knobs::count_knob("FERROX_DEFAULT_MAX_TOKENS"), default_value_t = 2048, value_name = "N")]
     pub default_max_tokens: usize,
+    /// The seed of requests that give none, so that their sampled answers
+    /// repeat (llama-server's `--seed`) [default: one from the clock per
+    /// request].
+    #[arg(short = 's', long, env = "FERROX_SEED", value_name = "N")]
+    pub seed: Option<u64>,
     /// Seconds in-flight requests get to finish after SIGINT / SIGTERM; then the
     /// rest are cut off (a 503 with Retry-After, or a stream error event).
     #[arg(
@@ -437,6 +442,7 @@ fn start_model(
         model_id,
         api_key,
         default_max_tokens: a.default_max_tokens,
+        default_seed: a.seed,
         phase: Lifecycle::new(Phase::Starting),
         limits: a.limits(),
         cors_origins: a.cors_origins.clone(),

@@ -37,7 +37,8 @@ pub struct SamplingParams {
     pub penalty_last_n: usize,
     /// Added to the logits of these tokens.
     pub logit_bias: Vec<(u32, f32)>,
-    pub seed: u64,
+    /// The RNG's seed; `None`: one from the clock, when the sampler starts.
+    pub seed: Option<u64>,
 }
 
 impl Default for SamplingParams {
@@ -52,7 +53,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             penalty_last_n: 64,
             logit_bias: Vec::new(),
-            seed: 0,
+            seed: None,
         }
     }
 }
@@ -136,6 +137,13 @@ impl SamplingParams {
 }
 
 /// One request's sampler.
+/// A seed for a sampler whose request names none.
+pub fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 #[derive(Clone, Debug)]
 pub struct Sampler {
     params: SamplingParams,
@@ -146,7 +154,7 @@ pub struct Sampler {
 impl Sampler {
     /// A sampler whose penalty history starts with `prompt`.
     pub fn new(params: SamplingParams, prompt: &[u32]) -> Sampler {
-        let rng = ChaCha8Rng::seed_from_u64(params.seed);
+        let rng = ChaCha8Rng::seed_from_u64(params.seed.unwrap_or_else(clock_seed));
         let keep = prompt.len().saturating_sub(params.penalty_last_n);
         Sampler {
             params,
@@ -315,7 +323,7 @@ mod tests {
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
-            seed: 42,
+            seed: Some(42),
             ..Default::default()
         };
         let run = |p: SamplingParams| {
@@ -325,7 +333,10 @@ mod tests {
         assert_eq!(run(params.clone()), run(params.clone()));
         assert_ne!(
             run(params.clone()),
-            run(SamplingParams { seed: 43, ..params })
+            run(SamplingParams {
+                seed: Some(43),
+                ..params
+            })
         );
     }
 
@@ -360,7 +371,7 @@ mod tests {
                 top_k: 0,
                 top_p: 0.5,
                 min_p: 0.0,
-                seed: 1,
+                seed: Some(1),
                 ..Default::default()
             },
             &[],

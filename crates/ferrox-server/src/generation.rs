@@ -236,7 +236,11 @@ impl Prepared {
             .flat_map(|p| std::iter::repeat_n(p, choices).zip(0u64..));
         for (p, k) in copies {
             let mut params = self.params.clone();
-            params.sampling.seed = params.sampling.seed.wrapping_add(k);
+            params.sampling.seed = params
+                .sampling
+                .seed
+                .or(st.default_seed)
+                .map(|s| s.wrapping_add(k));
             // Without max_tokens: up to what the context leaves, capped so that
             // a request does not reserve a whole context of KV blocks (SPEC S7)
             // by default.

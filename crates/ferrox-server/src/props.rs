@@ -46,6 +46,9 @@ pub(crate) struct Settings {
     prompt: &'static str,
 }
 
+/// The seed llama-server reports for "random" (its `LLAMA_DEFAULT_SEED`).
+const RANDOM_SEED: u64 = u32::MAX as u64;
+
 /// A request's sampling in llama-server's names (`generation_settings`).
 #[derive(Serialize)]
 pub(crate) struct Params {
@@ -108,7 +111,7 @@ impl Params {
     pub(crate) fn of(s: &SamplingParams, asked: &Asked, max_tokens: usize) -> Params {
         Params {
             n_predict: asked.n_predict.map_or(-1, |n| n as i64),
-            seed: s.seed,
+            seed: s.seed.unwrap_or(RANDOM_SEED),
             temperature: s.temperature,
             top_k: s.top_k,
             top_p: s.top_p,

@@ -88,7 +88,8 @@ pub const OLLAMA: Bounds = Bounds {
 
 impl SamplingFields {
     /// The sampler these fields ask for, within `bounds`; a request without a
-    /// seed gets one from the clock.
+    /// seed gets the server's (`--seed`) or one from the clock when it is
+    /// submitted.
     pub fn validate(&self, bounds: &Bounds) -> Result<SamplingParams, Invalid> {
         let d = (bounds.defaults)();
         let temperature = match self.temperature {
@@ -130,7 +131,7 @@ impl SamplingFields {
                 d.repetition_penalty,
             )?,
             logit_bias,
-            seed: self.seed.map_or_else(clock_seed, |s| s as u64),
+            seed: self.seed.map(|s| s as u64),
             penalty_last_n: penalty_last_n(self.penalty_last_n, d.penalty_last_n)?,
         };
         s.validate().map_err(Invalid::Sampling)?;
@@ -174,13 +175,6 @@ fn penalty_last_n(n: Option<i64>, default: usize) -> Result<usize, Invalid> {
             got: n.to_string(),
         }),
     }
-}
-
-/// A seed for a request that gives none.
-fn clock_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]

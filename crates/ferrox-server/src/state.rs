@@ -62,6 +62,9 @@ pub struct AppState {
     pub api_key: Option<ApiKey>,
     /// `max_tokens` of requests that give none (capped by what the context leaves).
     pub default_max_tokens: usize,
+    /// The seed of requests that give none (`--seed`); `None`: one from the
+    /// clock each.
+    pub default_seed: Option<u64>,
     pub metrics: Metrics,
     pub phase: Lifecycle,
     /// Timeouts and limits of the HTTP layer.

@@ -522,6 +522,33 @@ async fn anthropic_thinking_is_a_block_when_enabled() {
     );
 }
 
+/// `--seed`: requests that give no seed take the server's, so that sampled
+/// answers repeat (llama-server's `--seed`); choices still differ by their
+/// number, and a request's own seed wins.
+#[tokio::test]
+async fn the_server_seed_makes_unseeded_sampling_repeat() {
+    let app = |seed| {
+        router(state(Setup {
+            seed,
+            ..Setup::default()
+        }))
+    };
+    let text = |body: &str| {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        v["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let body = r#"{"prompt": "hi", "max_tokens": 12, "temperature": 1.5, "top_k": 0, "top_p": 1}"#;
+    let (status, a) = post(app(Some(7)), "/v1/completions", body).await;
+    assert_eq!(status, StatusCode::OK, "{a}");
+    let (_, b) = post(app(Some(7)), "/v1/completions", body).await;
+    assert_eq!(text(&a), text(&b));
+    let seeded = body.replace("\"prompt\"", "\"seed\": 7, \"prompt\"");
+    let (_, own) = post(app(None), "/v1/completions", &seeded).await;
+    assert_eq!(text(&own), text(&a), "the server's seed is the request's");
+    let (_, other) = post(app(Some(7)), "/v1/completions", &seeded.replace(": 7", ": 8")).await;
+    assert_ne!(text(&other), text(&a), "a request's own seed wins");
+}
+
 /// A wrong method gets a 405 with the API's error body and an `Allow` header,
 /// Anthropic's shape on `/v1/messages`.
 #[tokio::test]

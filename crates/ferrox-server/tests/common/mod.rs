@@ -72,6 +72,8 @@ pub struct Setup {
     pub chat_template: Option<&'static str>,
     /// `--pooling`.
     pub pooling: Option<ferrox_models::Pooling>,
+    /// `--seed`.
+    pub seed: Option<u64>,
 }
 
 impl Default for Setup {
@@ -86,6 +88,7 @@ impl Default for Setup {
             log_prompts: false,
             chat_template: None,
             pooling: None,
+            seed: None,
         }
     }
 }
@@ -129,6 +132,7 @@ pub fn state(setup: Setup) -> Arc<AppState> {
         aliases: vec![],
         api_key: setup.api_key.map(|k| ApiKey::new(k).unwrap()),
         default_max_tokens: 64,
+        default_seed: setup.seed,
         phase: Lifecycle::new(Phase::Serving),
         limits: setup.limits,
         cors_origins: setup.cors_origins,
