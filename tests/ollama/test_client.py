@@ -197,7 +197,7 @@ def models_dir():
 SMOL, GEMMA = "SmolLM2-135M-Instruct.Q4_1", "gemma-3-270m-q4_k_m"
 
 
-@check("one server holds both real models, switching per request, unloading on keep_alive: 0")
+@check("one server holds both real models, switching per request, unloading on keep_alive: 0 (the started one too)")
 def several_models(_):
     folder = models_dir()
     s = Server("--models-dir", folder)
@@ -227,6 +227,16 @@ def several_models(_):
         assert status == 200 and [m.model for m in c.ps().models] == [SMOL, GEMMA], (status, body)
         status, _, body = s.raw("/models/unload", json.dumps({"model": GEMMA}).encode())
         assert status == 200 and [m.model for m in c.ps().models] == [SMOL], (status, body)
+        # The started model unloads as the others do; /health still answers,
+        # and the next request loads it again.
+        unloaded = c.chat(model=SMOL, messages=[], keep_alive=0)
+        assert unloaded.done_reason == "unload" and c.ps().models == [], (unloaded, c.ps())
+        assert json.loads(s.raw_get("/health")) == {"status": "ok"}
+        back = c.chat(model=SMOL, messages=[{"role": "user", "content": QUESTION}], options=GREEDY, stream=False)
+        assert back.message.content == chat.message.content and [m.model for m in c.ps().models] == [SMOL], back
+        status, _, _ = s.raw("/models/unload", json.dumps({"model": SMOL}).encode())
+        tokens = json.loads(s.raw("/tokenize", json.dumps({"content": "hi"}).encode())[2])["tokens"]
+        assert status == 200 and tokens and [m.model for m in c.ps().models] == [SMOL], c.ps()
     finally:
         s.stop()
     # A model that does not fit the memory budget is refused, naming what is loaded.

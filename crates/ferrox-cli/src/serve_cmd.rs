@@ -17,7 +17,7 @@ use ferrox_sampling::grammar::Grammars;
 use ferrox_server::auth::ApiKey;
 use ferrox_server::embeddings::EmbeddingSettings;
 use ferrox_server::metrics::Metrics;
-use ferrox_server::{AppState, Lifecycle, Limits, Phase, ServeOptions};
+use ferrox_server::{AppState, Lifecycle, Limits, Phase, ServeOptions, Served, Server};
 use tokio_util::sync::CancellationToken;
 
 use crate::knobs::EngineArgs;
@@ -140,12 +140,13 @@ pub struct ServeArgs {
     pub request_timeout: u64,
     /// Serve every GGUF in this folder too, each named by its file stem and
     /// loaded on first use (the request's `model` picks it); the started
-    /// model (`-m`, else the folder's first) stays loaded.
+    /// model (`-m`, else the folder's first) answers requests that name none,
+    /// and unloads and loads again as the others do.
     #[arg(long, env = "FERROX_SERVE_MODELS_DIR", value_name = "DIR")]
     pub models_dir: Option<std::path::PathBuf>,
-    /// Models of `--models-dir` loaded at once beside the started one; past it
-    /// the least recently used is unloaded.
-    #[arg(long, env = "FERROX_MODELS_MAX", value_parser = crate::knobs::count_knob("FERROX_MODELS_MAX"), default_value_t = 1, value_name = "N")]
+    /// Models loaded at once with `--models-dir`, the started one included;
+    /// past it the least recently used is unloaded.
+    #[arg(long, env = "FERROX_MODELS_MAX", value_parser = crate::knobs::count_knob("FERROX_MODELS_MAX"), default_value_t = 2, value_name = "N")]
     pub models_max: usize,
     /// Bytes the loaded models may hold together (files and KV budgets), checked
     /// before each load [default: the memory available at start].
@@ -249,6 +250,21 @@ impl ServeArgs {
         Ok(())
     }
 
+    /// The server's own state, as the flags set it (the models' are their own).
+    fn server(&self) -> Result<Server> {
+        Ok(Server {
+            api_key: self.api_key()?,
+            default_max_tokens: self.default_max_tokens,
+            default_seed: self.seed,
+            phase: Lifecycle::new(Phase::Starting),
+            limits: self.limits(),
+            cors_origins: self.cors_origins.clone(),
+            webui: !self.no_webui,
+            log_prompts: self.log_prompts,
+            tally: Default::default(),
+        })
+    }
+
     /// The API key, from the flag, the variable or the file; an empty one is an error.
     fn api_key(&self) -> Result<Option<ApiKey>> {
         let key = match (&self.api_key, &self.api_key_file) {
@@ -311,7 +327,7 @@ fn init_logging(format: LogFormat) -> Result<()> {
 /// Runs the server until a shutdown signal.
 pub fn serve(a: ServeArgs) -> Result<()> {
     init_logging(a.log_format)?;
-    let api_key = a.api_key()?;
+    let server = Arc::new(a.server()?);
     a.check_cors_origins()?;
     ferrox_core::isa::from_env()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -326,28 +342,33 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let loaded = CancellationToken::new();
         let loading = tokio::spawn(ferrox_server::serve_loading(tokio::net::TcpListener::from_std(std_listener.try_clone()?)?, loaded.clone()));
         let model_arg = a.started_model()?;
-        let (args, key) = (Arc::clone(&a), api_key.clone());
+        let (args, shared) = (Arc::clone(&a), Arc::clone(&server));
         let started = tokio::task::spawn_blocking(move || -> Result<_> {
             let path = ferrox_hub::model_ref::resolve(model_arg.as_deref())?;
             let model_id = ferrox_hub::model_ref::model_id(model_arg.as_deref(), &path);
             let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut aliases = args.aliases.clone();
             aliases.extend([file_name, path.display().to_string(), "default".into()]);
-            let started = start_model(&args, key, &path, model_id, aliases)?;
+            let started = start_model(&args, shared, &path, model_id, aliases)?;
             Ok((path, started))
         })
         .await??;
         let (path, Started { state, config, kv_peak, activations }) = started;
-        let models = a.models_dir.as_ref().map(|dir| {
-            Arc::new(ferrox_server::registry::Registry::new(
-                dir.clone(),
-                a.models_max,
-                a.models_memory.unwrap_or_else(|| available_memory().unwrap_or(u64::MAX)),
-                ferrox_server::registry::footprint(&state),
-                a.keep_alive,
-                loader(Arc::clone(&a), api_key.clone()),
-            ))
-        });
+        let served = match a.models_dir.as_ref() {
+            None => Served::One(state),
+            Some(dir) => {
+                let models = Arc::new(ferrox_server::registry::Registry::new(
+                    dir.clone(),
+                    a.models_max,
+                    a.models_memory.unwrap_or_else(|| available_memory().unwrap_or(u64::MAX)),
+                    a.keep_alive,
+                    loader(Arc::clone(&a), Arc::clone(&server)),
+                ));
+                let started = state.model_id.clone();
+                models.adopt(state, path.clone()).await;
+                Served::Several { server: Arc::clone(&server), started, models }
+            }
+        };
         let webui = !a.no_webui;
         loaded.cancel();
         loading.await??;
@@ -357,7 +378,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             format!("{b} blocks of {} {} positions, {} at peak", config.block_size, config.kv_element, format_bytes(kv_peak))
         });
         let folder = a.models_dir.as_ref().map_or(String::new(), |d| format!("; the models of {} on first use", d.display()));
-        ferrox_server::serve(state, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace), models }, stop, |addr| {
+        ferrox_server::serve(served, listener, ServeOptions { grace: Duration::from_secs(a.shutdown_grace) }, stop, |addr| {
             // One line, one write: a client that reads this line and closes the
             // pipe must not make a second write fail.
             let page = if webui { format!(", chat page at http://{addr}/") } else { String::new() };
@@ -384,7 +405,7 @@ struct Started {
 /// Loads the model at `path` and starts its engine (blocking).
 fn start_model(
     a: &ServeArgs,
-    api_key: Option<ApiKey>,
+    server: Arc<Server>,
     path: &std::path::Path,
     model_id: String,
     aliases: Vec<String>,
@@ -440,18 +461,10 @@ fn start_model(
         chat: model.chat,
         aliases,
         model_id,
-        api_key,
-        default_max_tokens: a.default_max_tokens,
-        default_seed: a.seed,
-        phase: Lifecycle::new(Phase::Starting),
-        limits: a.limits(),
-        cors_origins: a.cors_origins.clone(),
-        webui: !a.no_webui,
-        log_prompts: a.log_prompts,
         embedding,
-        tally: Default::default(),
         grammars,
         facts,
+        server,
     });
     Ok(Started {
         activations,
@@ -463,13 +476,13 @@ fn start_model(
 
 /// How the folder's models are started: as the started one is, each under
 /// its file stem.
-fn loader(a: Arc<ServeArgs>, api_key: Option<ApiKey>) -> ferrox_server::registry::Loader {
+fn loader(a: Arc<ServeArgs>, server: Arc<Server>) -> ferrox_server::registry::Loader {
     Arc::new(move |path, id| {
         let aliases = path
             .file_name()
             .map(|n| vec![n.to_string_lossy().into_owned()])
             .unwrap_or_default();
-        start_model(&a, api_key.clone(), path, id.to_string(), aliases)
+        start_model(&a, Arc::clone(&server), path, id.to_string(), aliases)
             .map(|s| s.state)
             .map_err(Into::into)
     })

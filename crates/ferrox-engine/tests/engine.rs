@@ -668,7 +668,7 @@ fn a_seeded_request_samples_the_same_alone_and_in_company() {
     p.sampling.top_k = 0;
     p.sampling.top_p = 1.0;
     p.sampling.min_p = 0.0;
-    p.sampling.seed = 77;
+    p.sampling.seed = Some(77);
     let alone = tokens_of(
         &engine(EngineConfig::default())
             .submit(prompt(6, 60), p.clone())
@@ -679,7 +679,7 @@ fn a_seeded_request_samples_the_same_alone_and_in_company() {
     let others: Vec<_> = (0..5)
         .map(|i| {
             let mut q = p.clone();
-            q.sampling.seed = 100 + i;
+            q.sampling.seed = Some(100 + i);
             h.submit(prompt(4 + i as usize, 61), q).unwrap()
         })
         .collect();

@@ -102,7 +102,7 @@ fn real_model_smollm2_follows_its_grammar_and_leaves_other_rows_alone() {
     // constrained one too.
     let mut sampled = constrained.clone();
     sampled.sampling.temperature = 1.0;
-    sampled.sampling.seed = 5;
+    sampled.sampling.seed = Some(5);
     let streams = [
         h.submit(question.clone(), constrained.clone()).unwrap(),
         h.submit(question.clone(), plain).unwrap(),

@@ -69,7 +69,7 @@ pub async fn collect(
     shape: Shape,
     ids: &mut (dyn FnMut() -> String + Send),
 ) -> Result<Vec<Answer>, ApiError> {
-    let timed = within_request_timeout(st.limits.request_timeout, async {
+    let timed = within_request_timeout(st.server.limits.request_timeout, async {
         let mut answers = Vec::with_capacity(streams.len());
         for (index, mut s) in streams.into_iter().enumerate() {
             let g = gather(index, &mut s, log).await?;

@@ -2,8 +2,9 @@
 //! request names its model in the body's `model` (Ollama's, OpenAI's,
 //! Anthropic's and llama-server's bodies all do), and is handed whole to that
 //! model's own routes, loading it first when it is not loaded. A request that
-//! names no model (`GET /health`, `/props`, `/tokenize`, the chat page) goes to
-//! the model the server started with, which stays loaded.
+//! names no model (`/props`, `/tokenize`, the chat page) goes to the model the
+//! server started with, loaded again if it was unloaded; `GET /health` does
+//! not load it, and the front answers it while the model is unloaded.
 //!
 //! The front answers the questions about models itself: `GET /v1/models` and
 //! `/models` (every model of the folder, with llama-server's `status`),
@@ -28,20 +29,22 @@ use tower::ServiceExt;
 use crate::error::ApiError;
 use crate::registry::{KeepAlive, Loaded, Registry};
 use crate::routes::BODY_READ_LIMIT;
-use crate::state::AppState;
+use crate::state::{AppState, Phase, Server};
 
-/// The front's state: the model the server started with, and the folder's.
+/// The front's state: the server's, the id of the model it started with, and
+/// the models.
 pub struct Front {
-    pub default: Arc<AppState>,
-    pub default_app: Router,
+    pub server: Arc<Server>,
+    pub started: String,
     pub models: Arc<Registry>,
 }
 
-/// The router of a server with several models.
-pub fn router(default: Arc<AppState>, models: Arc<Registry>) -> Router {
+/// The router of a server with several models; `started` names the model
+/// that answers requests naming none.
+pub fn router(server: Arc<Server>, started: String, models: Arc<Registry>) -> Router {
     let front = Arc::new(Front {
-        default_app: crate::routes::router(Arc::clone(&default)),
-        default,
+        server,
+        started,
         models,
     });
     Router::new()
@@ -58,7 +61,7 @@ pub fn router(default: Arc<AppState>, models: Arc<Registry>) -> Router {
 
 /// The front's own routes take the API key as every route does.
 fn check_key(f: &Front, req: &axum::http::request::Parts) -> Result<(), ApiError> {
-    let Some(key) = &f.default.api_key else {
+    let Some(key) = &f.server.api_key else {
         return Ok(());
     };
     let header = |name: &str| req.headers.get(name).and_then(|h| h.to_str().ok());
@@ -93,7 +96,12 @@ async fn dispatch(State(f): State<Arc<Front>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let (parts, body) = req.into_parts();
     if parts.method != Method::POST {
-        return forward(&f.default_app, parts, body).await;
+        if matches!(path.as_str(), "/health" | "/v1/health")
+            && f.models.peek(&f.started).await.is_none()
+        {
+            return health(&f.server);
+        }
+        return on_started(&f, parts, body, &path).await;
     }
     let bytes = match axum::body::to_bytes(body, BODY_READ_LIMIT).await {
         Ok(b) => b,
@@ -108,19 +116,20 @@ async fn dispatch(State(f): State<Arc<Front>>, req: Request) -> Response {
         }
     };
     // The cache's routes name a model to fetch or delete, not one to serve.
-    if matches!(path.as_str(), "/api/pull" | "/api/delete") {
-        return forward(&f.default_app, parts, Body::from(bytes)).await;
-    }
-    let peek: Peek = serde_json::from_slice(&bytes).unwrap_or_default();
+    let is_cache = matches!(path.as_str(), "/api/pull" | "/api/delete");
+    let peek: Peek = match is_cache {
+        true => Peek::default(),
+        false => serde_json::from_slice(&bytes).unwrap_or_default(),
+    };
     let name = peek
         .model
         .as_ref()
         .and_then(Value::as_str)
         .filter(|m| !m.is_empty());
     let Some(name) = name else {
-        return forward(&f.default_app, parts, Body::from(bytes)).await;
+        return on_started(&f, parts, Body::from(bytes), &path).await;
     };
-    if let Err(e) = f.default.accepting() {
+    if let Err(e) = f.server.accepting() {
         return e.response_for(&path);
     }
     let keep = peek.keep_alive.as_ref().and_then(KeepAlive::parse);
@@ -147,28 +156,58 @@ fn is_ollama_load(path: &str, p: &Peek) -> bool {
 /// Ollama's unload: `{"model", "keep_alive": 0}` with no prompt.
 async fn unload_now(f: &Front, name: &str, path: &str) -> Response {
     match f.models.unload(name).await {
-        Ok(_) => axum::Json(json!({
-            "model": name,
-            "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-            "response": "",
-            "done": true,
-            "done_reason": "unload",
-        }))
-        .into_response(),
+        Ok(_) => {
+            let mut answer = json!({
+                "model": name,
+                "created_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+                "done": true,
+                "done_reason": "unload",
+            });
+            // Each route's answer has its own text field.
+            if path == "/api/chat" {
+                answer["message"] = json!({"role": "assistant", "content": ""});
+            } else {
+                answer["response"] = json!("");
+            }
+            axum::Json(answer).into_response()
+        }
         Err(e) => e.response_for(path),
     }
 }
 
-/// The routes of model `name`: the started model's, or the folder's.
+/// The routes of model `name`, loaded if it is not.
 async fn model(f: &Front, name: &str, keep: Option<KeepAlive>) -> Result<Router, ApiError> {
-    if f.default.serves(name)
-        || name
-            .strip_suffix(":latest")
-            .is_some_and(|n| f.default.serves(n))
-    {
-        return Ok(f.default_app.clone());
-    }
     Ok(f.models.get(name, keep).await?.app)
+}
+
+/// The routes of the started model, which answers requests that name none:
+/// as it is if loaded (without counting a use), else loaded again.
+async fn started(f: &Front) -> Result<Router, ApiError> {
+    match f.models.peek(&f.started).await {
+        Some(m) => Ok(m.app),
+        None => model(f, &f.started, None).await,
+    }
+}
+
+/// The request answered by the started model.
+async fn on_started(
+    f: &Front,
+    parts: axum::http::request::Parts,
+    body: Body,
+    path: &str,
+) -> Response {
+    match started(f).await {
+        Ok(app) => forward(&app, parts, body).await,
+        Err(e) => e.response_for(path),
+    }
+}
+
+/// `GET /health` while the started model is unloaded: the server's phase.
+fn health(server: &Server) -> Response {
+    match server.phase.get() {
+        Phase::Serving => axum::Json(json!({"status": "ok"})).into_response(),
+        _ => ApiError::shutting_down("the server is shutting down").into_response(),
+    }
 }
 
 /// The request, body restored, answered by `app`.
@@ -189,17 +228,17 @@ fn listed(id: &str, loaded: bool) -> Value {
            "status": {"value": if loaded { "loaded" } else { "unloaded" }}})
 }
 
-/// The started model's id, then the folder's models.
+/// Every model, the started one first, and whether it is loaded.
 async fn all(f: &Front) -> Vec<(String, bool)> {
     let loaded: Vec<String> = f.models.loaded().await.into_iter().map(|m| m.id).collect();
-    let mut out = vec![(f.default.model_id.clone(), true)];
-    for (id, _) in f.models.available() {
-        if id != f.default.model_id {
+    f.models
+        .available()
+        .into_iter()
+        .map(|(id, _)| {
             let is_loaded = loaded.contains(&id);
-            out.push((id, is_loaded));
-        }
-    }
-    out
+            (id, is_loaded)
+        })
+        .collect()
 }
 
 /// `GET /v1/models` and `/models`.
@@ -220,7 +259,7 @@ async fn one(State(f): State<Arc<Front>>, Path(id): Path<String>, req: Request) 
     }
     match all(&f).await.into_iter().find(|(m, _)| *m == id) {
         Some((m, l)) => axum::Json(listed(&m, l)).into_response(),
-        None => ApiError::model_not_found(&id, &f.default.model_id).into_response(),
+        None => ApiError::model_not_found(&id, &f.started).into_response(),
     }
 }
 
@@ -253,21 +292,12 @@ async fn load(State(f): State<Arc<Front>>, req: Request) -> Response {
 }
 
 /// `POST /models/unload`: `{"model"}` unloaded (its requests in flight
-/// finish first); the started model stays.
+/// finish first).
 async fn unload(State(f): State<Arc<Front>>, req: Request) -> Response {
     let name = match named(&f, req).await {
         Ok(n) => n,
         Err(e) => return e.into_response(),
     };
-    if f.default.serves(&name) {
-        return ApiError::new(
-            StatusCode::CONFLICT,
-            "invalid_request_error",
-            "model_pinned",
-            format!("model {name:?} is the one the server started with; it stays loaded"),
-        )
-        .into_response();
-    }
     match f.models.unload(&name).await {
         Ok(was) => axum::Json(json!({"success": true, "was_loaded": was})).into_response(),
         Err(e) => e.into_response(),
@@ -298,11 +328,8 @@ async fn tags(State(f): State<Arc<Front>>, req: Request) -> Response {
         return e.response_for(parts.uri.path());
     }
     let loaded = f.models.loaded().await;
-    let mut models = vec![ollama_entry(&f.default.model_id, Some(&f.default), 0)];
+    let mut models = Vec::new();
     for (id, path) in f.models.available() {
-        if id == f.default.model_id {
-            continue;
-        }
         let st = loaded.iter().find(|m| m.id == id).map(|m| &*m.state);
         let size = std::fs::metadata(&path).map_or(0, |m| m.len());
         models.push(ollama_entry(&id, st, size));
@@ -332,7 +359,7 @@ async fn ps(State(f): State<Arc<Front>>, req: Request) -> Response {
         e["context_length"] = json!(st.engine.ceiling().max_context);
         e
     };
-    let mut models = vec![running(&f.default.model_id, &f.default, None)];
+    let mut models = Vec::new();
     for Loaded {
         id, state, expires, ..
     } in f.models.loaded().await

@@ -239,7 +239,7 @@ impl Prepared {
             params.sampling.seed = params
                 .sampling
                 .seed
-                .or(st.default_seed)
+                .or(st.server.default_seed)
                 .map(|s| s.wrapping_add(k));
             // Without max_tokens: up to what the context leaves, capped so that
             // a request does not reserve a whole context of KV blocks (SPEC S7)
@@ -256,7 +256,7 @@ impl Prepared {
                 }
                 (Some(n), Some(_)) => n.min(left),
                 (Some(n), None) => n,
-                (None, _) => left.clamp(1, st.default_max_tokens.max(1)),
+                (None, _) => left.clamp(1, st.server.default_max_tokens.max(1)),
             };
             let n = p.len();
             let stream = st

@@ -71,5 +71,5 @@ pub mod webui;
 
 pub use limits::Limits;
 pub use routes::router;
-pub use serve::{ServeOptions, serve, serve_loading};
-pub use state::{AppState, Lifecycle, Phase};
+pub use serve::{ServeOptions, Served, serve, serve_loading};
+pub use state::{AppState, Lifecycle, Phase, Server};

@@ -265,7 +265,7 @@ async fn read_whole(st: &AppState, req: Request) -> Result<Request, ApiError> {
         )));
     }
     let (parts, body) = req.into_parts();
-    let limit = st.limits.body_timeout;
+    let limit = st.server.limits.body_timeout;
     match tokio::time::timeout(limit, axum::body::to_bytes(body, BODY_READ_LIMIT)).await {
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,

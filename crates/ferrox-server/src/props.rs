@@ -87,7 +87,7 @@ impl Settings {
             params: Params::of(
                 &SamplingParams::default(),
                 &Asked::default(),
-                st.default_max_tokens,
+                st.server.default_max_tokens,
             ),
             prompt: "",
         }

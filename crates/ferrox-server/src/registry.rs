@@ -3,7 +3,9 @@
 //! a serving state of its own (engine, tokenizer, template, routes), and
 //! unloaded when `--models-max` would be exceeded (the least recently used
 //! goes), when its keep-alive runs out (Ollama's `keep_alive`, `0` at once),
-//! or on `POST /models/unload`.
+//! or on `POST /models/unload`. The model the server started with is adopted
+//! as a loaded one: it unloads as the others do, and loads again from its
+//! path when next asked for.
 //!
 //! Invariants: a model is loaded once however many requests ask for it at
 //! once (loads are serialized); a load that would not fit the memory budget
@@ -95,15 +97,23 @@ pub struct Loaded {
     pub expires: Option<Instant>,
 }
 
+/// A model adopted from outside the folder (the started one): its id, its
+/// file, and the other names it answers to.
+#[derive(Clone, Debug)]
+struct Adopted {
+    id: String,
+    path: PathBuf,
+    aliases: Vec<String>,
+}
+
 /// The models of a folder, and those loaded.
 pub struct Registry {
     dir: PathBuf,
     max_loaded: usize,
     memory_budget: u64,
-    /// What the model the server started with holds (it stays loaded).
-    pinned_bytes: u64,
     default_keep_alive: KeepAlive,
     loader: Loader,
+    adopted: std::sync::Mutex<Vec<Adopted>>,
     loaded: tokio::sync::Mutex<Vec<Loaded>>,
 }
 
@@ -129,13 +139,12 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// The models of `dir`: at most `max_loaded` loaded beside the started
-    /// model (which holds `pinned_bytes`), all within `memory_budget` bytes.
+    /// The models of `dir`: at most `max_loaded` loaded, all within
+    /// `memory_budget` bytes.
     pub fn new(
         dir: PathBuf,
         max_loaded: usize,
         memory_budget: u64,
-        pinned_bytes: u64,
         default_keep_alive: KeepAlive,
         loader: Loader,
     ) -> Registry {
@@ -143,15 +152,63 @@ impl Registry {
             dir,
             max_loaded: max_loaded.max(1),
             memory_budget,
-            pinned_bytes,
             default_keep_alive,
             loader,
+            adopted: std::sync::Mutex::new(Vec::new()),
             loaded: tokio::sync::Mutex::new(Vec::new()),
         }
     }
 
-    /// Every model of the folder, by id (file stem), sorted.
+    /// Takes `state`, loaded from `path` outside the registry (the started
+    /// model), as a loaded model kept by the default keep-alive; it answers
+    /// to its id and aliases, and loads again from `path` once unloaded.
+    pub async fn adopt(&self, state: Arc<AppState>, path: PathBuf) {
+        let expires = match self.default_keep_alive {
+            KeepAlive::Forever => None,
+            KeepAlive::For(d) => Some(Instant::now() + d),
+        };
+        self.adopted.lock().expect("never poisoned").push(Adopted {
+            id: state.model_id.clone(),
+            path: path.clone(),
+            aliases: state.aliases.clone(),
+        });
+        self.loaded.lock().await.push(Loaded {
+            id: state.model_id.clone(),
+            path,
+            app: crate::routes::router(Arc::clone(&state)),
+            bytes: footprint(&state),
+            state,
+            last_used: Instant::now(),
+            expires,
+        });
+    }
+
+    /// The model `name`, if it is loaded, without counting a use.
+    pub async fn peek(&self, name: &str) -> Option<Loaded> {
+        let id = self.find(name)?.0;
+        self.loaded
+            .lock()
+            .await
+            .iter()
+            .find(|m| m.id == id)
+            .cloned()
+    }
+
+    /// Every model, by id, sorted: those adopted, then the folder's (by file
+    /// stem) that are not.
     pub fn available(&self) -> Vec<(String, PathBuf)> {
+        let adopted = self.adopted.lock().expect("never poisoned").clone();
+        let mut folder = self.folder();
+        folder.retain(|(id, _)| !adopted.iter().any(|a| a.id == *id));
+        adopted
+            .into_iter()
+            .map(|a| (a.id, a.path))
+            .chain(folder)
+            .collect()
+    }
+
+    /// The folder's models, by id (file stem), sorted.
+    fn folder(&self) -> Vec<(String, PathBuf)> {
         let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(&self.dir)
             .into_iter()
             .flatten()
@@ -164,10 +221,17 @@ impl Registry {
         out
     }
 
-    /// The folder's model `name` names: its id, its file name, or an Ollama
-    /// name with a `:latest` tag.
+    /// The model `name` names: an adopted one by its id or an alias, or the
+    /// folder's by its id or file name; an Ollama name may add `:latest`.
     fn find(&self, name: &str) -> Option<(String, PathBuf)> {
         let bare = name.strip_suffix(":latest").unwrap_or(name);
+        let adopted = self.adopted.lock().expect("never poisoned").clone();
+        if let Some(a) = adopted
+            .into_iter()
+            .find(|a| a.id == bare || a.aliases.iter().any(|x| x == bare))
+        {
+            return Some((a.id, a.path));
+        }
         self.available()
             .into_iter()
             .find(|(id, p)| id == bare || p.file_name().is_some_and(|f| f == bare))
@@ -199,7 +263,11 @@ impl Registry {
         let bare = name.strip_suffix(":latest").unwrap_or(name);
         let mut loaded = self.loaded.lock().await;
         // A loaded model is found without reading the folder.
-        let named = |m: &Loaded| m.id == bare || m.path.file_name().is_some_and(|f| f == bare);
+        let named = |m: &Loaded| {
+            m.id == bare
+                || m.state.aliases.iter().any(|a| a == bare)
+                || m.path.file_name().is_some_and(|f| f == bare)
+        };
         if let Some(m) = loaded.iter_mut().find(|m| named(m)) {
             m.last_used = Instant::now();
             m.expires = expires;
@@ -230,7 +298,6 @@ impl Registry {
                     ),
                 )
             })?;
-        state.phase.set(crate::state::Phase::Serving);
         tracing::info!(model = %id, path = %path.display(), "loaded");
         let m = Loaded {
             id,
@@ -247,7 +314,7 @@ impl Registry {
 
     /// Refuses a load whose file alone would not fit beside what is loaded.
     fn check_memory(&self, id: &str, file_bytes: u64, loaded: &[Loaded]) -> Result<(), ApiError> {
-        let held: u64 = self.pinned_bytes + loaded.iter().map(|m| m.bytes).sum::<u64>();
+        let held: u64 = loaded.iter().map(|m| m.bytes).sum::<u64>();
         if held + file_bytes <= self.memory_budget {
             return Ok(());
         }
@@ -261,7 +328,7 @@ impl Registry {
             "server_error",
             "insufficient_memory",
             format!(
-                "model {id:?} does not fit: its file is {} and the loaded models hold {} of the {} budget (--models-memory), the started model's included; loaded besides it: {}; unload one (POST /models/unload, or keep_alive: 0) or lower --models-max",
+                "model {id:?} does not fit: its file is {} and the loaded models hold {} of the {} budget (--models-memory); loaded: {}; unload one (POST /models/unload, or keep_alive: 0) or lower --models-max",
                 gb(file_bytes),
                 gb(held),
                 gb(self.memory_budget),
@@ -306,7 +373,6 @@ impl Registry {
     /// Asks every loaded model's engine to stop (at shutdown).
     pub async fn shutdown(&self) {
         for m in self.loaded.lock().await.iter() {
-            m.state.phase.set(crate::state::Phase::Draining);
             m.state.engine.shutdown();
         }
     }

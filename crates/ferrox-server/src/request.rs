@@ -738,7 +738,7 @@ mod tests {
                 r.params.sampling.top_k,
                 r.params.sampling.seed
             ),
-            (0.0, 5, 9)
+            (0.0, 5, Some(9))
         );
         assert_eq!(
             (r.max_tokens, r.stream, r.include_usage),

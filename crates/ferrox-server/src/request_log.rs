@@ -177,7 +177,7 @@ impl RequestLog {
     /// The text of `prompts` (token ids) for the request's line, only with
     /// `--log-prompts`.
     pub fn prompt_text(st: &AppState, prompts: &[Vec<u32>]) -> Option<String> {
-        st.log_prompts.then(|| {
+        st.server.log_prompts.then(|| {
             let texts: Vec<String> = prompts
                 .iter()
                 .map(|p| st.tokenizer.decode(p, true))
@@ -322,7 +322,7 @@ impl RequestLog {
 
 impl Drop for RequestLog {
     fn drop(&mut self) {
-        self.st.tally.count(self.outcome);
+        self.st.server.tally.count(self.outcome);
         self.write();
     }
 }
@@ -346,7 +346,7 @@ pub async fn log_refusals(
     let path = req.uri().path().to_string();
     let response = next.run(req).await;
     if let Some(r) = response.extensions().get::<Refusal>() {
-        st.tally.refused.fetch_add(1, Ordering::Relaxed);
+        st.server.tally.refused.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             target: "ferrox::request",
             method = %method,
@@ -362,9 +362,15 @@ pub async fn log_refusals(
 
 /// The `refused` line (and counts) of a request hyper refused before it was
 /// parsed ([`crate::unparsed`]): no method or route is known.
-pub(crate) fn unparsed_refusal(st: &AppState, err: &crate::error::ApiError) {
-    st.tally.refused.fetch_add(1, Ordering::Relaxed);
-    st.metrics.refused(err.code);
+pub(crate) fn unparsed_refusal(
+    server: &crate::state::Server,
+    model: Option<&AppState>,
+    err: &crate::error::ApiError,
+) {
+    server.tally.refused.fetch_add(1, Ordering::Relaxed);
+    if let Some(m) = model {
+        m.metrics.refused(err.code);
+    }
     tracing::warn!(
         target: "ferrox::request",
         status = err.status.as_u16(),

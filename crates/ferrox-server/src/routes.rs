@@ -58,7 +58,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
     if !st.engine.is_healthy() {
         return unavailable("engine_failed", "the engine has failed and serves nothing");
     }
-    match st.phase.get() {
+    match st.server.phase.get() {
         Phase::Serving => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
         Phase::Starting => unavailable("loading", "the model is loading"),
         Phase::Draining => unavailable(
@@ -114,7 +114,7 @@ async fn method_not_allowed(req: Request) -> Response {
 /// The API key check: `Authorization: Bearer KEY`, or `x-api-key: KEY` as
 /// Anthropic's clients send it. The 401 has the shape of the route's API.
 async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.api_key {
+    if let Some(key) = &st.server.api_key {
         let header = |name: &str| req.headers().get(name).and_then(|h| h.to_str().ok());
         let bearer = key.accepts(header(header::AUTHORIZATION.as_str()));
         let x_api_key = header(ANTHROPIC_KEY_HEADER).is_some_and(|k| key.is(k));
@@ -174,7 +174,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .merge(crate::ollama::routes())
         .merge(crate::native::routes())
         .route_layer(middleware::from_fn_with_state(Arc::clone(&st), require_key));
-    let page = if st.webui {
+    let page = if st.server.webui {
         crate::webui::routes()
     } else {
         Router::new()
@@ -198,7 +198,7 @@ pub fn router(st: Arc<AppState>) -> Router {
             crate::request_log::log_refusals,
         ))
         // Outermost: a preflight is answered before the key check and the body.
-        .layer(cors(&st.cors_origins))
+        .layer(cors(&st.server.cors_origins))
         .with_state(st)
 }
 

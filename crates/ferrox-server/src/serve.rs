@@ -21,8 +21,9 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::limits::{Activity, Guarded, IdleIo, Limits};
+use crate::registry::Registry;
 use crate::routes::router;
-use crate::state::{AppState, Phase};
+use crate::state::{AppState, Phase, Server};
 use crate::unparsed::UnparsedIo;
 
 /// Time the last responses get to reach their clients once every request has
@@ -34,8 +35,47 @@ const LAST_WRITES: Duration = Duration::from_secs(5);
 pub struct ServeOptions {
     /// Time in-flight requests get to finish after a shutdown signal.
     pub grace: Duration,
-    /// The folder's models besides the started one (`--models-dir`).
-    pub models: Option<Arc<crate::registry::Registry>>,
+}
+
+/// What a server serves.
+pub enum Served {
+    /// One model.
+    One(Arc<AppState>),
+    /// Several (`--models-dir`): the server's state, the id of the model that
+    /// answers requests naming none, and the registry, which holds every
+    /// loaded model (the started one adopted, so that it can unload too).
+    Several {
+        server: Arc<Server>,
+        started: String,
+        models: Arc<Registry>,
+    },
+}
+
+impl Served {
+    fn server(&self) -> &Arc<Server> {
+        match self {
+            Served::One(st) => &st.server,
+            Served::Several { server, .. } => server,
+        }
+    }
+
+    /// The models loaded now.
+    async fn loaded(&self) -> Vec<Arc<AppState>> {
+        match self {
+            Served::One(st) => vec![Arc::clone(st)],
+            Served::Several { models, .. } => {
+                models.loaded().await.into_iter().map(|m| m.state).collect()
+            }
+        }
+    }
+
+    /// The model whose metrics count what hyper refuses: the one served.
+    fn metrics_model(&self) -> Option<Arc<AppState>> {
+        match self {
+            Served::One(st) => Some(Arc::clone(st)),
+            Served::Several { .. } => None,
+        }
+    }
 }
 
 async fn signal(stop: CancellationToken) {
@@ -89,7 +129,7 @@ struct Shutdown {
 fn connection(
     stream: tokio::net::TcpStream,
     app: axum::Router,
-    state: Arc<AppState>,
+    served: (Arc<Server>, Option<Arc<AppState>>),
     limits: &Limits,
     shutdown: Shutdown,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -97,7 +137,8 @@ fn connection(
     let activity = Activity::new();
     let io = TokioIo::new(UnparsedIo::new(
         IdleIo::new(stream, Arc::clone(&activity), limits.idle_timeout),
-        state,
+        served.0,
+        served.1,
     ));
     let counted = Arc::clone(&activity);
     let all = Arc::clone(&shutdown.all);
@@ -133,23 +174,28 @@ fn connection(
     });
 }
 
-/// Serves `state` on `listener` until a shutdown signal (or `stop`); `on_ready` gets
+/// Serves `served` on `listener` until a shutdown signal (or `stop`); `on_ready` gets
 /// the address once requests are answered.
 pub async fn serve(
-    state: Arc<AppState>,
+    served: Served,
     listener: tokio::net::TcpListener,
     opts: ServeOptions,
     stop: CancellationToken,
     on_ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let limits = state.limits.clone();
-    let app = match &opts.models {
-        Some(models) => {
+    let server = Arc::clone(served.server());
+    let limits = server.limits.clone();
+    let app = match &served {
+        Served::Several {
+            server,
+            started,
+            models,
+        } => {
             tokio::spawn(reaper(Arc::downgrade(models)));
-            crate::front::router(Arc::clone(&state), Arc::clone(models))
+            crate::front::router(Arc::clone(server), started.clone(), Arc::clone(models))
         }
-        None => router(Arc::clone(&state)),
+        Served::One(state) => router(Arc::clone(state)),
     };
     let max = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(max));
@@ -157,7 +203,7 @@ pub async fn serve(
         all: Activity::new(),
         closing: CancellationToken::new(),
     };
-    state.phase.set(Phase::Serving);
+    server.phase.set(Phase::Serving);
     on_ready(addr);
     tokio::spawn(signal(stop.clone()));
     loop {
@@ -179,22 +225,20 @@ pub async fn serve(
         connection(
             stream,
             app.clone(),
-            Arc::clone(&state),
+            (Arc::clone(&server), served.metrics_model()),
             &limits,
             shutdown.clone(),
             permit,
         );
     }
     drop(listener);
-    drain(&state, &shutdown.all, opts.grace).await;
-    if let Some(models) = &opts.models {
-        models.shutdown().await;
-    }
+    let models = served.loaded().await;
+    drain(&server, &models, &shutdown.all, opts.grace).await;
     shutdown.closing.cancel();
     let every = u32::try_from(max).unwrap_or(u32::MAX);
     // A client that stopped reading its response cannot hold the process.
     let _ = tokio::time::timeout(LAST_WRITES, slots.acquire_many(every)).await;
-    state.tally.log_summary(state.metrics.cut_at_shutdown());
+    server.tally.log_summary(cut_at_shutdown(&models));
     Ok(())
 }
 
@@ -210,30 +254,41 @@ async fn reaper(models: std::sync::Weak<crate::registry::Registry>) {
     }
 }
 
-/// Stops taking work, gives in-flight requests `grace`, then cuts off the rest;
-/// returns once no request is in flight on any connection.
-async fn drain(state: &AppState, all: &Activity, grace: Duration) {
-    state.phase.set(Phase::Draining);
-    let stats = state.engine.stats();
-    let in_flight = stats.running + stats.queue_depth;
+/// Requests of `models` cut off at shutdown.
+fn cut_at_shutdown(models: &[Arc<AppState>]) -> u64 {
+    models.iter().map(|m| m.metrics.cut_at_shutdown()).sum()
+}
+
+/// Stops taking work, gives in-flight requests `grace`, then cuts off the rest
+/// on every model's engine; returns once no request is in flight on any
+/// connection.
+async fn drain(server: &Server, models: &[Arc<AppState>], all: &Activity, grace: Duration) {
+    server.phase.set(Phase::Draining);
+    let in_flight: u64 = models
+        .iter()
+        .map(|m| {
+            let stats = m.engine.stats();
+            stats.running + stats.queue_depth
+        })
+        .sum();
     tracing::info!(
         in_flight,
         grace_s = grace.as_secs_f64(),
         "shutting down: {in_flight} requests in flight get {} s to finish",
         grace.as_secs_f64()
     );
-    let engine = state.engine.clone();
+    let engines: Vec<_> = models.iter().map(|m| m.engine.clone()).collect();
     let cutter = tokio::spawn(async move {
         tokio::time::sleep(grace).await;
-        engine.shutdown();
+        engines.iter().for_each(|e| e.shutdown());
     });
     let deadline = tokio::time::Instant::now() + grace + LAST_WRITES;
     while all.in_flight() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cutter.abort();
-    state.engine.shutdown();
-    let cut = state.metrics.cut_at_shutdown();
+    models.iter().for_each(|m| m.engine.shutdown());
+    let cut = cut_at_shutdown(models);
     if cut > 0 {
         tracing::warn!(
             cut,

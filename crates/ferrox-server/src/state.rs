@@ -1,5 +1,7 @@
-//! What every handler shares: the engine handle, the tokenizer and chat template,
-//! the model's names, the API key, the metrics and where the server is in its life.
+//! What every handler shares: the model's engine handle, tokenizer, chat
+//! template, names and metrics ([`AppState`]), and the server's own state
+//! every model shares ([`Server`]: the API key, limits, where the server is
+//! in its life).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -50,22 +52,16 @@ impl Lifecycle {
     }
 }
 
-/// Shared server state.
-pub struct AppState {
-    pub engine: EngineHandle,
-    pub tokenizer: Arc<Tokenizer>,
-    pub chat: Option<ChatTemplate>,
-    /// The id `/v1/models` reports.
-    pub model_id: String,
-    /// Other names clients may use for the model.
-    pub aliases: Vec<String>,
+/// What every model of a server shares: how it was started (the API key,
+/// defaults, limits, the page) and where it is in its life, with the tally
+/// of how its requests ended.
+pub struct Server {
     pub api_key: Option<ApiKey>,
     /// `max_tokens` of requests that give none (capped by what the context leaves).
     pub default_max_tokens: usize,
     /// The seed of requests that give none (`--seed`); `None`: one from the
     /// clock each.
     pub default_seed: Option<u64>,
-    pub metrics: Metrics,
     pub phase: Lifecycle,
     /// Timeouts and limits of the HTTP layer.
     pub limits: crate::limits::Limits,
@@ -78,15 +74,9 @@ pub struct AppState {
     pub log_prompts: bool,
     /// How requests ended, for the summary at shutdown.
     pub tally: crate::request_log::Tally,
-    /// The grammar compiler for structured output, or why this model has none.
-    pub grammars: Result<Grammars, GrammarError>,
-    /// What `/props` reports of how the server was started.
-    pub facts: crate::props::ServerFacts,
-    /// How embeddings are pooled and normalized.
-    pub embedding: crate::embeddings::EmbeddingSettings,
 }
 
-impl AppState {
+impl Server {
     /// Refuses new work once draining has begun (503 with `Retry-After`).
     pub fn accepting(&self) -> Result<(), ApiError> {
         if self.phase.get() == Phase::Draining {
@@ -95,6 +85,33 @@ impl AppState {
             ));
         }
         Ok(())
+    }
+}
+
+/// One served model's state, and the server's it is served by.
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat: Option<ChatTemplate>,
+    /// The id `/v1/models` reports.
+    pub model_id: String,
+    /// Other names clients may use for the model.
+    pub aliases: Vec<String>,
+    pub metrics: Metrics,
+    /// The grammar compiler for structured output, or why this model has none.
+    pub grammars: Result<Grammars, GrammarError>,
+    /// What `/props` reports of how the server was started.
+    pub facts: crate::props::ServerFacts,
+    /// How embeddings are pooled and normalized.
+    pub embedding: crate::embeddings::EmbeddingSettings,
+    /// What every model of the server shares.
+    pub server: Arc<Server>,
+}
+
+impl AppState {
+    /// Refuses new work once the server drains (503 with `Retry-After`).
+    pub fn accepting(&self) -> Result<(), ApiError> {
+        self.server.accepting()
     }
 
     /// A route's response: its answer, or its refusal, counted on `/metrics`

@@ -19,22 +19,26 @@ use axum::http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Server};
 
 /// A connection's socket whose hyper-made refusals get a JSON body.
 pub struct UnparsedIo<T> {
     io: T,
-    st: Arc<AppState>,
+    server: Arc<Server>,
+    /// The served model, whose metrics count the refusals (none when a server
+    /// serves several).
+    model: Option<Arc<AppState>>,
     /// A rewritten response not yet fully written, and how much of it went out.
     pending: Vec<u8>,
     sent: usize,
 }
 
 impl<T> UnparsedIo<T> {
-    pub fn new(io: T, st: Arc<AppState>) -> UnparsedIo<T> {
+    pub fn new(io: T, server: Arc<Server>, model: Option<Arc<AppState>>) -> UnparsedIo<T> {
         UnparsedIo {
             io,
-            st,
+            server,
+            model,
             pending: Vec::new(),
             sent: 0,
         }
@@ -143,7 +147,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for UnparsedIo<T> {
             return Poll::Pending;
         }
         if let Some((err, bytes)) = rewrite(buf) {
-            crate::request_log::unparsed_refusal(&this.st, &err);
+            crate::request_log::unparsed_refusal(&this.server, this.model.as_deref(), &err);
             this.pending = bytes;
             this.sent = 0;
             // The rewritten bytes stand for all of `buf`; flush writes the rest.

@@ -2,11 +2,11 @@
 //! after streaming began (an error event and no `[DONE]`), the API key (F4) and
 //! a panic in the forward pass.
 
-use serde_json::json;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use ferrox_server::router;
 use http_body_util::BodyExt;
+use serde_json::json;
 use tower::ServiceExt;
 
 mod common;
@@ -499,10 +499,7 @@ async fn anthropic_thinking_is_a_block_when_enabled() {
         .collect();
     assert_eq!(
         starts,
-        [
-            (json!(0), json!("thinking")),
-            (json!(1), json!("text"))
-        ],
+        [(json!(0), json!("thinking")), (json!(1), json!("text"))],
         "{text}"
     );
     let streamed: String = of("content_block_delta")
@@ -545,7 +542,12 @@ async fn the_server_seed_makes_unseeded_sampling_repeat() {
     let seeded = body.replace("\"prompt\"", "\"seed\": 7, \"prompt\"");
     let (_, own) = post(app(None), "/v1/completions", &seeded).await;
     assert_eq!(text(&own), text(&a), "the server's seed is the request's");
-    let (_, other) = post(app(Some(7)), "/v1/completions", &seeded.replace(": 7", ": 8")).await;
+    let (_, other) = post(
+        app(Some(7)),
+        "/v1/completions",
+        &seeded.replace(": 7", ": 8"),
+    )
+    .await;
     assert_ne!(text(&other), text(&a), "a request's own seed wins");
 }
 

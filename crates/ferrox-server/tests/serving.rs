@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Fault, Setup, state};
-use ferrox_server::{AppState, Limits, ServeOptions, serve};
+use ferrox_server::{AppState, Limits, ServeOptions, Served, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -24,12 +24,9 @@ async fn start(st: Arc<AppState>, grace: Duration) -> Running {
     let stop = CancellationToken::new();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let done = tokio::spawn(serve(
-        st,
+        Served::One(st),
         listener,
-        ServeOptions {
-            grace,
-            models: None,
-        },
+        ServeOptions { grace },
         stop.clone(),
         move |a| {
             let _ = tx.send(a);

@@ -237,12 +237,16 @@ fn stop_reason(reason: FinishReason, stops: &[String]) -> (&'static str, Option<
 
 /// What a `content_block_delta` adds.
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 enum Delta<'a> {
-    ThinkingDelta { thinking: &'a str },
-    SignatureDelta { signature: &'a str },
-    TextDelta { text: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
 #[derive(Serialize)]
@@ -433,7 +437,9 @@ async fn collect(
         role: "assistant",
         model: &st.model_id,
         content: answer_blocks(
-            reply.reasoning.filter(|r| answer.show_thinking && !r.is_empty()),
+            reply
+                .reasoning
+                .filter(|r| answer.show_thinking && !r.is_empty()),
             reply.text,
             reply.calls,
         ),
@@ -519,7 +525,7 @@ impl Blocks {
         };
         let mut out = Vec::with_capacity(2);
         if kind == Open::Thinking {
-            let delta = Delta::SignatureDelta { signature: "" };
+            let delta = Delta::Signature { signature: "" };
             out.push(StreamEvent::ContentBlockDelta { index, delta }.sse());
         }
         out.push(StreamEvent::ContentBlockStop { index }.sse());
@@ -539,8 +545,8 @@ impl Blocks {
             out.extend(self.open(kind));
             let index = self.next - 1;
             let delta = match kind {
-                Open::Thinking => Delta::ThinkingDelta { thinking: piece },
-                Open::Text => Delta::TextDelta { text: piece },
+                Open::Thinking => Delta::Thinking { thinking: piece },
+                Open::Text => Delta::Text { text: piece },
             };
             out.push(StreamEvent::ContentBlockDelta { index, delta }.sse());
         }
@@ -629,7 +635,7 @@ fn tool_use_events(index: usize, c: ToolCall) -> Vec<SseEvent> {
         out.push(
             StreamEvent::ContentBlockDelta {
                 index,
-                delta: Delta::InputJsonDelta {
+                delta: Delta::InputJson {
                     partial_json: &partial,
                 },
             }
@@ -659,7 +665,7 @@ fn sse(
         tools: answer.shape.tools,
         blocks,
     };
-    let limit = st.limits.request_timeout;
+    let limit = st.server.limits.request_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));
     let timed_out_set = Arc::clone(&timed_out);
     let deadline = async move {

@@ -215,7 +215,7 @@ pub(super) fn sse(
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let failed = Arc::new(AtomicBool::new(false));
     let timed_out = Arc::new(AtomicBool::new(false));
-    let limit = st.limits.request_timeout;
+    let limit = st.server.limits.request_timeout;
     let log = log.shared();
     let mut response = ResponseStream {
         out: Chunks {

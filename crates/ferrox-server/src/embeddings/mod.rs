@@ -221,7 +221,7 @@ pub async fn embed(st: &Arc<AppState>, r: EmbedRequest) -> Result<Embedded, ApiE
     }
     let id = unique_id("embd-", streams.first().map_or(0, |s| s.id()));
     let mut log = RequestLog::new(st, r.route, &id, false, started, &lens, None);
-    let gathered = within_request_timeout(st.limits.request_timeout, async {
+    let gathered = within_request_timeout(st.server.limits.request_timeout, async {
         let mut vectors = Vec::with_capacity(streams.len());
         let mut usage = Usage::default();
         for (i, s) in streams.iter_mut().enumerate() {

@@ -83,7 +83,7 @@ async fn handle(
         stream: valid.stream,
         n_probs,
     };
-    let settings = Params::of(&valid.params.sampling, &asked, st.default_max_tokens);
+    let settings = Params::of(&valid.params.sampling, &asked, st.server.default_max_tokens);
     let prepared = generation::prepare(&st, Generation::from(valid)).await?;
     let answers: Vec<Answer> = prepared
         .request_prompts()
@@ -138,7 +138,7 @@ impl Run {
     /// Every answer whole: one object, or a list for several prompts.
     async fn whole(mut self, streams: Vec<ferrox_engine::RequestStream>) -> Response {
         let (st, req, answers, log) = (&self.st, &self.req, &mut self.answers, &mut self.log);
-        let gathered = within_request_timeout(st.limits.request_timeout, async {
+        let gathered = within_request_timeout(st.server.limits.request_timeout, async {
             let mut events = merged(streams);
             while let Some((i, e)) = events.next().await {
                 log.on_event(i, &e);
@@ -181,7 +181,7 @@ impl Run {
             mut answers,
             log,
         } = self;
-        let limit = st.limits.request_timeout;
+        let limit = st.server.limits.request_timeout;
         let timed_out = Arc::new(AtomicBool::new(false));
         let failed = Arc::new(AtomicBool::new(false));
         let failed_in = Arc::clone(&failed);

@@ -167,7 +167,7 @@ async fn whole(
     mut stream: ferrox_engine::RequestStream,
     mut log: RequestLog,
 ) -> Response {
-    let gathered = within_request_timeout(st.limits.request_timeout, async {
+    let gathered = within_request_timeout(st.server.limits.request_timeout, async {
         let mut w = Whole::default();
         while let Some(e) = stream.recv().await {
             log.on_event(0, &e);
@@ -200,7 +200,7 @@ fn ndjson(
     stream: ferrox_engine::RequestStream,
     log: RequestLog,
 ) -> Response {
-    let limit = st.limits.request_timeout;
+    let limit = st.server.limits.request_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));
     let log = log.shared();
     let log_tail = log.clone();

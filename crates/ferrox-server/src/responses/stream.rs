@@ -295,7 +295,7 @@ pub(super) fn sse(
         open: Open::None,
     };
     let head = events.start();
-    let limit = st.limits.request_timeout;
+    let limit = st.server.limits.request_timeout;
     let timed_out = Arc::new(AtomicBool::new(false));
     let timed_out_tail = Arc::clone(&timed_out);
     let log = log.shared();

@@ -13,7 +13,7 @@ use ferrox_models::{Architecture, HyperParams, ModelError, Transformer};
 use ferrox_sampling::grammar::Grammars;
 use ferrox_server::auth::ApiKey;
 use ferrox_server::metrics::Metrics;
-use ferrox_server::{AppState, Lifecycle, Limits, Phase};
+use ferrox_server::{AppState, Lifecycle, Limits, Phase, Server};
 use ferrox_testkit::TinyModel;
 use ferrox_text::Tokenizer;
 
@@ -130,16 +130,7 @@ pub fn state(setup: Setup) -> Arc<AppState> {
             .map(|t| ferrox_text::chat::ChatTemplate::jinja(t, "", "").unwrap()),
         model_id: "tiny".into(),
         aliases: vec![],
-        api_key: setup.api_key.map(|k| ApiKey::new(k).unwrap()),
-        default_max_tokens: 64,
-        default_seed: setup.seed,
-        phase: Lifecycle::new(Phase::Serving),
-        limits: setup.limits,
-        cors_origins: setup.cors_origins,
-        webui: setup.webui,
-        log_prompts: setup.log_prompts,
         embedding,
-        tally: Default::default(),
         grammars,
         facts: ferrox_server::props::ServerFacts {
             model_path: "tiny.gguf".into(),
@@ -147,5 +138,16 @@ pub fn state(setup: Setup) -> Arc<AppState> {
             chat_template: setup.chat_template.map(String::from),
             card: Default::default(),
         },
+        server: Arc::new(Server {
+            api_key: setup.api_key.map(|k| ApiKey::new(k).unwrap()),
+            default_max_tokens: 64,
+            default_seed: setup.seed,
+            phase: Lifecycle::new(Phase::Serving),
+            limits: setup.limits,
+            cors_origins: setup.cors_origins,
+            webui: setup.webui,
+            log_prompts: setup.log_prompts,
+            tally: Default::default(),
+        }),
     })
 }
