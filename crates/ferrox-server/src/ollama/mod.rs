@@ -18,6 +18,7 @@
 
 mod embed;
 mod models;
+mod pull;
 mod reply;
 mod request;
 
@@ -54,7 +55,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/show", post(models::show))
         .route("/api/ps", get(models::ps))
         .route("/api/version", get(models::version))
-        .route("/api/pull", post(models::pull))
+        .route("/api/pull", post(pull::pull))
         .route("/api/delete", delete(models::delete))
         .route("/api/embed", post(embed::embed_route))
         .route("/api/embeddings", post(embed::embeddings_route))

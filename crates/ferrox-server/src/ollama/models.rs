@@ -1,25 +1,19 @@
 //! Ollama's model routes over the served model and the model cache:
 //! `tags` and `ps` list the served model, `show` describes it from its file,
-//! `version` names the Ollama API these routes follow, `pull` fetches a
-//! catalog model or `hf.co/...` file into the cache (NDJSON progress by
-//! default), and `delete` removes one from it.
-//!
-//! One model is served per process: a model pulled here is in the cache for
-//! `ferrox serve -m NAME`, not served by this process.
+//! `version` names the Ollama API these routes follow, and `delete` removes
+//! a model from the cache (`pull`, which fetches one, is [`super::pull`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use ferrox_hub::HubError;
-use ferrox_hub::model_ref::Pullable;
-use futures_util::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -125,7 +119,7 @@ pub(super) async fn version() -> Json<Value> {
 /// A body naming a model: `model`, or `name` as older clients send it.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Named {
+pub(super) struct Named {
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
@@ -136,14 +130,14 @@ struct Named {
     verbose: Option<bool>,
     /// `pull` only: whether progress streams (the default).
     #[serde(default)]
-    stream: Option<bool>,
+    pub(super) stream: Option<bool>,
     /// `pull` only: the Hub is reached over HTTPS whatever this says.
     #[serde(default)]
     #[allow(dead_code)]
     insecure: Option<bool>,
 }
 
-fn named(body: Result<Bytes, BytesRejection>) -> Result<(String, Named), ApiError> {
+pub(super) fn named(body: Result<Bytes, BytesRejection>) -> Result<(String, Named), ApiError> {
     let n: Named = typed(&body_json(body)?)?;
     let name = n
         .model
@@ -213,62 +207,13 @@ fn hub_status(e: &HubError) -> StatusCode {
     }
 }
 
-fn hub_error(e: &HubError) -> ApiError {
+pub(super) fn hub_error(e: &HubError) -> ApiError {
     ApiError::new(
         hub_status(e),
         "invalid_request_error",
         "model_unavailable",
         e.to_string(),
     )
-}
-
-/// `POST /api/pull`: fetches a catalog model or a Hub file into the cache,
-/// verified; streamed as status lines unless `stream` is false.
-pub(super) async fn pull(
-    State(_st): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let (name, n) = match named(body) {
-        Ok(x) => x,
-        Err(e) => return OllamaError(e).into_response(),
-    };
-    let target = match Pullable::parse(&name) {
-        Ok(t) => t,
-        Err(e) => return OllamaError(hub_error(&e)).into_response(),
-    };
-    let fetched = tokio::task::spawn_blocking(move || target.fetch());
-    let result = async move {
-        match fetched.await {
-            Ok(Ok(path)) => Ok(path),
-            Ok(Err(e)) => Err(hub_error(&e)),
-            Err(e) => Err(ApiError::internal(format!("the pull failed: {e}"))),
-        }
-    };
-    if !n.stream.unwrap_or(true) {
-        return match result.await {
-            Ok(_) => Json(serde_json::json!({"status": "success"})).into_response(),
-            Err(e) => OllamaError(e).into_response(),
-        };
-    }
-    let status = |s: &str| serde_json::json!({ "status": s }).to_string() + "\n";
-    let head = stream::iter([status("pulling manifest")]);
-    let rest = stream::once(async move {
-        match result.await {
-            Ok(_) => ["verifying sha256 digest", "writing manifest", "success"]
-                .into_iter()
-                .map(|s| serde_json::json!({ "status": s }).to_string() + "\n")
-                .collect(),
-            Err(e) => vec![super::reply::error_line(&e)],
-        }
-    })
-    .flat_map(stream::iter);
-    let body = head.chain(rest).map(Ok::<_, std::convert::Infallible>);
-    let mut r = Body::from_stream(body).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
-    r
 }
 
 /// `DELETE /api/delete`: removes a fetched model from the cache; the served
