@@ -68,6 +68,11 @@ fn llama3_bpe_vectors() {
 }
 
 #[test]
+fn deepseek_coder_vectors() {
+    check("deepseek-coder");
+}
+
+#[test]
 fn qwen2_vectors() {
     check("qwen2");
 }

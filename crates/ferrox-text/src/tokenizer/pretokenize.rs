@@ -19,6 +19,10 @@
 //!   every digit its own piece (`\p{N}`), then gpt2 on the rest.
 //! * `gemma4`: runs of non-newlines and runs of newlines (`[^\n]+|[\n]+`); the
 //!   BPE then merges over a whole line (SentencePiece-style BPE).
+//! * `deepseek-coder`: llama.cpp's five expressions applied in turn, each
+//!   splitting every piece the ones before left (what an expression does not
+//!   match stays a piece): `[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`,
+//!   `[一-龥ࠀ-一가-퟿]+`, `\p{N}`.
 //!
 //! Invariant: the words concatenate back to the input (nothing dropped or added).
 
@@ -36,11 +40,12 @@ pub enum PreTokenizer {
     SmolLm,
     Gemma4,
     Gpt4o,
+    DeepSeekCoder,
 }
 
 impl PreTokenizer {
     /// Names accepted in `tokenizer.ggml.pre`, for error messages.
-    pub const NAMES: &'static str = "gpt2, default, llama3, llama-bpe, qwen2, qwen35, smollm, starcoder, refact, gemma4, gpt-4o";
+    pub const NAMES: &'static str = "gpt2, default, llama3, llama-bpe, qwen2, qwen35, smollm, starcoder, refact, gemma4, gpt-4o, deepseek-coder";
 
     /// The pre-tokenizer named by `tokenizer.ggml.pre`.
     pub fn from_name(name: &str) -> Result<PreTokenizer, TextError> {
@@ -52,6 +57,7 @@ impl PreTokenizer {
             "gemma4" => PreTokenizer::Gemma4,
             "smollm" | "starcoder" | "refact" => PreTokenizer::SmolLm,
             "gpt-4o" | "llama4" => PreTokenizer::Gpt4o,
+            "deepseek-coder" => PreTokenizer::DeepSeekCoder,
             _ => {
                 return Err(TextError::InvalidMetadata {
                     key: "tokenizer.ggml.pre".into(),
@@ -78,6 +84,7 @@ impl PreTokenizer {
                 split_llama3(Chars::new(text, false), text, 3, Letters::Cased, &mut word)
             }
             PreTokenizer::Gemma4 => split_lines(text, &mut word),
+            PreTokenizer::DeepSeekCoder => split_in_turn(text, &DEEPSEEK_CODER, &mut word),
             PreTokenizer::SmolLm => {
                 let mut rest = text;
                 while let Some((at, c)) = rest
@@ -250,6 +257,85 @@ fn split_lines<'a>(text: &'a str, word: &mut impl FnMut(&'a str)) {
         word(&rest[..end]);
         rest = &rest[end..];
     }
+}
+
+/// One expression of a pre-tokenizer that applies several in turn: where
+/// its leftmost match in `text` starts and ends.
+type Expression = fn(&str) -> Option<(usize, usize)>;
+
+/// deepseek-coder's expressions, in llama.cpp's order.
+const DEEPSEEK_CODER: [Expression; 5] = [
+    |t| first_run(t, |c| c == '\r' || c == '\n', false, Some(1)),
+    |t| first_run(t, |c| class(c, false) == Class::Letter, true, None),
+    |t| {
+        first_run(
+            t,
+            |c| c.general_category_group() == GeneralCategoryGroup::Punctuation,
+            true,
+            None,
+        )
+    },
+    |t| {
+        first_run(
+            t,
+            |c| matches!(c, '\u{0800}'..='\u{9FA5}' | '\u{AC00}'..='\u{D7FF}'),
+            false,
+            None,
+        )
+    },
+    |t| first_run(t, |c| class(c, false) == Class::Number, false, Some(1)),
+];
+
+/// The leftmost match of `\s?X+` (`\s?` only when `space_first`; at most
+/// `most` characters of X), where X is the characters `is` holds for.
+fn first_run(
+    text: &str,
+    is: impl Fn(char) -> bool,
+    space_first: bool,
+    most: Option<usize>,
+) -> Option<(usize, usize)> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let run = if is(c) {
+            at
+        } else if space_first && c.is_whitespace() && chars.peek().is_some_and(|&(_, n)| is(n)) {
+            at + c.len_utf8()
+        } else {
+            continue;
+        };
+        let end = text[run..]
+            .char_indices()
+            .take_while(|&(_, ch)| is(ch))
+            .take(most.unwrap_or(usize::MAX))
+            .last()
+            .map_or(run, |(i, ch)| run + i + ch.len_utf8());
+        return Some((at, end));
+    }
+    None
+}
+
+/// Splits `text` by each expression in turn: every piece is split by the
+/// next expression into its matches and what lies between them.
+fn split_in_turn<'a>(text: &'a str, expressions: &[Expression], word: &mut impl FnMut(&'a str)) {
+    let mut pieces = vec![text];
+    for find in expressions {
+        let mut next = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let mut rest = piece;
+            while let Some((start, end)) = find(rest).filter(|&(s, e)| e > s) {
+                if start > 0 {
+                    next.push(&rest[..start]);
+                }
+                next.push(&rest[start..end]);
+                rest = &rest[end..];
+            }
+            if !rest.is_empty() {
+                next.push(rest);
+            }
+        }
+        pieces = next;
+    }
+    pieces.into_iter().for_each(word);
 }
 
 /// How a llama3-like pre-tokenizer takes words of letters.
