@@ -135,3 +135,28 @@ fn a_vocabulary_without_fim_tokens_is_refused_naming_them() {
     assert_eq!(e.missing, ["prefix token", "suffix token", "middle token"]);
     assert!(e.to_string().contains("not supported by this model"), "{e}");
 }
+
+#[test]
+fn deepseek_coders_fim_tokens_are_found_and_laid_out() {
+    // DeepSeek-Coder's vocabulary: <｜fim▁begin｜>, <｜fim▁hole｜>, <｜fim▁end｜>
+    // (prefix, suffix, middle), behind its BOS.
+    let Some(tok) = tokenizer("deepseek-coder") else {
+        return;
+    };
+    let (begin, hole, end) = ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>");
+    let got = prompt_ids(&tok, &infill(Vec::new()), ROOM).unwrap();
+    let mut want: Vec<u32> = tok.bos().filter(|_| tok.adds_bos()).into_iter().collect();
+    want.extend(ids(
+        &tok,
+        &[
+            begin,
+            "def add(a, b):\n",
+            "    return",
+            hole,
+            "\nprint(add(1, 2))\n",
+            end,
+        ],
+        &[begin, hole, end],
+    ));
+    assert_eq!(got, want);
+}

@@ -466,6 +466,16 @@ fn split_llama3<'a>(
 mod tests {
     use super::*;
 
+    #[test]
+    fn deepseek_coder_applies_its_expressions_in_turn() {
+        let mut words = Vec::new();
+        PreTokenizer::DeepSeekCoder.split("a += b\n你好123 안녕", |w| words.push(w));
+        assert_eq!(
+            words,
+            ["a", " +=", " b", "\n", "你好", "1", "2", "3", " ", "안녕"]
+        );
+    }
+
     fn words(p: PreTokenizer, text: &str) -> Vec<&str> {
         let mut v = Vec::new();
         p.split(text, |w| v.push(w));
