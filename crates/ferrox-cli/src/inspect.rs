@@ -13,6 +13,7 @@ use ferrox_engine::byte_size::format_bytes;
 use ferrox_engine::kv_plan::{KvPlan, KvShape};
 use ferrox_models::arch::tensors::{full_name, names as n};
 use ferrox_models::hparams::{AttentionKind, HyperParams};
+use ferrox_models::kv_store::{KvElement, KvLayout};
 
 /// KV options the plan is computed for.
 #[derive(Clone, Debug)]
@@ -24,7 +25,7 @@ pub struct KvOptions {
     pub block_size: usize,
     pub max_seqs: usize,
     pub prefill_chunk: usize,
-    pub element_bytes: usize,
+    pub element: KvElement,
 }
 
 /// Count and bytes of the tensors of one storage type.
@@ -48,7 +49,9 @@ pub struct LayerKindKv {
 /// The KV plan for the options given.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct KvReport {
-    pub element_bytes: usize,
+    /// The KV type, and the bytes a value takes in it (34/32 for q8_0).
+    pub element: KvElement,
+    pub element_bytes: f64,
     pub by_layer_kind: Vec<LayerKindKv>,
     pub ctx: usize,
     /// KV bytes of one request of `ctx` positions.
@@ -249,7 +252,8 @@ impl ModelReport {
             e.tensors += 1;
             e.bytes += t.n_bytes as u64;
         }
-        let shape = KvShape::new(&hp, kv.element_bytes);
+        KvLayout::new(&hp).check_element(kv.element)?;
+        let shape = KvShape::new(&hp, kv.element);
         let ctx = kv.ctx.unwrap_or(hp.context_length);
         let plan = KvPlan::from_memory(
             &shape,
@@ -300,7 +304,8 @@ impl ModelReport {
                 ferrox_core::isa::active().name()
             ),
             kv: KvReport {
-                element_bytes: kv.element_bytes,
+                element: kv.element,
+                element_bytes: kv.element.bytes_per_value(),
                 by_layer_kind,
                 ctx,
                 bytes_per_full_context_request: shape.request_bytes(ctx as u64, kv.prefill_chunk),
@@ -397,7 +402,11 @@ impl fmt::Display for ModelReport {
             )?;
         }
         let kv = &self.kv;
-        writeln!(s, "KV cache ({}-byte elements):", kv.element_bytes)?;
+        writeln!(
+            s,
+            "KV cache ({}, {} bytes per value):",
+            kv.element, kv.element_bytes
+        )?;
         for k in &kv.by_layer_kind {
             let cap = k
                 .max_positions_per_request
@@ -469,7 +478,7 @@ mod tests {
             block_size: defaults::KV_BLOCK_SIZE,
             max_seqs: defaults::MAX_SEQS,
             prefill_chunk: defaults::PREFILL_CHUNK,
-            element_bytes: 4,
+            element: KvElement::F32,
         };
         Some(ModelReport::new(&file, &opts).unwrap())
     }

@@ -139,7 +139,7 @@ fn run(cli: Cli) -> Result<()> {
                 block_size: kv.kv_block_size,
                 max_seqs: kv.max_seqs,
                 prefill_chunk: kv.prefill_chunk,
-                element_bytes: kv.kv_element()?.bytes(),
+                element: kv.kv_element()?,
             };
             let report = ModelReport::new(&file, &opts)?;
             if json {

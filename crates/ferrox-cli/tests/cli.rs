@@ -66,9 +66,10 @@ fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
 }
 
 /// `--kv-type f16` (and llama-server's `-ctk` / `-ctv`) halves the price of
-/// a position; keys and values of different types are refused by name.
+/// a position and q8_0 takes 34 bytes per 32 values; keys and values of
+/// different types, and an unknown type, are refused by name.
 #[test]
-fn real_model_f16_kv_halves_the_price_of_a_position() {
+fn real_model_f16_and_q8_0_kv_price_a_position_exactly() {
     let Some(smol) = real_model("smollm2-135m") else {
         return;
     };
@@ -81,14 +82,22 @@ fn real_model_f16_kv_halves_the_price_of_a_position() {
         assert!(o.status.success(), "{}", stderr(&o));
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(j["kv"]["by_layer_kind"][0]["bytes_per_position"], 23040);
-        assert_eq!(j["kv"]["element_bytes"], 2);
+        assert_eq!(j["kv"]["element_bytes"], 2.0);
     }
     let o = ferrox(&["inspect", path, "-ctk", "f16", "-ctv", "f32"], &[]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("share one type"), "{}", stderr(&o));
-    let o = ferrox(&["inspect", path, "--kv-type", "q8_0"], &[]);
+    let o = ferrox(
+        &["inspect", path, "--json", "-ctk", "q8_0", "-ctv", "q8_0"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["kv"]["by_layer_kind"][0]["bytes_per_position"], 12240);
+    assert_eq!(j["kv"]["element"], "q8_0");
+    let o = ferrox(&["inspect", path, "--kv-type", "q4_0"], &[]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("q8_0"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("q4_0"), "{}", stderr(&o));
 }
 
 #[test]

@@ -116,7 +116,7 @@ mod tests {
                 head_dim_k: 4,
                 head_dim_v: 4,
             }],
-            element_bytes: 4,
+            element: ferrox_models::kv_store::KvElement::F32,
         };
         let plan = blocks.map(|n| KvPlan::from_blocks(&shape, n, 16, 4, 8).unwrap());
         KvCeiling {

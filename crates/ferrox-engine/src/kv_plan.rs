@@ -24,6 +24,7 @@
 //! is checked, so absurd inputs are errors rather than wrapped numbers.
 
 use ferrox_models::hparams::{AttentionKind, HyperParams};
+use ferrox_models::kv_store::KvElement;
 
 use crate::byte_size::format_bytes;
 
@@ -86,9 +87,11 @@ pub struct LayerKv {
 }
 
 impl LayerKv {
-    /// Bytes one position takes in this layer (keys and values).
-    pub fn bytes_per_position(&self, element_bytes: usize) -> u64 {
-        (self.n_kv_heads * (self.head_dim_k + self.head_dim_v) * element_bytes) as u64
+    /// Bytes one position takes in this layer (keys and values) in
+    /// elements of `element`.
+    pub fn bytes_per_position(&self, element: KvElement) -> u64 {
+        let row = |dim: usize| element.row_bytes(dim);
+        (self.n_kv_heads * (row(self.head_dim_k) + row(self.head_dim_v))) as u64
     }
 }
 
@@ -97,14 +100,14 @@ impl LayerKv {
 pub struct KvShape {
     /// The layers that keep KV, in order.
     pub layers: Vec<LayerKv>,
-    /// Bytes per stored element.
-    pub element_bytes: usize,
+    /// The type of the stored elements.
+    pub element: KvElement,
 }
 
 impl KvShape {
-    /// The KV shape of a model with `element_bytes`-wide cache elements: the
+    /// The KV shape of a model with cache elements of type `element`: the
     /// layers that keep KV (a shared-KV layer reads another's and keeps none).
-    pub fn new(hp: &HyperParams, element_bytes: usize) -> KvShape {
+    pub fn new(hp: &HyperParams, element: KvElement) -> KvShape {
         let layers = hp
             .layers
             .iter()
@@ -118,10 +121,7 @@ impl KvShape {
                 head_dim_v: a.head_dim_v,
             })
             .collect();
-        KvShape {
-            layers,
-            element_bytes,
-        }
+        KvShape { layers, element }
     }
 
     fn bytes_where(&self, full: bool) -> u64 {
@@ -132,7 +132,7 @@ impl KvShape {
                 AttentionKind::SlidingWindow { .. } => !full,
                 AttentionKind::Recurrent => false,
             })
-            .map(|l| l.bytes_per_position(self.element_bytes))
+            .map(|l| l.bytes_per_position(self.element))
             .sum()
     }
 
@@ -324,7 +324,7 @@ mod tests {
                     head_dim_v: 8,
                 })
                 .collect(),
-            element_bytes: 2,
+            element: KvElement::F16,
         }
     }
 

@@ -166,7 +166,8 @@ pub fn start(
     let encoder = decoder.is_encoder();
     let config = whole_sequences(config, decoder.as_ref());
     let hp = decoder.hyper_params().clone();
-    let shape = KvShape::new(&hp, config.kv_element.bytes());
+    decoder.kv_layout().check_element(config.kv_element)?;
+    let shape = KvShape::new(&hp, config.kv_element);
     let plan = match config.kv_blocks {
         Some(n) => Some(KvPlan::from_blocks(
             &shape,

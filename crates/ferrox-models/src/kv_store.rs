@@ -11,9 +11,13 @@
 //!   past and given back; the model never reads there (a window layer attends only
 //!   to its last `window` positions).
 //!
-//! Elements are f32 or f16 ([`KvElement`], one type for the whole cache): f16
-//! pages are written rounded to nearest and widened back exactly when read, so
-//! what a position reads depends on its stored bits alone.
+//! Elements are f32, f16 or q8_0 ([`KvElement`], one type for the whole
+//! cache): f16 pages are written rounded to nearest, q8_0 pages in ggml's
+//! blocks of 32 (an f16 scale and 32 signed bytes, quantized as ggml
+//! quantizes), and both are widened back exactly when read, so what a
+//! position reads depends on its stored bits alone. A q8_0 block never
+//! straddles two heads or two positions: every head dimension is a multiple
+//! of 32 ([`KvLayout::check_element`]).
 //!
 //! Layouts (in elements): a page holds, layer after layer of its pool, the
 //! layer's keys `[n_kv_heads][page_size][head_dim_k]` then its values
@@ -46,10 +50,11 @@ use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 /// The type of the KV cache's elements.
 ///
 /// f32 is the default: f16 halves the cache (0.0008-0.0010 nats of mean
-/// top-5 error on the real models, inside the 0.005 budget) but its pages are
-/// widened run by run before the attention kernels read them, which still
-/// costs SmolLM2's prompt processing about 0.87x (docs/PERFORMANCE.md); it
-/// becomes the default when the kernels read f16 themselves.
+/// top-5 error on the real models, inside the 0.005 budget) and q8_0 takes
+/// 34 bytes per 32 values, but their pages are widened run by run before the
+/// attention kernels read them, which still costs prompt processing
+/// (docs/PERFORMANCE.md); f16 becomes the default when the kernels read it
+/// themselves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvElement {
@@ -57,17 +62,44 @@ pub enum KvElement {
     F32,
     /// IEEE half precision, as llama.cpp's default `-ctk f16`.
     F16,
+    /// ggml's Q8_0 blocks (`-ctk q8_0`): 32 values as an f16 scale and 32
+    /// signed bytes.
+    #[serde(rename = "q8_0")]
+    Q8_0,
 }
 
 /// The names [`KvElement`] parses.
-pub const KV_ELEMENT_NAMES: &str = "f32, f16";
+pub const KV_ELEMENT_NAMES: &str = "f32, f16, q8_0";
+
+/// Values per q8_0 block.
+const Q8_0_BLOCK: usize = 32;
+/// Bytes per q8_0 block: the f16 scale, then the 32 signed bytes.
+const Q8_0_BLOCK_BYTES: usize = 34;
 
 impl KvElement {
-    /// Bytes of one element.
-    pub fn bytes(self) -> usize {
+    /// Bytes `n` values take (for q8_0, `n` is a multiple of 32).
+    pub fn row_bytes(self, n: usize) -> usize {
         match self {
-            KvElement::F32 => 4,
-            KvElement::F16 => 2,
+            KvElement::F32 => 4 * n,
+            KvElement::F16 => 2 * n,
+            KvElement::Q8_0 => n / Q8_0_BLOCK * Q8_0_BLOCK_BYTES,
+        }
+    }
+
+    /// Bytes per value, on average.
+    pub fn bytes_per_value(self) -> f64 {
+        match self {
+            KvElement::F32 => 4.0,
+            KvElement::F16 => 2.0,
+            KvElement::Q8_0 => Q8_0_BLOCK_BYTES as f64 / Q8_0_BLOCK as f64,
+        }
+    }
+
+    /// The values a row's length must be a multiple of.
+    pub fn block(self) -> usize {
+        match self {
+            KvElement::F32 | KvElement::F16 => 1,
+            KvElement::Q8_0 => Q8_0_BLOCK,
         }
     }
 
@@ -75,8 +107,22 @@ impl KvElement {
         match self {
             KvElement::F32 => "f32",
             KvElement::F16 => "f16",
+            KvElement::Q8_0 => "q8_0",
         }
     }
+}
+
+/// A KV type the model's shape cannot take.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--kv-type {element} stores blocks of {block} values, but layer {layer} has {what} of {dim}; use f16 or f32"
+)]
+pub struct KvElementUnfit {
+    pub element: KvElement,
+    pub block: usize,
+    pub layer: usize,
+    pub what: &'static str,
+    pub dim: usize,
 }
 
 impl fmt::Display for KvElement {
@@ -87,7 +133,7 @@ impl fmt::Display for KvElement {
 
 /// A KV type name that is none of [`KV_ELEMENT_NAMES`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown KV type {0:?} (one of: {KV_ELEMENT_NAMES}; q8_0 and q4_0 are not supported yet)")]
+#[error("unknown KV type {0:?} (one of: {KV_ELEMENT_NAMES}; q4_0 is not supported yet)")]
 pub struct UnknownKvElement(pub String);
 
 impl FromStr for KvElement {
@@ -97,6 +143,7 @@ impl FromStr for KvElement {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Ok(KvElement::F32),
             "f16" => Ok(KvElement::F16),
+            "q8_0" => Ok(KvElement::Q8_0),
             _ => Err(UnknownKvElement(s.to_string())),
         }
     }
@@ -198,9 +245,35 @@ impl KvLayout {
         }
     }
 
-    /// This layout with KV elements of type `element`.
+    /// This layout with KV elements of type `element`; panics where the
+    /// layout cannot take it ([`Self::check_element`] says why first).
     pub fn with_element(self, element: KvElement) -> KvLayout {
+        if let Err(e) = self.check_element(element) {
+            panic!("{e}");
+        }
         KvLayout { element, ..self }
+    }
+
+    /// Whether every head's keys and values fill whole blocks of `element`.
+    pub fn check_element(&self, element: KvElement) -> Result<(), KvElementUnfit> {
+        let block = element.block();
+        for (layer, slot) in self.layers.iter().enumerate() {
+            let (LayerSlot::Full(p) | LayerSlot::Window(p, _)) = slot else {
+                continue;
+            };
+            for (what, dim) in [("keys", p.head_dim_k), ("values", p.head_dim_v)] {
+                if !dim.is_multiple_of(block) {
+                    return Err(KvElementUnfit {
+                        element,
+                        block,
+                        layer,
+                        what,
+                        dim,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Floats of one sequence's whole recurrent state (0 without recurrent layers).
@@ -275,13 +348,17 @@ enum KvPages {
     F32(PageBuffers<f32>),
     /// f16 values, two little-endian bytes each (ggml's F16 layout).
     F16(PageBuffers<u8>),
+    /// ggml's Q8_0 blocks; value `i` is in block `i / 32`.
+    Q8_0(PageBuffers<u8>),
 }
 
 impl KvPages {
     fn new(element: KvElement, floats: usize) -> KvPages {
+        let bytes = element.row_bytes(floats);
         match element {
             KvElement::F32 => KvPages::F32(PageBuffers::new(floats)),
-            KvElement::F16 => KvPages::F16(PageBuffers::new(2 * floats)),
+            KvElement::F16 => KvPages::F16(PageBuffers::new(bytes)),
+            KvElement::Q8_0 => KvPages::Q8_0(PageBuffers::new(bytes)),
         }
     }
 
@@ -299,6 +376,16 @@ impl KvPages {
                     for (pair, x) in d.chunks_exact_mut(2).zip(h.iter()) {
                         pair.copy_from_slice(&x.to_le_bytes());
                     }
+                }
+            }
+            KvPages::Q8_0(b) => {
+                let (first, bytes) = q8_0_span(at, values.len());
+                let dst = &mut b.page_mut(id)[first..first + bytes];
+                for (d, v) in dst
+                    .chunks_exact_mut(Q8_0_BLOCK_BYTES)
+                    .zip(values.chunks_exact(Q8_0_BLOCK))
+                {
+                    quantize_q8_0_block(v, d);
                 }
             }
         }
@@ -323,7 +410,43 @@ impl KvPages {
                 fast::dequantize_row(DType::F16, bytes, &mut scratch[..n]);
                 f(&scratch[..n])
             }
+            KvPages::Q8_0(b) => {
+                let (first, bytes) = q8_0_span(at, n);
+                scratch.resize(n, 0.0);
+                // Exact: each value is its block's f16 scale times its byte.
+                fast::dequantize_row(
+                    DType::Q8_0,
+                    &b.page(id)[first..first + bytes],
+                    &mut scratch[..n],
+                );
+                f(&scratch[..n])
+            }
         }
+    }
+}
+
+/// The bytes of values `at..at + n` of a q8_0 page: where they start, and
+/// how many. Both ends lie on block boundaries.
+fn q8_0_span(at: usize, n: usize) -> (usize, usize) {
+    assert!(
+        at.is_multiple_of(Q8_0_BLOCK) && n.is_multiple_of(Q8_0_BLOCK),
+        "q8_0 KV is read and written in whole blocks of {Q8_0_BLOCK} (values {at}..{})",
+        at + n
+    );
+    (KvElement::Q8_0.row_bytes(at), KvElement::Q8_0.row_bytes(n))
+}
+
+/// `values` (one block) as ggml quantizes Q8_0 (`quantize_row_q8_0_ref`):
+/// the scale `max |x| / 127` stored as f16, each value `round(x / scale)`.
+/// (A scale searched for the least squared error gave the same fidelity on
+/// SmolLM2: 0.0345 nats against 0.0339.)
+fn quantize_q8_0_block(values: &[f32], out: &mut [u8]) {
+    let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+    for (q, &v) in out[2..].iter_mut().zip(values) {
+        *q = ((v * id).round() as i8) as u8;
     }
 }
 

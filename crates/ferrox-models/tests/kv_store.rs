@@ -115,3 +115,85 @@ fn an_f16_cache_stores_values_rounded_to_nearest_and_reads_them_back_widened() {
         assert_eq!(values, &rv[..]);
     });
 }
+
+/// A layout of two full layers of 2 kv heads, 64-wide keys and 32-wide values.
+fn wide_layout() -> KvLayout {
+    use ferrox_models::kv_store::{KvElement, KvPlace, LayerSlot};
+    let place = |offset| KvPlace {
+        offset,
+        n_kv_heads: 2,
+        head_dim_k: 64,
+        head_dim_v: 32,
+    };
+    KvLayout {
+        layers: vec![LayerSlot::Full(place(0)), LayerSlot::Full(place(192))],
+        full_floats: 384,
+        window_floats: 0,
+        window: 0,
+        n_recurrent: 0,
+        state_floats: 0,
+        element: KvElement::F32,
+    }
+}
+
+#[test]
+fn a_q8_0_cache_stores_ggml_blocks_and_reads_back_their_exact_values() {
+    use ferrox_core::blocks::BlockQ8_0;
+    use ferrox_core::kernels::reference::legacy::quantize_q8_0;
+    use ferrox_models::kv_store::KvElement;
+    let mut s = KvStore::new(wide_layout().with_element(KvElement::Q8_0), 4);
+    let t = s.fresh_table(8);
+    for layer in 0..2 {
+        for pos in 0..8 {
+            let k: Vec<f32> = (0..128)
+                .map(|i| ((layer * 7 + pos * 3 + i) as f32 * 0.37).sin() * (1 + i % 5) as f32)
+                .collect();
+            let v: Vec<f32> = (0..64)
+                .map(|i| (i as f32 - 30.5) / (pos + 1) as f32)
+                .collect();
+            s.write(&t, layer, pos, &k, &v);
+            for h in 0..2 {
+                let (rk, rv) = s.read(&t, layer, pos, h);
+                // What ggml's reference quantizer gives, dequantized.
+                let want = |x: &[f32]| {
+                    let mut blocks = vec![BlockQ8_0::default(); x.len() / 32];
+                    quantize_q8_0(x, &mut blocks);
+                    blocks
+                        .iter()
+                        .flat_map(|b| {
+                            let d = half::f16::from_le_bytes(b.d).to_f32();
+                            b.qs.map(|q| d * q as f32)
+                        })
+                        .collect::<Vec<f32>>()
+                };
+                assert_eq!(
+                    rk,
+                    want(&k[h * 64..(h + 1) * 64]),
+                    "layer {layer} pos {pos}"
+                );
+                assert_eq!(
+                    rv,
+                    want(&v[h * 32..(h + 1) * 32]),
+                    "layer {layer} pos {pos}"
+                );
+            }
+        }
+        // Runs read the same values.
+        s.for_each_run(&t, layer, 1, 2, 7, |p0, keys, values| {
+            for j in 0..keys.len() / 64 {
+                let (rk, rv) = s.read(&t, layer, p0 + j, 1);
+                assert_eq!(&keys[j * 64..(j + 1) * 64], rk);
+                assert_eq!(&values[j * 32..(j + 1) * 32], rv);
+            }
+        });
+    }
+}
+
+#[test]
+fn q8_0_needs_head_dimensions_in_whole_blocks() {
+    use ferrox_models::kv_store::KvElement;
+    let e = layout().check_element(KvElement::Q8_0).unwrap_err();
+    assert!(e.to_string().contains("--kv-type q8_0"), "{e}");
+    assert_eq!(wide_layout().check_element(KvElement::Q8_0), Ok(()));
+    assert_eq!(layout().check_element(KvElement::F16), Ok(()));
+}

@@ -69,6 +69,8 @@ pub enum StartError {
     StatePoolTooSmall { slots: usize, need: u64 },
     #[error(transparent)]
     Plan(#[from] crate::kv_plan::KvPlanError),
+    #[error(transparent)]
+    KvElement(#[from] ferrox_models::kv_store::KvElementUnfit),
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
 }
