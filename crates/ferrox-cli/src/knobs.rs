@@ -22,6 +22,47 @@ pub fn count_knob(
     }
 }
 
+/// Speculative decoding (`serve` and `run`).
+#[derive(Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding: `ngram` drafts the tokens that followed the last
+    /// earlier occurrence of the text's last few tokens (prompt lookup,
+    /// llama-server's `--spec-type ngram-simple`), checked in one step; the
+    /// output is the output without it, token for token. It helps where the
+    /// answer copies its input (edits, quotes, code), and turns itself off
+    /// while more requests decode than --spec-max-batch. `none` is off.
+    #[arg(long, visible_alias = "spec-type", env = "FERROX_SPEC", action = clap::ArgAction::Set, value_parser = parse_spec, default_value = "none", value_name = "none|ngram")]
+    pub spec: bool,
+    /// Most tokens drafted a step (llama-server's `--draft-max`).
+    #[arg(long, visible_aliases = ["spec-draft-n-max", "draft", "draft-n"], env = "FERROX_DRAFT_MAX", value_parser = count_knob("FERROX_DRAFT_MAX"), default_value_t = ferrox_engine::speculation::Speculation::default().max_draft, value_name = "N")]
+    pub draft_max: usize,
+    /// Speculation runs only while at most this many requests decode.
+    #[arg(long, env = "FERROX_SPEC_MAX_BATCH", value_parser = count_knob("FERROX_SPEC_MAX_BATCH"), default_value_t = ferrox_engine::speculation::Speculation::default().max_batch, value_name = "N")]
+    pub spec_max_batch: usize,
+}
+
+/// `--spec`'s names, llama-server's included, as "on".
+fn parse_spec(v: &str) -> Result<bool, String> {
+    match v {
+        "none" | "off" => Ok(false),
+        "ngram" | "ngram-simple" => Ok(true),
+        _ => Err(format!(
+            "{v:?} is not a speculation type here: none, or ngram (llama-server's ngram-simple); draft models and MTP heads are not supported"
+        )),
+    }
+}
+
+impl SpecArgs {
+    /// The engine's speculation, if on.
+    pub fn speculation(&self) -> Option<ferrox_engine::speculation::Speculation> {
+        self.spec.then(|| ferrox_engine::speculation::Speculation {
+            max_draft: self.draft_max,
+            max_batch: self.spec_max_batch,
+            ..Default::default()
+        })
+    }
+}
+
 /// llama-server's and llama-cli's flags for where a model comes from and runs.
 #[derive(Args, Debug, Clone)]
 pub struct LlamaHabits {
@@ -109,6 +150,8 @@ pub struct KvArgs {
 pub struct EngineArgs {
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// Requests that may wait beyond --max-seqs running ones: new requests get
     /// 503 queue_full once running plus waiting reach max-seqs + max-queue.
     #[arg(long, env = "FERROX_CB_MAX_QUEUE", value_parser = count_knob("FERROX_CB_MAX_QUEUE"), default_value_t = 512, value_name = "N")]
@@ -180,6 +223,7 @@ impl EngineArgs {
             prefix_cache: !self.no_prefix_cache,
             recurrent_slots: self.recurrent_slots,
             kv_element,
+            speculation: self.spec.speculation(),
         })
     }
 }

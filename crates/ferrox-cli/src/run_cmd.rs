@@ -42,6 +42,8 @@ pub struct RunArgs {
     pub path: crate::knobs::ActivationArgs,
     #[command(flatten)]
     pub habits: crate::knobs::LlamaHabits,
+    #[command(flatten)]
+    pub spec: crate::knobs::SpecArgs,
     /// Temperature (0: greedy).
     #[arg(long, default_value_t = 0.8)]
     pub temp: f32,
@@ -239,6 +241,7 @@ impl Session {
             prefix_cache,
             recurrent_slots: None,
             kv_element: KvElement::default(),
+            speculation: a.spec.speculation(),
         };
         let tokenizer = std::sync::Arc::new(model.tokenizer);
         let engine = ferrox_engine::start(

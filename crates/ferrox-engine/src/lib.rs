@@ -3,7 +3,8 @@
 //! * Pure policy: [`ceiling`] (KV refusals, S10), [`admission`] (the prefill pass,
 //!   page-granular admission and request slots, S20-S25), [`scheduler`] (FIFO
 //!   admission and step plans, S2, S8, S9), [`validate`] (S17), [`stop`] and
-//!   [`output`] (S14-S16), [`queue_gate`] (the bounded queue, S11).
+//!   [`output`] (S14-S16), [`queue_gate`] (the bounded queue, S11),
+//!   [`speculation`] (prompt-lookup drafts).
 //! * The KV ledger, pure too: [`pages`] (one pool's ids, reference counts, LRU of
 //!   cached pages), [`prefix_index`] (chained page hashes), [`ledger`] (both pools,
 //!   the prefix cache and every sequence's page tables, S7), [`states`] (a
@@ -30,6 +31,7 @@ pub mod prefix_index;
 pub mod queue_gate;
 pub mod request;
 pub mod scheduler;
+pub mod speculation;
 pub mod states;
 pub mod stats;
 pub mod stop;

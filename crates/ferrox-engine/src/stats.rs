@@ -43,6 +43,10 @@ pub struct EngineStats {
     pub recurrent_slots_free: AtomicU64,
     /// Recurrent-state snapshots kept for prefix hits (hybrid models).
     pub state_snapshots: AtomicU64,
+    /// Tokens drafted by speculation and run for checking.
+    pub drafted_tokens: AtomicU64,
+    /// Drafted tokens kept (each one a step saved).
+    pub accepted_tokens: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -75,6 +79,8 @@ pub struct StatsSnapshot {
     pub recurrent_waits: u64,
     pub recurrent_slots_free: u64,
     pub state_snapshots: u64,
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
 }
 
 impl EngineStats {
@@ -121,6 +127,8 @@ impl EngineStats {
             recurrent_waits: g(&self.recurrent_waits),
             recurrent_slots_free: g(&self.recurrent_slots_free),
             state_snapshots: g(&self.state_snapshots),
+            drafted_tokens: g(&self.drafted_tokens),
+            accepted_tokens: g(&self.accepted_tokens),
         }
     }
 }

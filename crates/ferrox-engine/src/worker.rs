@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use crate::kv_plan::{KvPlan, KvShape};
-use ferrox_models::decoder::{Decoder, Span, Want};
+use ferrox_models::decoder::{Decoder, Rows, Span, Want};
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::pooling::Pool;
 use ferrox_sampling::grammar::Constraint;
@@ -43,6 +43,7 @@ use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::{QueueGate, QueueSlot};
 use crate::request::{Event, Failure, RequestId, TokenLogprob, Usage};
 use crate::scheduler::{Admissions, Prefilling, admissions_first, admit_fifo, plan_continuations};
+use crate::speculation::Speculation;
 use crate::stats::EngineStats;
 
 /// Where an in-flight request is.
@@ -84,6 +85,19 @@ struct Active {
 }
 
 impl Active {
+    /// The tokens drafted after `pending` ([`crate::speculation::draft`]),
+    /// within the positions the request was promised (its prompt and
+    /// `max_tokens`); none for a prompt that is scored or embedded.
+    fn draft(&self, pending: u32, s: &Speculation) -> Vec<u32> {
+        let promised = self.prompt_len + self.output.limit();
+        // The row writes positions tokens.len() ..= tokens.len() + draft.
+        let room = promised.saturating_sub(self.tokens.len() + 1);
+        let mut history = Vec::with_capacity(self.tokens.len() + 1);
+        history.extend_from_slice(&self.tokens);
+        history.push(pending);
+        crate::speculation::draft(&history, s, room).to_vec()
+    }
+
     /// Whether a forward of `r` ends at the next-token distribution: a decode
     /// step, or the prompt's last chunk.
     fn samples_after(&self, r: &Row) -> bool {
@@ -120,14 +134,18 @@ struct Row {
     start: usize,
     len: usize,
     decode: bool,
+    /// A decode row's drafted tokens, run after its pending one
+    /// ([`crate::speculation`]).
+    draft: Vec<u32>,
 }
 
-/// The span of `r`: its pending token, or its prompt chunk.
+/// The span of `r`: its pending token (and its draft, each row's logits
+/// wanted), or its prompt chunk.
 fn span<'a>(
     running: &'a BTreeMap<RequestId, Active>,
     ledger: &'a KvLedger,
     r: &Row,
-    pending: &'a [u32; 1],
+    pending: &'a [u32],
 ) -> Span<'a> {
     let a = &running[&r.id];
     let pages = ledger.table(r.id).expect("admitted");
@@ -136,7 +154,11 @@ fn span<'a>(
             pages,
             start: r.start,
             tokens: pending,
-            want: Want::Last,
+            want: if r.draft.is_empty() {
+                Want::Last
+            } else {
+                Want::All
+            },
         };
     }
     let end = r.start + r.len;
@@ -193,6 +215,9 @@ pub fn start(
     // The model computes for the context it serves (LongRoPE's factor set).
     decoder.limit_context(max_context as usize);
     let layout = decoder.kv_layout().with_element(config.kv_element);
+    if config.speculation.is_some() && layout.n_recurrent > 0 {
+        return Err(StartError::SpeculationUnsupported);
+    }
     if layout.window().is_some() && config.prefill_chunk < config.block_size {
         return Err(StartError::ChunkBelowPage {
             chunk: config.prefill_chunk,
@@ -571,15 +596,27 @@ impl Worker {
     /// This step's rows: decodes by id (S24), then prompt chunks; pages taken.
     fn plan_rows(&mut self) -> Vec<Row> {
         let chunks = self.prefill_pass();
+        let decoding = self
+            .running
+            .values()
+            .filter(|a| matches!(a.phase, Phase::Decoding { .. }))
+            .count();
+        let speculation = self.config.speculation.filter(|s| decoding <= s.max_batch);
         let mut rows: Vec<Row> = self
             .running
             .iter()
-            .filter(|(_, a)| matches!(a.phase, Phase::Decoding { .. }))
-            .map(|(&id, a)| Row {
-                id,
-                start: a.tokens.len(),
-                len: 1,
-                decode: true,
+            .filter_map(|(&id, a)| match a.phase {
+                Phase::Decoding { pending } => {
+                    let draft = speculation.map_or_else(Vec::new, |s| a.draft(pending, &s));
+                    Some(Row {
+                        id,
+                        start: a.tokens.len(),
+                        len: 1 + draft.len(),
+                        decode: true,
+                        draft,
+                    })
+                }
+                Phase::Prefilling { .. } => None,
             })
             .collect();
         for (id, len) in chunks {
@@ -591,6 +628,7 @@ impl Worker {
                 start: prefilled,
                 len,
                 decode: false,
+                draft: Vec::new(),
             });
         }
         let mut ready = Vec::with_capacity(rows.len());
@@ -608,11 +646,13 @@ impl Worker {
         if rows.is_empty() {
             return;
         }
-        let pending: Vec<[u32; 1]> = rows
+        let pending: Vec<Vec<u32>> = rows
             .iter()
             .map(|r| match self.running[&r.id].phase {
-                Phase::Decoding { pending } => [pending],
-                Phase::Prefilling { .. } => [0],
+                Phase::Decoding { pending } => std::iter::once(pending)
+                    .chain(r.draft.iter().copied())
+                    .collect(),
+                Phase::Prefilling { .. } => Vec::new(),
             })
             .collect();
         let result = {
@@ -636,6 +676,10 @@ impl Worker {
             EngineStats::add(&self.stats.decode_steps, 1);
         }
         for (i, r) in rows.iter().enumerate() {
+            if !r.draft.is_empty() {
+                self.verify(i, r, &out.logits);
+                continue;
+            }
             let Some(samples) = self.running.get(&r.id).map(|a| a.samples_after(r)) else {
                 continue;
             };
@@ -669,6 +713,40 @@ impl Worker {
         self.ledger.advance(r.id, &a.tokens[..written]);
         if let Some(c) = self.ledger.checkpoint(r.id, written) {
             self.store.copy_state(c.from, c.to);
+        }
+    }
+
+    /// A drafted decode row is run: its pending token is in the KV, and each
+    /// row is sampled in turn as plain decoding would sample it; a draft
+    /// token is kept while it equals the token sampled before it, and the
+    /// first sampled token that is not kept is the new pending one.
+    fn verify(&mut self, i: usize, r: &Row, logits: &Rows) {
+        let Some(a) = self.running.get_mut(&r.id) else {
+            return;
+        };
+        let Phase::Decoding { pending } = a.phase else {
+            unreachable!("drafts are planned for decoding requests");
+        };
+        a.tokens.push(pending);
+        EngineStats::add(&self.stats.drafted_tokens, r.draft.len() as u64);
+        let mut kept = 0;
+        for j in 0..=r.draft.len() {
+            let Some(row) = logits.of(i, j) else { break };
+            self.on_logits(r.id, row);
+            let Some(a) = self.running.get_mut(&r.id) else {
+                break;
+            };
+            match (a.phase, r.draft.get(j)) {
+                (Phase::Decoding { pending }, Some(&d)) if pending == d => {
+                    a.tokens.push(d);
+                    kept += 1;
+                }
+                _ => break,
+            }
+        }
+        EngineStats::add(&self.stats.accepted_tokens, kept);
+        if let Some(a) = self.running.get(&r.id) {
+            self.ledger.advance(r.id, &a.tokens);
         }
     }
 

@@ -39,7 +39,7 @@ impl std::fmt::Debug for EngineCollector {
 impl prometheus_client::collector::Collector for EngineCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.stats();
-        let counters: [(&str, &str, u64); 12] = [
+        let counters: [(&str, &str, u64); 14] = [
             (
                 "ferrox_prefix_cache_queries",
                 "Prompts looked up in the prefix cache",
@@ -90,6 +90,16 @@ impl prometheus_client::collector::Collector for EngineCollector {
                 "ferrox_finished_length",
                 "Requests finished by max_tokens",
                 s.finished_length,
+            ),
+            (
+                "ferrox_spec_draft_tokens",
+                "Tokens drafted by speculative decoding and run for checking",
+                s.drafted_tokens,
+            ),
+            (
+                "ferrox_spec_accepted_tokens",
+                "Drafted tokens kept (each a decode step saved)",
+                s.accepted_tokens,
             ),
             (
                 "ferrox_recurrent_waits",

@@ -29,6 +29,8 @@ pub struct EngineConfig {
     pub recurrent_slots: Option<usize>,
     /// The KV cache's element type.
     pub kv_element: KvElement,
+    /// Speculative decoding by prompt lookup (`None`: off).
+    pub speculation: Option<crate::speculation::Speculation>,
 }
 
 impl Default for EngineConfig {
@@ -43,6 +45,7 @@ impl Default for EngineConfig {
             prefix_cache: true,
             recurrent_slots: None,
             kv_element: KvElement::F32,
+            speculation: None,
         }
     }
 }
@@ -71,6 +74,12 @@ pub enum StartError {
     Plan(#[from] crate::kv_plan::KvPlanError),
     #[error(transparent)]
     KvElement(#[from] ferrox_models::kv_store::KvElementUnfit),
+    /// A model whose layers keep a recurrent state cannot take back the
+    /// positions of a rejected draft.
+    #[error(
+        "--spec: this model has recurrent layers, whose state cannot take back rejected draft tokens; serve it without speculation"
+    )]
+    SpeculationUnsupported,
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
 }

@@ -1,0 +1,100 @@
+//! Speculative decoding by prompt lookup (n-gram drafting; llama-server's
+//! `--spec-type ngram-simple`): the tokens that followed the latest earlier
+//! occurrence of a sequence's last `n` tokens are proposed as its next ones.
+//! The worker runs the pending token and the draft as one span of the step
+//! (logits on every row), then samples each row in turn exactly as plain
+//! decoding would; a draft token is kept while it equals what was sampled.
+//!
+//! Invariants: the output is the output without speculation, token for token
+//! and bit for bit, for greedy and sampled requests alike. Each row's logits
+//! are the ones plain decoding computes (batch invariance, SPEC S3), the
+//! sampler draws once per emitted token in the same order, and a draft token
+//! is taken only when it is the token sampled. (For a sampled request this
+//! is rejection sampling with a one-point draft: the draft survives with its
+//! probability under the target, and otherwise the sample drawn is from the
+//! target with the draft taken out.) Positions written for rejected drafts
+//! are never read: the next step writes them again.
+
+/// How speculation runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Speculation {
+    /// Most tokens drafted a step (llama-server's `--draft-max`).
+    pub max_draft: usize,
+    /// The longest suffix looked up first, then shorter ones down to
+    /// `min_ngram`.
+    pub max_ngram: usize,
+    pub min_ngram: usize,
+    /// Speculation runs only while at most this many requests decode: on a
+    /// full batch the step is already compute-bound, and drafted rows cost
+    /// throughput.
+    pub max_batch: usize,
+}
+
+impl Default for Speculation {
+    fn default() -> Speculation {
+        Speculation {
+            max_draft: 8,
+            max_ngram: 4,
+            min_ngram: 2,
+            max_batch: 4,
+        }
+    }
+}
+
+/// The draft for a sequence whose tokens so far are `history`: at most
+/// `limit` tokens that followed the latest earlier occurrence of its last
+/// `n` tokens, for the longest `n` from `max_ngram` down to `min_ngram` that
+/// has one. Empty when none does.
+pub fn draft<'a>(history: &'a [u32], s: &Speculation, limit: usize) -> &'a [u32] {
+    let limit = limit.min(s.max_draft);
+    if limit == 0 {
+        return &[];
+    }
+    let len = history.len();
+    for n in (s.min_ngram.max(1)..=s.max_ngram).rev() {
+        if len <= n {
+            continue;
+        }
+        let suffix = &history[len - n..];
+        // The latest occurrence that ends before the suffix itself.
+        let found = history[..len - 1].windows(n).rposition(|w| w == suffix);
+        if let Some(at) = found {
+            let from = at + n;
+            return &history[from..(from + limit).min(len)];
+        }
+    }
+    &[]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(max_draft: usize) -> Speculation {
+        Speculation {
+            max_draft,
+            ..Speculation::default()
+        }
+    }
+
+    #[test]
+    fn the_tokens_after_the_latest_match_of_the_longest_suffix_are_drafted() {
+        // ... 1 2 3 4 5 6 ... 9 1 2 3 | the suffix 1 2 3 was followed by 4 5 6.
+        let h = [7, 1, 2, 3, 4, 5, 6, 9, 1, 2, 3];
+        assert_eq!(draft(&h, &spec(8), 8), &[4, 5, 6, 9, 1, 2, 3]);
+        assert_eq!(draft(&h, &spec(2), 8), &[4, 5]);
+        assert_eq!(draft(&h, &spec(8), 3), &[4, 5, 6]);
+        // The latest occurrence wins: 2 3 was followed by 8 last time.
+        let h = [2, 3, 4, 2, 3, 8, 5, 2, 3];
+        assert_eq!(draft(&h, &spec(8), 1), &[8]);
+    }
+
+    #[test]
+    fn no_match_or_no_room_drafts_nothing() {
+        assert!(draft(&[1, 2, 3, 4, 5], &spec(8), 8).is_empty());
+        assert!(draft(&[1, 2, 1, 2], &spec(8), 0).is_empty());
+        assert!(draft(&[1], &spec(8), 8).is_empty());
+        // A one-token suffix is below min_ngram (2).
+        assert!(draft(&[5, 6, 7, 5], &spec(8), 8).is_empty());
+    }
+}

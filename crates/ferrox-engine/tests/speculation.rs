@@ -1,0 +1,170 @@
+//! Speculative decoding by prompt lookup: every request gives the tokens it
+//! gives without speculation (greedy and seeded sampling, stops and
+//! `max_tokens`, beside other requests), drafts are run and some are kept,
+//! and a model that cannot take back rejected positions refuses it at start.
+
+use std::sync::Arc;
+
+use ferrox_engine::speculation::Speculation;
+use ferrox_engine::{EngineConfig, EngineHandle, Event, GenerationParams, start};
+use ferrox_gguf::GgufFile;
+use ferrox_models::{Architecture, Transformer};
+use ferrox_testkit::{TinyModel, real_model};
+use ferrox_text::Tokenizer;
+
+mod common;
+use common::wait_idle;
+
+fn engine(file: impl Fn() -> GgufFile, speculation: Option<Speculation>) -> EngineHandle {
+    let tokenizer = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
+    let m = Transformer::new(file(), 2).unwrap();
+    let config = EngineConfig {
+        speculation,
+        ..EngineConfig::default()
+    };
+    start(Box::new(m), tokenizer, config).unwrap()
+}
+
+fn tokens_of(events: &[Event]) -> (Vec<u32>, String) {
+    let ids = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Token { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let text = events
+        .iter()
+        .map(|e| match e {
+            Event::Token { text, .. } => text.clone(),
+            Event::Finished { text, reason, .. } => format!("{text}<{reason:?}>"),
+            _ => String::new(),
+        })
+        .collect();
+    (ids, text)
+}
+
+/// Runs `jobs` on one engine, all submitted at once, and their outputs.
+fn run(h: &EngineHandle, jobs: &[(Vec<u32>, GenerationParams)]) -> Vec<(Vec<u32>, String)> {
+    let streams: Vec<_> = jobs
+        .iter()
+        .map(|(p, g)| h.submit(p.clone(), g.clone()).unwrap())
+        .collect();
+    let out = streams
+        .into_iter()
+        .map(|s| tokens_of(&s.collect_blocking()))
+        .collect();
+    wait_idle(h);
+    out
+}
+
+/// Prompts that repeat themselves, so that their suffixes have earlier
+/// occurrences to draft from, with greedy and seeded sampled parameters.
+fn jobs() -> Vec<(Vec<u32>, GenerationParams)> {
+    let pattern = |salt: u32| -> Vec<u32> {
+        (0..40)
+            .map(|i| 2 + (i % (5 + salt) * 7 + salt) % 90)
+            .collect()
+    };
+    let mut out = Vec::new();
+    for salt in 0..3 {
+        let mut greedy = GenerationParams::greedy(40);
+        greedy.sampling.logit_bias = vec![(1, -100.0)];
+        out.push((pattern(salt), greedy.clone()));
+        let mut sampled = greedy;
+        sampled.sampling.temperature = 0.7;
+        sampled.sampling.top_k = 0;
+        sampled.sampling.top_p = 1.0;
+        sampled.sampling.min_p = 0.0;
+        sampled.sampling.seed = Some(9 + salt as u64);
+        out.push((pattern(salt), sampled));
+    }
+    // A stop string and a short max_tokens end a request inside a draft.
+    let mut stopped = GenerationParams::greedy(40);
+    stopped.stop = vec!["q".into()];
+    out.push((pattern(1), stopped));
+    out.push((pattern(2), GenerationParams::greedy(3)));
+    out
+}
+
+#[test]
+fn speculation_gives_every_request_the_tokens_it_gives_without() {
+    for arch in [Architecture::Llama, Architecture::Gemma3] {
+        let file = || GgufFile::from_bytes(TinyModel::new(arch).gguf()).unwrap();
+        let plain = run(&engine(file, None), &jobs());
+        let h = engine(
+            file,
+            Some(Speculation {
+                max_batch: 16,
+                ..Speculation::default()
+            }),
+        );
+        // Alone and all together.
+        for (job, want) in jobs().into_iter().zip(&plain) {
+            assert_eq!(&run(&h, &[job])[0], want, "{arch:?} alone");
+        }
+        assert_eq!(run(&h, &jobs()), plain, "{arch:?} together");
+        let s = h.stats();
+        assert!(s.drafted_tokens > 0, "{arch:?}: nothing drafted");
+        assert!(
+            s.accepted_tokens <= s.drafted_tokens,
+            "{arch:?}: {} kept of {} drafted",
+            s.accepted_tokens,
+            s.drafted_tokens
+        );
+    }
+}
+
+#[test]
+fn speculation_backs_off_when_more_requests_decode_than_its_batch() {
+    let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap();
+    let h = engine(
+        file,
+        Some(Speculation {
+            max_batch: 0,
+            ..Speculation::default()
+        }),
+    );
+    run(&h, &jobs());
+    assert_eq!(h.stats().drafted_tokens, 0);
+}
+
+#[test]
+fn a_model_with_recurrent_layers_refuses_speculation_at_start() {
+    let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Qwen35).gguf()).unwrap();
+    let tokenizer = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
+    let m = Transformer::new(file(), 1).unwrap();
+    let config = EngineConfig {
+        speculation: Some(Speculation::default()),
+        ..EngineConfig::default()
+    };
+    match start(Box::new(m), tokenizer, config) {
+        Err(e) => assert!(e.to_string().contains("--spec"), "{e}"),
+        Ok(_) => panic!("speculation started on a recurrent model"),
+    }
+}
+
+/// On SmolLM2, a prompt whose answer copies it: the greedy answer is the
+/// same, and most drafted tokens are kept.
+#[test]
+fn real_model_smollm2_copies_with_speculation_and_keeps_drafts() {
+    let Some(path) = real_model("smollm2-135m") else {
+        return;
+    };
+    let file = || GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_metadata(&file().header().metadata).unwrap();
+    let text = "<|im_start|>user\nRepeat this sentence exactly: The lighthouse keeper climbed the stairs every evening to light the lamp for the ships at sea.<|im_end|>\n<|im_start|>assistant\n";
+    let prompt = tok.encode(text, false, true);
+    let job = (prompt, GenerationParams::greedy(40));
+    let plain = run(&engine(file, None), std::slice::from_ref(&job));
+    let h = engine(file, Some(Speculation::default()));
+    assert_eq!(run(&h, &[job]), plain);
+    let s = h.stats();
+    assert!(
+        s.accepted_tokens * 2 >= s.drafted_tokens && s.accepted_tokens >= 10,
+        "{} kept of {} drafted: {:?}",
+        s.accepted_tokens,
+        s.drafted_tokens,
+        plain[0].1
+    );
+}
