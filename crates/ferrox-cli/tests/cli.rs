@@ -828,3 +828,13 @@ fn llama_cpp_flags_are_understood() {
         );
     }
 }
+
+/// `--spec` takes `ngram` (and llama-server's `ngram-simple`); the other
+/// speculation types llama-server has are refused by name.
+#[test]
+fn speculation_types_other_than_ngram_are_refused_by_name() {
+    let o = ferrox(&["serve", "--spec-type", "draft-mtp", "--port", "1"], &[]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("draft-mtp") && e.contains("ngram"), "{e}");
+}

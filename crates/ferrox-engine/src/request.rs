@@ -67,6 +67,9 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Prompt tokens served from the prefix cache instead of being run.
     pub cached_tokens: usize,
+    /// Tokens speculation drafted for the request, and those kept.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 /// The log-probability of a generated token under the model (softmax of the raw

@@ -81,6 +81,9 @@ struct Active {
     embedding: Option<Pool>,
     /// The prompt runs whole ([`runs_whole`]).
     whole: bool,
+    /// Tokens speculation drafted, and those kept.
+    drafted: usize,
+    accepted: usize,
     reply: tokio::sync::mpsc::UnboundedSender<Event>,
 }
 
@@ -523,6 +526,8 @@ impl Worker {
                 }),
                 embedding: params.embed.map(|p| Pool::new(p, width)),
                 whole: runs_whole(&params),
+                drafted: 0,
+                accepted: 0,
                 reply,
             },
         );
@@ -728,6 +733,7 @@ impl Worker {
             unreachable!("drafts are planned for decoding requests");
         };
         a.tokens.push(pending);
+        a.drafted += r.draft.len();
         EngineStats::add(&self.stats.drafted_tokens, r.draft.len() as u64);
         let mut kept = 0;
         for j in 0..=r.draft.len() {
@@ -739,6 +745,7 @@ impl Worker {
             match (a.phase, r.draft.get(j)) {
                 (Phase::Decoding { pending }, Some(&d)) if pending == d => {
                     a.tokens.push(d);
+                    a.accepted += 1;
                     kept += 1;
                 }
                 _ => break,
@@ -823,6 +830,8 @@ impl Worker {
             prompt_tokens: a.prompt_tokens,
             completion_tokens: a.output.generated(),
             cached_tokens: a.cached_tokens,
+            drafted_tokens: a.drafted,
+            accepted_tokens: a.accepted,
         };
         let _ = a.reply.send(Event::Finished {
             reason,

@@ -151,7 +151,8 @@ fn two_concurrent_jobs_match_sequential_greedy() {
             Usage {
                 prompt_tokens: 9,
                 completion_tokens: 17,
-                cached_tokens: 0
+                cached_tokens: 0,
+                ..Usage::default()
             }
         )
     );
@@ -277,7 +278,8 @@ fn a_request_cancelled_while_queued_is_never_prefilled() {
             Usage {
                 prompt_tokens: 50,
                 completion_tokens: 0,
-                cached_tokens: 0
+                cached_tokens: 0,
+                ..Usage::default()
             }
         )
     );
@@ -357,7 +359,8 @@ fn a_cancel_that_arrives_before_its_job_is_not_lost() {
             Usage {
                 prompt_tokens: 5,
                 completion_tokens: 0,
-                cached_tokens: 0
+                cached_tokens: 0,
+                ..Usage::default()
             }
         )
     );
@@ -605,7 +608,8 @@ fn an_empty_prompt_still_generates_and_reports_zero_prompt_tokens() {
             Usage {
                 prompt_tokens: 0,
                 completion_tokens: 3,
-                cached_tokens: 0
+                cached_tokens: 0,
+                ..Usage::default()
             }
         )
     );

@@ -279,11 +279,18 @@ impl RequestLog {
     }
 
     fn write(&self) {
-        let (mut cached, mut generated) = (0, 0);
+        let (mut cached, mut generated, mut drafted, mut accepted) = (0, 0, 0, 0);
         for s in &self.streams {
             cached += s.usage.map_or(0, |u| u.cached_tokens);
             generated += s.usage.map_or(s.tokens, |u| u.completion_tokens);
+            drafted += s.usage.map_or(0, |u| u.drafted_tokens);
+            accepted += s.usage.map_or(0, |u| u.accepted_tokens);
         }
+        // Speculation's counts, on the lines of requests it drafted for.
+        let (drafted, accepted) = match drafted {
+            0 => (None, None),
+            d => (Some(d), Some(accepted)),
+        };
         let ms = |d: Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
         let (finish, error) = match self.outcome {
             Outcome::Finished(r) => (Some(r), None),
@@ -303,6 +310,8 @@ impl RequestLog {
                     prompt_tokens = self.prompt_tokens,
                     cached_tokens = cached,
                     generated_tokens = generated,
+                    drafted_tokens = drafted,
+                    accepted_tokens = accepted,
                     queue_ms = self.queued_for.map(ms),
                     ttft_ms = self.first_token.map(ms),
                     duration_ms = ms(self.started.elapsed()),
