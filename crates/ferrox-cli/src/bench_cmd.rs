@@ -44,7 +44,7 @@ pub struct BenchArgs {
     /// `-d`): decode at this depth of context. Prefilled untimed.
     #[arg(short = 'd', long = "n-depth", default_value_t = 0, value_name = "N")]
     pub depth: usize,
-    /// KV cache element type (f32, f16, q8_0), as `ferrox serve`'s.
+    /// KV cache element type (f32, f16, q8_0, q4_0), as `ferrox serve`'s.
     #[arg(long = "kv-type", value_name = "TYPE", default_value_t = KvElement::default())]
     pub kv_type: KvElement,
     /// Print JSON instead of a markdown table.

@@ -95,9 +95,9 @@ fn real_model_f16_and_q8_0_kv_price_a_position_exactly() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["kv"]["by_layer_kind"][0]["bytes_per_position"], 12240);
     assert_eq!(j["kv"]["element"], "q8_0");
-    let o = ferrox(&["inspect", path, "--kv-type", "q4_0"], &[]);
+    let o = ferrox(&["inspect", path, "--kv-type", "q4_1"], &[]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("q4_0"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("q4_1"), "{}", stderr(&o));
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Scores any GGUF against golden continuations made for it (`llama_logits` or
 //! `reference.py` output, see scripts/families/README.md), on both activation
-//! paths and, on the fast one, with f16 and q8_0 KV caches too:
+//! paths and, on the fast one, with f16, q8_0 and q4_0 KV caches too:
 //! `cargo run --release -p ferrox-models --example golden_score -- MODEL.gguf GOLDEN.jsonl...`.
 //! For one-off checks of files the tests do not rebuild (llama-quantize output).
 
@@ -26,6 +26,7 @@ fn main() {
             (ActivationPath::Int16, KvElement::F32),
             (ActivationPath::Int16, KvElement::F16),
             (ActivationPath::Int16, KvElement::Q8_0),
+            (ActivationPath::Int16, KvElement::Q4_0),
         ];
         for (path, kv) in runs {
             let file = GgufFile::open(model).expect("model");

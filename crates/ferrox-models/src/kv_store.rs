@@ -11,13 +11,13 @@
 //!   past and given back; the model never reads there (a window layer attends only
 //!   to its last `window` positions).
 //!
-//! Elements are f32, f16 or q8_0 ([`KvElement`], one type for the whole
-//! cache): f16 pages are written rounded to nearest, q8_0 pages in ggml's
-//! blocks of 32 (an f16 scale and 32 signed bytes, quantized as ggml
-//! quantizes), and both are widened back exactly when read, so what a
-//! position reads depends on its stored bits alone. A q8_0 block never
-//! straddles two heads or two positions: every head dimension is a multiple
-//! of 32 ([`KvLayout::check_element`]).
+//! Elements are f32, f16, q8_0 or q4_0 ([`KvElement`], one type for the
+//! whole cache): f16 pages are written rounded to nearest, q8_0 and q4_0
+//! pages in ggml's blocks of 32 (an f16 scale and 32 codes, quantized as
+//! ggml's reference quantizer does), and all are widened back exactly when
+//! read, so what a position reads depends on its stored bits alone. A block
+//! never straddles two heads or two positions: every head dimension is a
+//! multiple of 32 ([`KvLayout::check_element`]).
 //!
 //! Layouts (in elements): a page holds, layer after layer of its pool, the
 //! layer's keys `[n_kv_heads][page_size][head_dim_k]` then its values
@@ -66,41 +66,41 @@ pub enum KvElement {
     /// signed bytes.
     #[serde(rename = "q8_0")]
     Q8_0,
+    /// ggml's Q4_0 blocks (`-ctk q4_0`): 32 values as an f16 scale and 32
+    /// nibbles.
+    #[serde(rename = "q4_0")]
+    Q4_0,
 }
 
 /// The names [`KvElement`] parses.
-pub const KV_ELEMENT_NAMES: &str = "f32, f16, q8_0";
-
-/// Values per q8_0 block.
-const Q8_0_BLOCK: usize = 32;
-/// Bytes per q8_0 block: the f16 scale, then the 32 signed bytes.
-const Q8_0_BLOCK_BYTES: usize = 34;
+pub const KV_ELEMENT_NAMES: &str = "f32, f16, q8_0, q4_0";
 
 impl KvElement {
-    /// Bytes `n` values take (for q8_0, `n` is a multiple of 32).
-    pub fn row_bytes(self, n: usize) -> usize {
+    /// The ggml type the elements are stored as.
+    pub fn dtype(self) -> DType {
         match self {
-            KvElement::F32 => 4 * n,
-            KvElement::F16 => 2 * n,
-            KvElement::Q8_0 => n / Q8_0_BLOCK * Q8_0_BLOCK_BYTES,
+            KvElement::F32 => DType::F32,
+            KvElement::F16 => DType::F16,
+            KvElement::Q8_0 => DType::Q8_0,
+            KvElement::Q4_0 => DType::Q4_0,
         }
+    }
+
+    /// Bytes `n` values take (`n` a multiple of [`Self::block`]).
+    pub fn row_bytes(self, n: usize) -> usize {
+        let t = self.dtype();
+        n / t.block_len() * t.block_bytes()
     }
 
     /// Bytes per value, on average.
     pub fn bytes_per_value(self) -> f64 {
-        match self {
-            KvElement::F32 => 4.0,
-            KvElement::F16 => 2.0,
-            KvElement::Q8_0 => Q8_0_BLOCK_BYTES as f64 / Q8_0_BLOCK as f64,
-        }
+        let t = self.dtype();
+        t.block_bytes() as f64 / t.block_len() as f64
     }
 
     /// The values a row's length must be a multiple of.
     pub fn block(self) -> usize {
-        match self {
-            KvElement::F32 | KvElement::F16 => 1,
-            KvElement::Q8_0 => Q8_0_BLOCK,
-        }
+        self.dtype().block_len()
     }
 
     pub fn name(self) -> &'static str {
@@ -108,6 +108,7 @@ impl KvElement {
             KvElement::F32 => "f32",
             KvElement::F16 => "f16",
             KvElement::Q8_0 => "q8_0",
+            KvElement::Q4_0 => "q4_0",
         }
     }
 }
@@ -133,7 +134,7 @@ impl fmt::Display for KvElement {
 
 /// A KV type name that is none of [`KV_ELEMENT_NAMES`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown KV type {0:?} (one of: {KV_ELEMENT_NAMES}; q4_0 is not supported yet)")]
+#[error("unknown KV type {0:?} (one of: {KV_ELEMENT_NAMES})")]
 pub struct UnknownKvElement(pub String);
 
 impl FromStr for KvElement {
@@ -144,6 +145,7 @@ impl FromStr for KvElement {
             "f32" => Ok(KvElement::F32),
             "f16" => Ok(KvElement::F16),
             "q8_0" => Ok(KvElement::Q8_0),
+            "q4_0" => Ok(KvElement::Q4_0),
             _ => Err(UnknownKvElement(s.to_string())),
         }
     }
@@ -348,8 +350,9 @@ enum KvPages {
     F32(PageBuffers<f32>),
     /// f16 values, two little-endian bytes each (ggml's F16 layout).
     F16(PageBuffers<u8>),
-    /// ggml's Q8_0 blocks; value `i` is in block `i / 32`.
-    Q8_0(PageBuffers<u8>),
+    /// ggml's blocks of a quantized type (Q8_0, Q4_0); value `i` is in
+    /// block `i / 32`.
+    Blocks(DType, PageBuffers<u8>),
 }
 
 impl KvPages {
@@ -358,7 +361,9 @@ impl KvPages {
         match element {
             KvElement::F32 => KvPages::F32(PageBuffers::new(floats)),
             KvElement::F16 => KvPages::F16(PageBuffers::new(bytes)),
-            KvElement::Q8_0 => KvPages::Q8_0(PageBuffers::new(bytes)),
+            KvElement::Q8_0 | KvElement::Q4_0 => {
+                KvPages::Blocks(element.dtype(), PageBuffers::new(bytes))
+            }
         }
     }
 
@@ -378,14 +383,14 @@ impl KvPages {
                     }
                 }
             }
-            KvPages::Q8_0(b) => {
-                let (first, bytes) = q8_0_span(at, values.len());
+            KvPages::Blocks(t, b) => {
+                let (first, bytes) = block_span(*t, at, values.len());
                 let dst = &mut b.page_mut(id)[first..first + bytes];
                 for (d, v) in dst
-                    .chunks_exact_mut(Q8_0_BLOCK_BYTES)
-                    .zip(values.chunks_exact(Q8_0_BLOCK))
+                    .chunks_exact_mut(t.block_bytes())
+                    .zip(values.chunks_exact(t.block_len()))
                 {
-                    quantize_q8_0_block(v, d);
+                    quantize_block(*t, v, d);
                 }
             }
         }
@@ -410,43 +415,49 @@ impl KvPages {
                 fast::dequantize_row(DType::F16, bytes, &mut scratch[..n]);
                 f(&scratch[..n])
             }
-            KvPages::Q8_0(b) => {
-                let (first, bytes) = q8_0_span(at, n);
+            KvPages::Blocks(t, b) => {
+                let (first, bytes) = block_span(*t, at, n);
                 scratch.resize(n, 0.0);
-                // Exact: each value is its block's f16 scale times its byte.
-                fast::dequantize_row(
-                    DType::Q8_0,
-                    &b.page(id)[first..first + bytes],
-                    &mut scratch[..n],
-                );
+                // Exact: each value is its block's f16 scale times its code.
+                fast::dequantize_row(*t, &b.page(id)[first..first + bytes], &mut scratch[..n]);
                 f(&scratch[..n])
             }
         }
     }
 }
 
-/// The bytes of values `at..at + n` of a q8_0 page: where they start, and
-/// how many. Both ends lie on block boundaries.
-fn q8_0_span(at: usize, n: usize) -> (usize, usize) {
+/// The bytes of values `at..at + n` of a page of blocks of `t`: where they
+/// start, and how many. Both ends lie on block boundaries.
+fn block_span(t: DType, at: usize, n: usize) -> (usize, usize) {
+    let len = t.block_len();
     assert!(
-        at.is_multiple_of(Q8_0_BLOCK) && n.is_multiple_of(Q8_0_BLOCK),
-        "q8_0 KV is read and written in whole blocks of {Q8_0_BLOCK} (values {at}..{})",
+        at.is_multiple_of(len) && n.is_multiple_of(len),
+        "{} KV is read and written in whole blocks of {len} (values {at}..{})",
+        t.name(),
         at + n
     );
-    (KvElement::Q8_0.row_bytes(at), KvElement::Q8_0.row_bytes(n))
+    (at / len * t.block_bytes(), n / len * t.block_bytes())
 }
 
-/// `values` (one block) as ggml quantizes Q8_0 (`quantize_row_q8_0_ref`):
-/// the scale `max |x| / 127` stored as f16, each value `round(x / scale)`.
-/// (A scale searched for the least squared error gave the same fidelity on
-/// SmolLM2: 0.0345 nats against 0.0339.)
-fn quantize_q8_0_block(values: &[f32], out: &mut [u8]) {
-    let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-    for (q, &v) in out[2..].iter_mut().zip(values) {
-        *q = ((v * id).round() as i8) as u8;
+/// One block of `values` as ggml's reference quantizer writes it
+/// (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`). (For q8_0, a scale
+/// searched for the least squared error gave the same fidelity on SmolLM2:
+/// 0.0345 nats against 0.0339.)
+fn quantize_block(t: DType, values: &[f32], out: &mut [u8]) {
+    use ferrox_core::blocks::{BlockQ4_0, BlockQ8_0, bytes_of};
+    use ferrox_core::kernels::reference::legacy::{quantize_q4_0, quantize_q8_0};
+    match t {
+        DType::Q8_0 => {
+            let mut b = [BlockQ8_0::default()];
+            quantize_q8_0(values, &mut b);
+            out.copy_from_slice(bytes_of(&b));
+        }
+        DType::Q4_0 => {
+            let mut b = [BlockQ4_0::default()];
+            quantize_q4_0(values, &mut b);
+            out.copy_from_slice(bytes_of(&b));
+        }
+        _ => unreachable!("KV blocks are Q8_0 or Q4_0"),
     }
 }
 

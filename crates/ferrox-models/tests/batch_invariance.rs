@@ -240,7 +240,7 @@ fn real_model_smollm2_logits_are_batch_invariant() {
     ];
     let prompts: [Vec<u32>; 9] = std::array::from_fn(|i| prompt[..3 + i].to_vec());
     // The tiny models' 8-wide heads cannot take q8_0's blocks of 32.
-    for kv in [KvElement::F16, KvElement::Q8_0] {
+    for kv in [KvElement::F16, KvElement::Q8_0, KvElement::Q4_0] {
         check_prompt_chunking(&m, &prompt, kv);
         check_decode_batching(&m, &prompts, 260, kv);
     }

@@ -137,11 +137,23 @@ fn wide_layout() -> KvLayout {
 }
 
 #[test]
-fn a_q8_0_cache_stores_ggml_blocks_and_reads_back_their_exact_values() {
-    use ferrox_core::blocks::BlockQ8_0;
-    use ferrox_core::kernels::reference::legacy::quantize_q8_0;
+fn q8_0_and_q4_0_caches_store_ggml_blocks_and_read_back_their_exact_values() {
+    use ferrox_core::kernels::reference::{dequantize, quantize};
     use ferrox_models::kv_store::KvElement;
-    let mut s = KvStore::new(wide_layout().with_element(KvElement::Q8_0), 4);
+    for element in [KvElement::Q8_0, KvElement::Q4_0] {
+        check_blocks(element, |x| {
+            let bytes = quantize(element.dtype(), x).unwrap();
+            let mut out = vec![0.0; x.len()];
+            dequantize(element.dtype(), &bytes, &mut out).unwrap();
+            out
+        });
+    }
+}
+
+/// Writes keys and values into a cache of `element` and checks every read
+/// against `want` (what ggml's reference quantizer stores, dequantized).
+fn check_blocks(element: ferrox_models::kv_store::KvElement, want: impl Fn(&[f32]) -> Vec<f32>) {
+    let mut s = KvStore::new(wide_layout().with_element(element), 4);
     let t = s.fresh_table(8);
     for layer in 0..2 {
         for pos in 0..8 {
@@ -154,18 +166,6 @@ fn a_q8_0_cache_stores_ggml_blocks_and_reads_back_their_exact_values() {
             s.write(&t, layer, pos, &k, &v);
             for h in 0..2 {
                 let (rk, rv) = s.read(&t, layer, pos, h);
-                // What ggml's reference quantizer gives, dequantized.
-                let want = |x: &[f32]| {
-                    let mut blocks = vec![BlockQ8_0::default(); x.len() / 32];
-                    quantize_q8_0(x, &mut blocks);
-                    blocks
-                        .iter()
-                        .flat_map(|b| {
-                            let d = half::f16::from_le_bytes(b.d).to_f32();
-                            b.qs.map(|q| d * q as f32)
-                        })
-                        .collect::<Vec<f32>>()
-                };
                 assert_eq!(
                     rk,
                     want(&k[h * 64..(h + 1) * 64]),
@@ -195,5 +195,6 @@ fn q8_0_needs_head_dimensions_in_whole_blocks() {
     let e = layout().check_element(KvElement::Q8_0).unwrap_err();
     assert!(e.to_string().contains("--kv-type q8_0"), "{e}");
     assert_eq!(wide_layout().check_element(KvElement::Q8_0), Ok(()));
+    assert!(layout().check_element(KvElement::Q4_0).is_err());
     assert_eq!(layout().check_element(KvElement::F16), Ok(()));
 }
