@@ -52,6 +52,14 @@ pub enum KeepAlive {
 }
 
 impl KeepAlive {
+    /// When a model kept from now unloads (`None`: never).
+    fn expiry(self) -> Option<Instant> {
+        match self {
+            KeepAlive::Forever => None,
+            KeepAlive::For(d) => Some(Instant::now() + d),
+        }
+    }
+
     /// Ollama's spellings: a number of seconds (negative: forever), or a
     /// duration such as `"5m"`, `"1h"`, `"30s"`, `"0"`.
     pub fn parse(v: &serde_json::Value) -> Option<KeepAlive> {
@@ -104,6 +112,21 @@ struct Adopted {
     id: String,
     path: PathBuf,
     aliases: Vec<String>,
+}
+
+impl Loaded {
+    /// `state`, loaded from `path` as `id` now, kept for `keep`.
+    fn new(id: String, path: PathBuf, state: Arc<AppState>, keep: KeepAlive) -> Loaded {
+        Loaded {
+            id,
+            path,
+            app: crate::routes::router(Arc::clone(&state)),
+            bytes: footprint(&state),
+            state,
+            last_used: Instant::now(),
+            expires: keep.expiry(),
+        }
+    }
 }
 
 /// The models of a folder, and those loaded.
@@ -163,24 +186,14 @@ impl Registry {
     /// model), as a loaded model kept by the default keep-alive; it answers
     /// to its id and aliases, and loads again from `path` once unloaded.
     pub async fn adopt(&self, state: Arc<AppState>, path: PathBuf) {
-        let expires = match self.default_keep_alive {
-            KeepAlive::Forever => None,
-            KeepAlive::For(d) => Some(Instant::now() + d),
-        };
         self.adopted.lock().expect("never poisoned").push(Adopted {
             id: state.model_id.clone(),
             path: path.clone(),
             aliases: state.aliases.clone(),
         });
-        self.loaded.lock().await.push(Loaded {
-            id: state.model_id.clone(),
-            path,
-            app: crate::routes::router(Arc::clone(&state)),
-            bytes: footprint(&state),
-            state,
-            last_used: Instant::now(),
-            expires,
-        });
+        let id = state.model_id.clone();
+        let m = Loaded::new(id, path, state, self.default_keep_alive);
+        self.loaded.lock().await.push(m);
     }
 
     /// The model `name`, if it is loaded, without counting a use.
@@ -256,10 +269,6 @@ impl Registry {
     /// unloads.
     pub async fn get(&self, name: &str, keep_alive: Option<KeepAlive>) -> Result<Loaded, ApiError> {
         let keep = keep_alive.unwrap_or(self.default_keep_alive);
-        let expires = match keep {
-            KeepAlive::Forever => None,
-            KeepAlive::For(d) => Some(Instant::now() + d),
-        };
         let bare = name.strip_suffix(":latest").unwrap_or(name);
         let mut loaded = self.loaded.lock().await;
         // A loaded model is found without reading the folder.
@@ -270,7 +279,7 @@ impl Registry {
         };
         if let Some(m) = loaded.iter_mut().find(|m| named(m)) {
             m.last_used = Instant::now();
-            m.expires = expires;
+            m.expires = keep.expiry();
             return Ok(m.clone());
         }
         let (id, path) = self.find(name).ok_or_else(|| self.unknown(name))?;
@@ -299,15 +308,7 @@ impl Registry {
                 )
             })?;
         tracing::info!(model = %id, path = %path.display(), "loaded");
-        let m = Loaded {
-            id,
-            path,
-            app: crate::routes::router(Arc::clone(&state)),
-            bytes: footprint(&state),
-            state,
-            last_used: Instant::now(),
-            expires,
-        };
+        let m = Loaded::new(id, path, state, keep);
         loaded.push(m.clone());
         Ok(m)
     }
