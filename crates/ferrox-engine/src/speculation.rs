@@ -41,29 +41,37 @@ impl Default for Speculation {
     }
 }
 
-/// The draft for a sequence whose tokens so far are `history`: at most
-/// `limit` tokens that followed the latest earlier occurrence of its last
-/// `n` tokens, for the longest `n` from `max_ngram` down to `min_ngram` that
-/// has one. Empty when none does.
-pub fn draft<'a>(history: &'a [u32], s: &Speculation, limit: usize) -> &'a [u32] {
+/// The draft for a sequence whose tokens so far are `tokens` then `pending`
+/// (read in place, never copied): at most `limit` tokens that followed the
+/// latest earlier occurrence of its last `n` tokens, for the longest `n` from
+/// `max_ngram` down to `min_ngram` that has one. Empty when none does.
+pub fn draft(tokens: &[u32], pending: u32, s: &Speculation, limit: usize) -> Vec<u32> {
     let limit = limit.min(s.max_draft);
     if limit == 0 {
-        return &[];
+        return Vec::new();
     }
-    let len = history.len();
     for n in (s.min_ngram.max(1)..=s.max_ngram).rev() {
-        if len <= n {
+        if tokens.len() < n {
             continue;
         }
-        let suffix = &history[len - n..];
-        // The latest occurrence that ends before the suffix itself.
-        let found = history[..len - 1].windows(n).rposition(|w| w == suffix);
+        // The suffix is `tail` then `pending`; an earlier occurrence lies
+        // wholly in `tokens`, so it ends before the suffix does.
+        let tail = &tokens[tokens.len() + 1 - n..];
+        let found = tokens
+            .windows(n)
+            .rposition(|w| w[n - 1] == pending && &w[..n - 1] == tail);
         if let Some(at) = found {
             let from = at + n;
-            return &history[from..(from + limit).min(len)];
+            let end = (from + limit).min(tokens.len());
+            let mut out = tokens[from..end].to_vec();
+            if out.len() < limit {
+                // The followers run into the suffix's last token.
+                out.push(pending);
+            }
+            return out;
         }
     }
-    &[]
+    Vec::new()
 }
 
 #[cfg(test)]
@@ -77,24 +85,33 @@ mod tests {
         }
     }
 
+    /// [`draft`] of a whole history, its last token pending.
+    fn of(history: &[u32], s: &Speculation, limit: usize) -> Vec<u32> {
+        let (&pending, tokens) = history.split_last().unwrap();
+        draft(tokens, pending, s, limit)
+    }
+
     #[test]
     fn the_tokens_after_the_latest_match_of_the_longest_suffix_are_drafted() {
         // ... 1 2 3 4 5 6 ... 9 1 2 3 | the suffix 1 2 3 was followed by 4 5 6.
         let h = [7, 1, 2, 3, 4, 5, 6, 9, 1, 2, 3];
-        assert_eq!(draft(&h, &spec(8), 8), &[4, 5, 6, 9, 1, 2, 3]);
-        assert_eq!(draft(&h, &spec(2), 8), &[4, 5]);
-        assert_eq!(draft(&h, &spec(8), 3), &[4, 5, 6]);
+        assert_eq!(of(&h, &spec(8), 8), [4, 5, 6, 9, 1, 2, 3]);
+        assert_eq!(of(&h, &spec(2), 8), [4, 5]);
+        assert_eq!(of(&h, &spec(8), 3), [4, 5, 6]);
         // The latest occurrence wins: 2 3 was followed by 8 last time.
         let h = [2, 3, 4, 2, 3, 8, 5, 2, 3];
-        assert_eq!(draft(&h, &spec(8), 1), &[8]);
+        assert_eq!(of(&h, &spec(8), 1), [8]);
+        // Followers that reach the pending token include it.
+        let h = [4, 5, 4, 5, 4, 5];
+        assert_eq!(of(&h, &spec(8), 8), [4, 5]);
     }
 
     #[test]
     fn no_match_or_no_room_drafts_nothing() {
-        assert!(draft(&[1, 2, 3, 4, 5], &spec(8), 8).is_empty());
-        assert!(draft(&[1, 2, 1, 2], &spec(8), 0).is_empty());
-        assert!(draft(&[1], &spec(8), 8).is_empty());
+        assert!(of(&[1, 2, 3, 4, 5], &spec(8), 8).is_empty());
+        assert!(of(&[1, 2, 1, 2], &spec(8), 0).is_empty());
+        assert!(of(&[1], &spec(8), 8).is_empty());
         // A one-token suffix is below min_ngram (2).
-        assert!(draft(&[5, 6, 7, 5], &spec(8), 8).is_empty());
+        assert!(of(&[5, 6, 7, 5], &spec(8), 8).is_empty());
     }
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use crate::kv_plan::{KvPlan, KvShape};
-use ferrox_models::decoder::{Decoder, Rows, Span, Want};
+use ferrox_models::decoder::{Decoder, Span};
 use ferrox_models::kv_store::KvStore;
 use ferrox_models::pooling::Pool;
 use ferrox_sampling::grammar::Constraint;
@@ -29,6 +29,10 @@ use ferrox_text::tokenizer::Tokenizer;
 
 mod config;
 mod prompt_rows;
+mod rows;
+mod speculate;
+
+use rows::{Row, span};
 
 use prompt_rows::{PromptScores, runs_whole};
 
@@ -43,7 +47,6 @@ use crate::output::{FinishReason, OutputStage};
 use crate::queue_gate::{QueueGate, QueueSlot};
 use crate::request::{Event, Failure, RequestId, TokenLogprob, Usage};
 use crate::scheduler::{Admissions, Prefilling, admissions_first, admit_fifo, plan_continuations};
-use crate::speculation::Speculation;
 use crate::stats::EngineStats;
 
 /// Where an in-flight request is.
@@ -88,19 +91,6 @@ struct Active {
 }
 
 impl Active {
-    /// The tokens drafted after `pending` ([`crate::speculation::draft`]),
-    /// within the positions the request was promised (its prompt and
-    /// `max_tokens`); none for a prompt that is scored or embedded.
-    fn draft(&self, pending: u32, s: &Speculation) -> Vec<u32> {
-        let promised = self.prompt_len + self.output.limit();
-        // The row writes positions tokens.len() ..= tokens.len() + draft.
-        let room = promised.saturating_sub(self.tokens.len() + 1);
-        let mut history = Vec::with_capacity(self.tokens.len() + 1);
-        history.extend_from_slice(&self.tokens);
-        history.push(pending);
-        crate::speculation::draft(&history, s, room).to_vec()
-    }
-
     /// Whether a forward of `r` ends at the next-token distribution: a decode
     /// step, or the prompt's last chunk.
     fn samples_after(&self, r: &Row) -> bool {
@@ -130,56 +120,6 @@ struct Worker {
 
 /// Most remembered cancellations of requests not yet seen (oldest forgotten first).
 const EARLY_CANCEL_MEMORY: usize = 4096;
-
-/// One row of a step: a request and the tokens it runs.
-struct Row {
-    id: RequestId,
-    start: usize,
-    len: usize,
-    decode: bool,
-    /// A decode row's drafted tokens, run after its pending one
-    /// ([`crate::speculation`]).
-    draft: Vec<u32>,
-}
-
-/// The span of `r`: its pending token (and its draft, each row's logits
-/// wanted), or its prompt chunk.
-fn span<'a>(
-    running: &'a BTreeMap<RequestId, Active>,
-    ledger: &'a KvLedger,
-    r: &Row,
-    pending: &'a [u32],
-) -> Span<'a> {
-    let a = &running[&r.id];
-    let pages = ledger.table(r.id).expect("admitted");
-    if r.decode {
-        return Span {
-            pages,
-            start: r.start,
-            tokens: pending,
-            want: if r.draft.is_empty() {
-                Want::Last
-            } else {
-                Want::All
-            },
-        };
-    }
-    let end = r.start + r.len;
-    Span {
-        pages,
-        start: r.start,
-        tokens: &a.tokens[r.start..end],
-        want: if a.embedding.is_some() {
-            Want::Hidden
-        } else if a.prompt_scores.is_some() {
-            Want::All
-        } else if end == a.prompt_len {
-            Want::Last
-        } else {
-            Want::Nothing
-        },
-    }
-}
 
 /// Starts an engine for `decoder` on its own worker thread.
 pub fn start(
@@ -601,24 +541,19 @@ impl Worker {
     /// This step's rows: decodes by id (S24), then prompt chunks; pages taken.
     fn plan_rows(&mut self) -> Vec<Row> {
         let chunks = self.prefill_pass();
-        let decoding = self
-            .running
-            .values()
-            .filter(|a| matches!(a.phase, Phase::Decoding { .. }))
-            .count();
-        let speculation = self.config.speculation.filter(|s| decoding <= s.max_batch);
+        let speculation = self.speculation_now();
         let mut rows: Vec<Row> = self
             .running
             .iter()
             .filter_map(|(&id, a)| match a.phase {
                 Phase::Decoding { pending } => {
-                    let draft = speculation.map_or_else(Vec::new, |s| a.draft(pending, &s));
+                    let run = a.decode_run(pending, speculation.as_ref());
                     Some(Row {
                         id,
                         start: a.tokens.len(),
-                        len: 1 + draft.len(),
+                        len: run.len(),
                         decode: true,
-                        draft,
+                        run,
                     })
                 }
                 Phase::Prefilling { .. } => None,
@@ -633,7 +568,7 @@ impl Worker {
                 start: prefilled,
                 len,
                 decode: false,
-                draft: Vec::new(),
+                run: Vec::new(),
             });
         }
         let mut ready = Vec::with_capacity(rows.len());
@@ -651,20 +586,10 @@ impl Worker {
         if rows.is_empty() {
             return;
         }
-        let pending: Vec<Vec<u32>> = rows
-            .iter()
-            .map(|r| match self.running[&r.id].phase {
-                Phase::Decoding { pending } => std::iter::once(pending)
-                    .chain(r.draft.iter().copied())
-                    .collect(),
-                Phase::Prefilling { .. } => Vec::new(),
-            })
-            .collect();
         let result = {
             let spans: Vec<Span<'_>> = rows
                 .iter()
-                .zip(&pending)
-                .map(|(r, tok)| span(&self.running, &self.ledger, r, tok))
+                .map(|r| span(&self.running, &self.ledger, r))
                 .collect();
             self.decoder.forward(&mut self.store, &spans)
         };
@@ -681,7 +606,7 @@ impl Worker {
             EngineStats::add(&self.stats.decode_steps, 1);
         }
         for (i, r) in rows.iter().enumerate() {
-            if !r.draft.is_empty() {
+            if !r.draft().is_empty() {
                 self.verify(i, r, &out.logits);
                 continue;
             }
@@ -718,42 +643,6 @@ impl Worker {
         self.ledger.advance(r.id, &a.tokens[..written]);
         if let Some(c) = self.ledger.checkpoint(r.id, written) {
             self.store.copy_state(c.from, c.to);
-        }
-    }
-
-    /// A drafted decode row is run: its pending token is in the KV, and each
-    /// row is sampled in turn as plain decoding would sample it; a draft
-    /// token is kept while it equals the token sampled before it, and the
-    /// first sampled token that is not kept is the new pending one.
-    fn verify(&mut self, i: usize, r: &Row, logits: &Rows) {
-        let Some(a) = self.running.get_mut(&r.id) else {
-            return;
-        };
-        let Phase::Decoding { pending } = a.phase else {
-            unreachable!("drafts are planned for decoding requests");
-        };
-        a.tokens.push(pending);
-        a.drafted += r.draft.len();
-        EngineStats::add(&self.stats.drafted_tokens, r.draft.len() as u64);
-        let mut kept = 0;
-        for j in 0..=r.draft.len() {
-            let Some(row) = logits.of(i, j) else { break };
-            self.on_logits(r.id, row);
-            let Some(a) = self.running.get_mut(&r.id) else {
-                break;
-            };
-            match (a.phase, r.draft.get(j)) {
-                (Phase::Decoding { pending }, Some(&d)) if pending == d => {
-                    a.tokens.push(d);
-                    a.accepted += 1;
-                    kept += 1;
-                }
-                _ => break,
-            }
-        }
-        EngineStats::add(&self.stats.accepted_tokens, kept);
-        if let Some(a) = self.running.get(&r.id) {
-            self.ledger.advance(r.id, &a.tokens);
         }
     }
 

@@ -785,18 +785,3 @@ fn logprobs_are_reported_when_asked() {
         }
     )));
 }
-
-/// A KV type the model's heads cannot take is a start error naming the flag
-/// (the tiny model's 8-wide heads hold no whole q8_0 block of 32).
-#[test]
-fn q8_0_kv_on_heads_narrower_than_its_blocks_is_a_start_error() {
-    let m = Transformer::new(tiny_file(), 1).unwrap();
-    let config = EngineConfig {
-        kv_element: ferrox_models::kv_store::KvElement::Q8_0,
-        ..EngineConfig::default()
-    };
-    match start(Box::new(m), tiny_tokenizer(), config) {
-        Err(e) => assert!(e.to_string().contains("--kv-type q8_0"), "{e}"),
-        Ok(_) => panic!("q8_0 KV started on 8-wide heads"),
-    }
-}

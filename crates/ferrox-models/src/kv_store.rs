@@ -348,22 +348,16 @@ impl<T: Copy + Default> PageBuffers<T> {
 /// One pool's KV pages, in the cache's element type.
 enum KvPages {
     F32(PageBuffers<f32>),
-    /// f16 values, two little-endian bytes each (ggml's F16 layout).
-    F16(PageBuffers<u8>),
-    /// ggml's blocks of a quantized type (Q8_0, Q4_0); value `i` is in
-    /// block `i / 32`.
-    Blocks(DType, PageBuffers<u8>),
+    /// Values in a ggml encoding: F16 (two little-endian bytes each), or the
+    /// blocks of Q8_0 / Q4_0 (value `i` in block `i / 32`).
+    Encoded(DType, PageBuffers<u8>),
 }
 
 impl KvPages {
     fn new(element: KvElement, floats: usize) -> KvPages {
-        let bytes = element.row_bytes(floats);
         match element {
             KvElement::F32 => KvPages::F32(PageBuffers::new(floats)),
-            KvElement::F16 => KvPages::F16(PageBuffers::new(bytes)),
-            KvElement::Q8_0 | KvElement::Q4_0 => {
-                KvPages::Blocks(element.dtype(), PageBuffers::new(bytes))
-            }
+            _ => KvPages::Encoded(element.dtype(), PageBuffers::new(element.row_bytes(floats))),
         }
     }
 
@@ -371,33 +365,15 @@ impl KvPages {
     fn put(&mut self, id: u32, at: usize, values: &[f32]) {
         match self {
             KvPages::F32(b) => b.page_mut(id)[at..at + values.len()].copy_from_slice(values),
-            KvPages::F16(b) => {
-                let dst = &mut b.page_mut(id)[2 * at..2 * (at + values.len())];
-                // Rounded to nearest, ties to even (F16C where the CPU has it).
-                let mut halves = [f16::ZERO; 64];
-                for (d, v) in dst.chunks_mut(128).zip(values.chunks(64)) {
-                    let h = &mut halves[..v.len()];
-                    h.convert_from_f32_slice(v);
-                    for (pair, x) in d.chunks_exact_mut(2).zip(h.iter()) {
-                        pair.copy_from_slice(&x.to_le_bytes());
-                    }
-                }
-            }
-            KvPages::Blocks(t, b) => {
-                let (first, bytes) = block_span(*t, at, values.len());
-                let dst = &mut b.page_mut(id)[first..first + bytes];
-                for (d, v) in dst
-                    .chunks_exact_mut(t.block_bytes())
-                    .zip(values.chunks_exact(t.block_len()))
-                {
-                    quantize_block(*t, v, d);
-                }
+            KvPages::Encoded(t, b) => {
+                let (first, bytes) = encoded_span(*t, at, values.len());
+                encode(*t, values, &mut b.page_mut(id)[first..first + bytes]);
             }
         }
     }
 
     /// Calls `f` with `n` elements at `at` of page `id` as f32 (widened into
-    /// `scratch` from f16).
+    /// `scratch` from their encoding).
     fn with<R>(
         &self,
         id: u32,
@@ -408,17 +384,11 @@ impl KvPages {
     ) -> R {
         match self {
             KvPages::F32(b) => f(&b.page(id)[at..at + n]),
-            KvPages::F16(b) => {
-                let bytes = &b.page(id)[2 * at..2 * (at + n)];
+            KvPages::Encoded(t, b) => {
+                let (first, bytes) = encoded_span(*t, at, n);
                 scratch.resize(n, 0.0);
-                // Exact: every f16 is an f32 (the kernels' F16 widening).
-                fast::dequantize_row(DType::F16, bytes, &mut scratch[..n]);
-                f(&scratch[..n])
-            }
-            KvPages::Blocks(t, b) => {
-                let (first, bytes) = block_span(*t, at, n);
-                scratch.resize(n, 0.0);
-                // Exact: each value is its block's f16 scale times its code.
+                // Exact: every f16 is an f32, and each block value is its
+                // block's f16 scale times its code (the kernels' widening).
                 fast::dequantize_row(*t, &b.page(id)[first..first + bytes], &mut scratch[..n]);
                 f(&scratch[..n])
             }
@@ -426,9 +396,9 @@ impl KvPages {
     }
 }
 
-/// The bytes of values `at..at + n` of a page of blocks of `t`: where they
+/// The bytes of values `at..at + n` of a page encoded as `t`: where they
 /// start, and how many. Both ends lie on block boundaries.
-fn block_span(t: DType, at: usize, n: usize) -> (usize, usize) {
+fn encoded_span(t: DType, at: usize, n: usize) -> (usize, usize) {
     let len = t.block_len();
     assert!(
         at.is_multiple_of(len) && n.is_multiple_of(len),
@@ -439,30 +409,48 @@ fn block_span(t: DType, at: usize, n: usize) -> (usize, usize) {
     (at / len * t.block_bytes(), n / len * t.block_bytes())
 }
 
-/// One block of `values` as ggml's reference quantizer writes it
-/// (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`). (For q8_0, a scale
-/// searched for the least squared error gave the same fidelity on SmolLM2:
-/// 0.0345 nats against 0.0339.)
-fn quantize_block(t: DType, values: &[f32], out: &mut [u8]) {
+/// `values` encoded as `t` into `out`: f16 rounded to nearest, ties to even
+/// (F16C where the CPU has it); Q8_0 and Q4_0 blocks as ggml's reference
+/// quantizer writes them (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`).
+/// (For q8_0, a scale searched for the least squared error gave the same
+/// fidelity on SmolLM2: 0.0345 nats against 0.0339.)
+fn encode(t: DType, values: &[f32], out: &mut [u8]) {
     use ferrox_core::blocks::{BlockQ4_0, BlockQ8_0, bytes_of};
     use ferrox_core::kernels::reference::legacy::{quantize_q4_0, quantize_q8_0};
+    let blocks = out
+        .chunks_exact_mut(t.block_bytes())
+        .zip(values.chunks_exact(t.block_len()));
     match t {
+        DType::F16 => {
+            let mut halves = [f16::ZERO; 64];
+            for (d, v) in out.chunks_mut(128).zip(values.chunks(64)) {
+                let h = &mut halves[..v.len()];
+                h.convert_from_f32_slice(v);
+                for (pair, x) in d.chunks_exact_mut(2).zip(h.iter()) {
+                    pair.copy_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
         DType::Q8_0 => {
-            let mut b = [BlockQ8_0::default()];
-            quantize_q8_0(values, &mut b);
-            out.copy_from_slice(bytes_of(&b));
+            for (d, v) in blocks {
+                let mut b = [BlockQ8_0::default()];
+                quantize_q8_0(v, &mut b);
+                d.copy_from_slice(bytes_of(&b));
+            }
         }
         DType::Q4_0 => {
-            let mut b = [BlockQ4_0::default()];
-            quantize_q4_0(values, &mut b);
-            out.copy_from_slice(bytes_of(&b));
+            for (d, v) in blocks {
+                let mut b = [BlockQ4_0::default()];
+                quantize_q4_0(v, &mut b);
+                d.copy_from_slice(bytes_of(&b));
+            }
         }
-        _ => unreachable!("KV blocks are Q8_0 or Q4_0"),
+        _ => unreachable!("KV pages are encoded as F16, Q8_0 or Q4_0"),
     }
 }
 
 thread_local! {
-    /// Widened keys and values of one run of f16 pages.
+    /// Widened keys and values of one run of f16 or block pages.
     static WIDENED: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
@@ -685,8 +673,8 @@ impl KvStore {
     /// `from..to` of kv head `head` in `layer` that lies in one page, in position
     /// order; `keys` holds `run * head_dim_k` values, `values` `run * head_dim_v`.
     /// Runs end at page boundaries only, so they depend on positions alone.
-    /// f16 runs are widened first (exactly), into buffers of the calling
-    /// thread; `f` must not call this again.
+    /// Runs of any type but f32 are widened first (exactly), into buffers of
+    /// the calling thread; `f` must not call this again.
     pub fn for_each_run(
         &self,
         table: &PageTable,
@@ -706,8 +694,8 @@ impl KvStore {
         });
     }
 
-    /// [`Self::for_each_run`] over the keys alone (an f16 cache widens only
-    /// them).
+    /// [`Self::for_each_run`] over the keys alone (a cache that widens its
+    /// runs widens only them).
     pub fn for_each_key_run(
         &self,
         table: &PageTable,

@@ -29,7 +29,7 @@ use tower::ServiceExt;
 use crate::error::ApiError;
 use crate::registry::{KeepAlive, Loaded, Registry};
 use crate::routes::BODY_READ_LIMIT;
-use crate::state::{AppState, Phase, Server};
+use crate::state::{AppState, Server};
 
 /// The front's state: the server's, the id of the model it started with, and
 /// the models.
@@ -99,7 +99,7 @@ async fn dispatch(State(f): State<Arc<Front>>, req: Request) -> Response {
         if matches!(path.as_str(), "/health" | "/v1/health")
             && f.models.peek(&f.started).await.is_none()
         {
-            return health(&f.server);
+            return crate::routes::server_health(&f.server);
         }
         return on_started(&f, parts, body, &path).await;
     }
@@ -199,14 +199,6 @@ async fn on_started(
     match started(f).await {
         Ok(app) => forward(&app, parts, body).await,
         Err(e) => e.response_for(path),
-    }
-}
-
-/// `GET /health` while the started model is unloaded: the server's phase.
-fn health(server: &Server) -> Response {
-    match server.phase.get() {
-        Phase::Serving => axum::Json(json!({"status": "ok"})).into_response(),
-        _ => ApiError::shutting_down("the server is shutting down").into_response(),
     }
 }
 

@@ -115,6 +115,15 @@ struct Adopted {
 }
 
 impl Loaded {
+    /// Whether `name` names this model: its id, an alias, or its file name
+    /// (an Ollama name may add `:latest`).
+    fn answers_to(&self, name: &str) -> bool {
+        let bare = name.strip_suffix(":latest").unwrap_or(name);
+        self.id == bare
+            || self.state.aliases.iter().any(|a| a == bare)
+            || self.path.file_name().is_some_and(|f| f == bare)
+    }
+
     /// `state`, loaded from `path` as `id` now, kept for `keep`.
     fn new(id: String, path: PathBuf, state: Arc<AppState>, keep: KeepAlive) -> Loaded {
         Loaded {
@@ -198,13 +207,8 @@ impl Registry {
 
     /// The model `name`, if it is loaded, without counting a use.
     pub async fn peek(&self, name: &str) -> Option<Loaded> {
-        let id = self.find(name)?.0;
-        self.loaded
-            .lock()
-            .await
-            .iter()
-            .find(|m| m.id == id)
-            .cloned()
+        let loaded = self.loaded.lock().await;
+        loaded.iter().find(|m| m.answers_to(name)).cloned()
     }
 
     /// Every model, by id, sorted: those adopted, then the folder's (by file
@@ -269,20 +273,21 @@ impl Registry {
     /// unloads.
     pub async fn get(&self, name: &str, keep_alive: Option<KeepAlive>) -> Result<Loaded, ApiError> {
         let keep = keep_alive.unwrap_or(self.default_keep_alive);
-        let bare = name.strip_suffix(":latest").unwrap_or(name);
         let mut loaded = self.loaded.lock().await;
-        // A loaded model is found without reading the folder.
-        let named = |m: &Loaded| {
-            m.id == bare
-                || m.state.aliases.iter().any(|a| a == bare)
-                || m.path.file_name().is_some_and(|f| f == bare)
-        };
-        if let Some(m) = loaded.iter_mut().find(|m| named(m)) {
+        let touch = |m: &mut Loaded| {
             m.last_used = Instant::now();
             m.expires = keep.expiry();
-            return Ok(m.clone());
+            m.clone()
+        };
+        // A loaded model is found without reading the folder.
+        if let Some(m) = loaded.iter_mut().find(|m| m.answers_to(name)) {
+            return Ok(touch(m));
         }
         let (id, path) = self.find(name).ok_or_else(|| self.unknown(name))?;
+        // Named by an alias of the adopted model that its reload does not keep.
+        if let Some(m) = loaded.iter_mut().find(|m| m.id == id) {
+            return Ok(touch(m));
+        }
         let file_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
         while loaded.len() >= self.max_loaded {
             let lru = (0..loaded.len())

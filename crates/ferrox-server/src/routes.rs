@@ -14,7 +14,7 @@ use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::completions;
 use crate::error::ApiError;
-use crate::state::{AppState, Phase};
+use crate::state::{AppState, Phase, Server};
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 4 << 20;
@@ -46,19 +46,26 @@ async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Respo
 /// 200 while serving; 503 while starting, once draining has begun (so a load
 /// balancer stops sending at once), and when the engine has failed.
 async fn health(State(st): State<Arc<AppState>>) -> Response {
-    let unavailable = |code, message| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            code,
-            message,
-        )
-        .into_response()
-    };
     if !st.engine.is_healthy() {
         return unavailable("engine_failed", "the engine has failed and serves nothing");
     }
-    match st.server.phase.get() {
+    server_health(&st.server)
+}
+
+fn unavailable(code: &'static str, message: &'static str) -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        code,
+        message,
+    )
+    .into_response()
+}
+
+/// `/health` by the server's phase alone (a server whose started model is
+/// unloaded answers it so).
+pub(crate) fn server_health(server: &Server) -> Response {
+    match server.phase.get() {
         Phase::Serving => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
         Phase::Starting => unavailable("loading", "the model is loading"),
         Phase::Draining => unavailable(

@@ -198,6 +198,20 @@ impl AppState {
         Ok(())
     }
 
+    /// Whether the served model thinks before it answers (its chat template
+    /// has thinking).
+    pub fn thinks(&self) -> bool {
+        self.chat.as_ref().is_some_and(|c| c.thinks().is_some())
+    }
+
+    /// Tells a thinking model not to think (`enable_thinking: false`, read by
+    /// the templates that switch it); a model that does not think is left be.
+    pub fn thinking_off(&self, vars: &mut TemplateVars) {
+        if self.thinks() {
+            vars.insert("enable_thinking".into(), serde_json::Value::Bool(false));
+        }
+    }
+
     /// How the answer to `prompt` (token ids) is split, when the model thinks:
     /// its format, and where the answer starts (read from the prompt's last
     /// tokens).

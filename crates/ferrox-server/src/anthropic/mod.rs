@@ -394,9 +394,8 @@ struct Answer {
 /// unless the request shows its thinking.
 fn thinking_vars(st: &AppState, shown: bool) -> TemplateVars {
     let mut vars = TemplateVars::new();
-    let thinks = st.chat.as_ref().is_some_and(|c| c.thinks().is_some());
-    if thinks && !shown {
-        vars.insert("enable_thinking".into(), Value::Bool(false));
+    if !shown {
+        st.thinking_off(&mut vars);
     }
     vars
 }

@@ -4,7 +4,8 @@
 //! first. A body with `texts` in place of `documents` is in Hugging Face
 //! TEI's shape, as llama-server reads it: the answer is the list
 //! `[{index, score}]` (with `text` under `return_text`), and each score is
-//! the sigmoid of the model's unless `raw_scores` (TEI's default). Each document is its own engine request, the query and the
+//! the sigmoid of the model's unless `raw_scores` (TEI's default). Each
+//! document is its own engine request, the query and the
 //! document joined as llama.cpp joins them ([`ferrox_text::Tokenizer::encode_pair`]),
 //! scored by the model's classification head on the pooled first token
 //! (`--pooling rank`, a reranker's own pooling).

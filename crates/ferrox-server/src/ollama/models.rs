@@ -173,7 +173,7 @@ pub(super) async fn show(
     if st.chat.is_some() {
         capabilities.push("tools");
     }
-    if st.chat.as_ref().is_some_and(|c| c.thinks().is_some()) {
+    if st.thinks() {
         capabilities.push("thinking");
     }
     Json(Shown {

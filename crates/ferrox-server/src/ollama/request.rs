@@ -382,14 +382,12 @@ fn logprobs(on: Option<bool>, top: Option<i64>) -> Result<Option<usize>, Invalid
 /// switch it (`enable_thinking`) or set its level (`reasoning_effort`). A model
 /// that does not think refuses `think: true` or a level, as Ollama does.
 fn think(st: &AppState, t: Option<Think>) -> Result<(bool, TemplateVars), ApiError> {
-    let thinks = st.chat.as_ref().is_some_and(|c| c.thinks().is_some());
+    let thinks = st.thinks();
     let mut vars = TemplateVars::new();
     let asked = match t {
         None => return Ok((thinks, vars)),
         Some(Think::Switch(false)) => {
-            if thinks {
-                vars.insert("enable_thinking".into(), Value::Bool(false));
-            }
+            st.thinking_off(&mut vars);
             return Ok((false, vars));
         }
         Some(Think::Switch(true)) => None,
