@@ -225,6 +225,7 @@ impl EngineArgs {
             recurrent_slots: self.recurrent_slots,
             kv_element,
             speculation: self.spec.speculation(),
+            kv_events: None,
         })
     }
 }

@@ -242,6 +242,7 @@ impl Session {
             recurrent_slots: None,
             kv_element: KvElement::default(),
             speculation: a.spec.speculation(),
+            kv_events: None,
         };
         let tokenizer = std::sync::Arc::new(model.tokenizer);
         let engine = ferrox_engine::start(

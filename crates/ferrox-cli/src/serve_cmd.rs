@@ -156,6 +156,28 @@ pub struct ServeArgs {
     /// `keep_alive` (Ollama's spellings: `5m`, `1h`, `0`; `-1`: until evicted).
     #[arg(long, env = "FERROX_KEEP_ALIVE", value_parser = parse_keep_alive, default_value = "-1", value_name = "DURATION")]
     pub keep_alive: ferrox_server::registry::KeepAlive,
+    /// Publish the prefix cache's events at this endpoint (`tcp://*:5557`):
+    /// vLLM's KV events (ZMQ PUB, msgpack `BlockStored` / `BlockRemoved` /
+    /// `AllBlocksCleared`), for routers that score replicas by what they hold.
+    #[arg(long, env = "FERROX_KV_EVENTS", value_name = "ENDPOINT")]
+    pub kv_events: Option<String>,
+    /// A replay socket for --kv-events (ZMQ ROUTER): a subscriber that missed
+    /// batches asks for them again from a sequence number.
+    #[arg(
+        long,
+        env = "FERROX_KV_EVENTS_REPLAY",
+        value_name = "ENDPOINT",
+        requires = "kv_events"
+    )]
+    pub kv_events_replay: Option<String>,
+    /// The topic (first frame) of every --kv-events message.
+    #[arg(
+        long,
+        env = "FERROX_KV_EVENTS_TOPIC",
+        default_value = "",
+        value_name = "TOPIC"
+    )]
+    pub kv_events_topic: String,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -234,6 +256,25 @@ impl ServeArgs {
     }
 
     /// The CORS origins, each `*` or `scheme://host[:port]` as browsers send them.
+    /// The bound `--kv-events` sockets, if asked for: one model's cache, so
+    /// not with `--models-dir`.
+    async fn kv_events_publisher(&self) -> Result<Option<ferrox_server::kv_events::Publisher>> {
+        let Some(endpoint) = &self.kv_events else {
+            return Ok(None);
+        };
+        anyhow::ensure!(
+            self.models_dir.is_none(),
+            "--kv-events publishes one model's KV cache; it cannot be used with --models-dir"
+        );
+        let cfg = ferrox_server::kv_events::KvEventsConfig {
+            endpoint: endpoint.clone(),
+            replay: self.kv_events_replay.clone(),
+            topic: self.kv_events_topic.clone(),
+            block_size: u32::try_from(self.engine.kv.kv_block_size)?,
+        };
+        Ok(Some(ferrox_server::kv_events::Publisher::bind(&cfg).await?))
+    }
+
     fn check_cors_origins(&self) -> Result<()> {
         for o in &self.cors_origins {
             let ok = o == "*"
@@ -342,6 +383,14 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         let loaded = CancellationToken::new();
         let loading = tokio::spawn(ferrox_server::serve_loading(tokio::net::TcpListener::from_std(std_listener.try_clone()?)?, loaded.clone()));
         let model_arg = a.started_model()?;
+        let publisher = a.kv_events_publisher().await?;
+        let (sink, events) = match &publisher {
+            Some(_) => {
+                let (sink, rx) = ferrox_engine::kv_events::KvEventSink::channel();
+                (Some(sink), Some(rx))
+            }
+            None => (None, None),
+        };
         let (args, shared) = (Arc::clone(&a), Arc::clone(&server));
         let started = tokio::task::spawn_blocking(move || -> Result<_> {
             let path = ferrox_hub::model_ref::resolve(model_arg.as_deref())?;
@@ -349,7 +398,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut aliases = args.aliases.clone();
             aliases.extend([file_name, path.display().to_string(), "default".into()]);
-            let started = start_model(&args, shared, &path, model_id, aliases)?;
+            let started = start_model(&args, shared, &path, model_id, aliases, sink)?;
             Ok((path, started))
         })
         .await??;
@@ -369,6 +418,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 Served::Several { server: Arc::clone(&server), started, models }
             }
         };
+        let events_at = match (publisher, events) {
+            (Some(p), Some(rx)) => {
+                let at = match &p.bound.1 {
+                    Some(replay) => format!("; KV events at {}, replay at {replay}", p.bound.0),
+                    None => format!("; KV events at {}", p.bound.0),
+                };
+                tokio::spawn(p.run(rx));
+                at
+            }
+            _ => String::new(),
+        };
         let webui = !a.no_webui;
         loaded.cancel();
         loading.await??;
@@ -383,7 +443,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             // pipe must not make a second write fail.
             let page = if webui { format!(", chat page at http://{addr}/") } else { String::new() };
             println!(
-                "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1{page}; KV {blocks}, {} slots, {activations} activations{folder})",
+                "ferrox serving {} on http://{addr} (OpenAI API at http://{addr}/v1{page}; KV {blocks}, {} slots, {activations} activations{folder}{events_at})",
                 path.display(),
                 config.max_seqs
             );
@@ -409,6 +469,7 @@ fn start_model(
     path: &std::path::Path,
     model_id: String,
     aliases: Vec<String>,
+    kv_events: Option<ferrox_engine::kv_events::KvEventSink>,
 ) -> Result<Started> {
     let threads = a
         .threads
@@ -432,7 +493,10 @@ fn start_model(
         model.net.hyper_params(),
         has_rank_head,
     )?;
-    let config = a.engine.config(&shape, kv_element)?;
+    let config = ferrox_engine::EngineConfig {
+        kv_events,
+        ..a.engine.config(&shape, kv_element)?
+    };
     let kv_peak = kv_peak_bytes(&shape, &config)?;
     let tokenizer = Arc::new(model.tokenizer.clone());
     let facts = ferrox_server::props::ServerFacts {
@@ -482,7 +546,7 @@ fn loader(a: Arc<ServeArgs>, server: Arc<Server>) -> ferrox_server::registry::Lo
             .file_name()
             .map(|n| vec![n.to_string_lossy().into_owned()])
             .unwrap_or_default();
-        start_model(&a, Arc::clone(&server), path, id.to_string(), aliases)
+        start_model(&a, Arc::clone(&server), path, id.to_string(), aliases, None)
             .map(|s| s.state)
             .map_err(Into::into)
     })

@@ -42,6 +42,8 @@ pub enum SubmitError {
 pub(crate) enum Msg {
     Job(Box<Job>),
     Cancel(RequestId),
+    /// Asks for the chained hash of every page the prefix cache holds.
+    CachedBlocks(tokio::sync::oneshot::Sender<Vec<u64>>),
     Shutdown,
 }
 
@@ -133,6 +135,15 @@ impl EngineHandle {
     /// The counters now (SPEC S19).
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot(self.shared.gate.depth())
+    }
+
+    /// The chained hash of every page the prefix cache holds now, in no order
+    /// (what a follower of the KV events should hold); `None` once the worker
+    /// is gone.
+    pub async fn cached_blocks(&self) -> Option<Vec<u64>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared.inbox.send(Msg::CachedBlocks(tx)).ok()?;
+        rx.await.ok()
     }
 
     /// The most requests the engine holds, running or waiting (S11).

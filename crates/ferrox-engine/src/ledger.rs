@@ -21,6 +21,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::kv_events::{EventLog, KvEvent};
 use crate::kv_plan::{blocks_for, window_pages_per_request};
 use ferrox_models::kv_store::{NO_PAGE, PageTable};
 
@@ -132,6 +133,8 @@ pub struct KvLedger {
     counters: CacheCounters,
     /// A hybrid model's recurrent-state slots.
     states: Option<StateLedger>,
+    /// What the prefix cache did, while someone follows it.
+    events: Option<EventLog>,
 }
 
 impl KvLedger {
@@ -156,7 +159,24 @@ impl KvLedger {
             seats: 0,
             counters: CacheCounters::default(),
             states,
+            events: None,
         }
+    }
+
+    /// The same ledger, recording what its prefix cache does ([`Self::take_events`]).
+    pub fn recording_events(mut self) -> KvLedger {
+        self.events = Some(EventLog::default());
+        self
+    }
+
+    /// The prefix-cache events since the last call (none unless recording).
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.events.as_mut().map(EventLog::take).unwrap_or_default()
+    }
+
+    /// The chained hashes of every cached full page.
+    pub fn cached_hashes(&self) -> Vec<u64> {
+        self.index.hashes().collect()
     }
 
     /// Recurrent-state slots admission can still promise (`None`: the model has
@@ -378,10 +398,13 @@ impl KvLedger {
             let t = self.full.take().ok_or(OutOfPages { id, pool: "full" })?;
             if t.evicted {
                 self.counters.evictions += 1;
-                if let Some(e) = self.index.remove(t.id)
-                    && let Some(w) = e.window
-                {
-                    self.window.forget(w);
+                if let Some(e) = self.index.remove(t.id) {
+                    if let Some(log) = &mut self.events {
+                        log.removed(e.hash);
+                    }
+                    if let Some(w) = e.window {
+                        self.window.forget(w);
+                    }
                 }
                 if let Some(st) = &mut self.states {
                     st.page_evicted(t.id);
@@ -453,6 +476,17 @@ impl KvLedger {
             let window = s.table.window.get(k).copied().filter(|&p| p != NO_PAGE);
             let chunk = &tokens[k * ps..(k + 1) * ps];
             let (hash, how) = self.index.insert(page, s.tail.1, s.tail.0, chunk, window);
+            if let Some(log) = &mut self.events {
+                let parent = s.tail.1.map(|_| s.tail.0);
+                match how {
+                    Inserted::Duplicate(_) => {}
+                    Inserted::Replaced(..) => {
+                        log.removed(hash);
+                        log.stored(hash, parent, chunk);
+                    }
+                    Inserted::New => log.stored(hash, parent, chunk),
+                }
+            }
             match how {
                 Inserted::Duplicate(existing) => {
                     s.tail = (hash, Some(existing));

@@ -23,6 +23,7 @@ pub mod admission;
 pub mod byte_size;
 pub mod ceiling;
 pub mod handle;
+pub mod kv_events;
 pub mod kv_plan;
 pub mod ledger;
 pub mod output;

@@ -65,6 +65,11 @@ impl PrefixIndex {
         self.entries.is_empty()
     }
 
+    /// The hash of every entry.
+    pub fn hashes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.by_hash.keys().copied()
+    }
+
     /// The entry of full page `page`.
     pub fn entry(&self, page: u32) -> Option<&Entry> {
         self.entries.get(&page)

@@ -189,6 +189,10 @@ pub fn start(
         prefix_cache: config.prefix_cache,
         states,
     });
+    let ledger = match config.kv_events {
+        Some(_) => ledger.recording_events(),
+        None => ledger,
+    };
     let ceiling = KvCeiling {
         max_context,
         shape,
@@ -267,6 +271,10 @@ impl Worker {
     /// unhealthy, and later submissions fail with `Stopped` (SPEC S1).
     fn serve(mut self, rx: mpsc::Receiver<Msg>) {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&rx)));
+        // The cache goes with the worker, however it ends.
+        if let Some(sink) = &self.config.kv_events {
+            sink.send(vec![crate::kv_events::KvEvent::Cleared]);
+        }
         let Err(payload) = run else { return };
         self.healthy.store(false, Ordering::Release);
         let failure =
@@ -307,6 +315,9 @@ impl Worker {
                 match m {
                     Msg::Job(job) => self.take_job(*job),
                     Msg::Cancel(id) => self.cancel(id),
+                    Msg::CachedBlocks(reply) => {
+                        let _ = reply.send(self.ledger.cached_hashes());
+                    }
                     Msg::Shutdown => stop = true,
                 }
             }
@@ -316,6 +327,7 @@ impl Worker {
             }
             self.step();
             self.update_gauges();
+            self.publish_events();
         }
     }
 
@@ -746,6 +758,14 @@ impl Worker {
             self.fail(id, Failure::Shutdown);
         }
         self.update_gauges();
+        self.publish_events();
+    }
+
+    /// Hands this step's prefix-cache events to whoever follows them.
+    fn publish_events(&mut self) {
+        if let Some(sink) = &self.config.kv_events {
+            sink.send(self.ledger.take_events());
+        }
     }
 
     fn update_gauges(&mut self) {

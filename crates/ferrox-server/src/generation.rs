@@ -103,6 +103,18 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// What each request samples with and stops at (`max_tokens` not yet
+    /// resolved: see [`Prepared::max_tokens`]).
+    pub fn params(&self) -> &GenerationParams {
+        &self.params
+    }
+
+    /// The tokens asked for; `None`: what the context leaves, capped at
+    /// `--default-max-tokens`.
+    pub fn max_tokens(&self) -> Option<usize> {
+        self.max_tokens
+    }
+
     /// The prompt of each engine request [`Prepared::submit`] makes, in order
     /// (each prompt once per choice).
     pub fn request_prompts(&self) -> impl Iterator<Item = &Vec<u32>> {

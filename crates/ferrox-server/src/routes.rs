@@ -108,7 +108,7 @@ async fn method_not_allowed(req: Request) -> Response {
     .response_for(&path);
     let allow = match path.as_str() {
         "/health" | "/v1/health" | "/metrics" | "/slots" | "/props" | "/api/tags" | "/api/ps"
-        | "/api/version" => "GET",
+        | "/api/version" | "/kv/blocks" => "GET",
         "/api/delete" => "DELETE",
         p if p.starts_with("/v1/models") || p == "/models" => "GET",
         _ => "POST",
@@ -136,6 +136,20 @@ async fn require_key(State(st): State<Arc<AppState>>, req: Request, next: Next) 
         }
     }
     next.run(req).await
+}
+
+/// `GET /kv/blocks`: the chained hash of every page the prefix cache holds
+/// (sorted), and the positions a page holds: what a follower of
+/// `--kv-events` should hold.
+async fn cached_blocks(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let mut blocks = st
+        .engine
+        .cached_blocks()
+        .await
+        .ok_or_else(|| ApiError::internal("the engine has stopped".to_string()))?;
+    blocks.sort_unstable();
+    let block_size = st.engine.ceiling().block_size;
+    Ok(Json(json!({"block_size": block_size, "blocks": blocks})))
 }
 
 /// The header Anthropic's clients carry the API key in.
@@ -166,6 +180,9 @@ pub fn router(st: Arc<AppState>) -> Router {
         )
         .route("/apply-template", post(crate::input_tokens::apply_template))
         .route("/v1/completions", post(completions::text))
+        .route("/v1/chat/completions/render", post(crate::render::chat))
+        .route("/v1/completions/render", post(crate::render::text))
+        .route("/kv/blocks", get(cached_blocks))
         .route("/v1/messages", post(crate::anthropic::messages))
         .route("/v1/responses", post(crate::responses::responses))
         .route(

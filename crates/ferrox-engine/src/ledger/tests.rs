@@ -189,7 +189,8 @@ fn a_long_windowed_prompt_reclaims_the_window_pages_it_slid_past() {
 /// SPEC S7, S24: whatever mix of hits, chunk sizes, output lengths and ends, a
 /// request admitted by the promises never runs out of pages, decoding requests
 /// owe at most their remaining output plus `page_size - 1` positions, and every
-/// page and promise comes back.
+/// page and promise comes back. Throughout, a follower of the prefix cache's
+/// events (vLLM's KV events) holds exactly the hashes the cache holds.
 #[test]
 fn nothing_admitted_ever_runs_out_of_pages() {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -200,10 +201,14 @@ fn nothing_admitted_ever_runs_out_of_pages() {
         seed % n
     };
     for window in [None, Some((6, 40))] {
-        let mut l = ledger(40, window);
+        let mut l = ledger(40, window).recording_events();
+        let mut view = std::collections::BTreeSet::new();
         // (id, tokens, prompt + max_tokens, written)
         let mut live: Vec<(u64, Vec<u32>, usize, usize)> = Vec::new();
         for id in 0..400u64 {
+            crate::kv_events::apply(&mut view, &l.take_events());
+            let cached: std::collections::BTreeSet<u64> = l.cached_hashes().into_iter().collect();
+            assert_eq!(view, cached, "the events' view of the cache");
             if rand(3) > 0 && !live.is_empty() {
                 let i = rand(live.len() as u64) as usize;
                 let (lid, p, total, written) = &mut live[i];
@@ -250,6 +255,10 @@ fn nothing_admitted_ever_runs_out_of_pages() {
         for (id, ..) in live {
             l.release(id);
         }
+        assert!(
+            l.counters().evictions > 0,
+            "the events were followed through evictions"
+        );
         assert_eq!((l.full_in_use(), l.kv_available()), (0, Some(40)));
         assert_eq!(l.window_available(), window.map(|w| w.1));
     }

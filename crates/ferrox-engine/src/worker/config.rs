@@ -31,6 +31,8 @@ pub struct EngineConfig {
     pub kv_element: KvElement,
     /// Speculative decoding by prompt lookup (`None`: off).
     pub speculation: Option<crate::speculation::Speculation>,
+    /// Where the prefix cache's events go (`None`: nobody follows them).
+    pub kv_events: Option<crate::kv_events::KvEventSink>,
 }
 
 impl Default for EngineConfig {
@@ -46,6 +48,7 @@ impl Default for EngineConfig {
             recurrent_slots: None,
             kv_element: KvElement::F32,
             speculation: None,
+            kv_events: None,
         }
     }
 }
