@@ -5,7 +5,7 @@ and streamed, and the answers are the ones a worker gives directly. Fields the r
 to a request (issue 31 lists `no_stop_trim`, `skip_special_tokens`, ...) go
 through ferrox's field policy like any client's.
 
-`kv_aware` is not run: it needs KV events, which ferrox does not publish yet.
+`kv_aware` runs in test_scale_out.py, on replicas publishing their KV events.
 
 Run: python3 tests/vllm_router/test_router.py PATH/TO/ferrox
 Prints "N passed, M failed".
@@ -38,12 +38,12 @@ def free_port():
 
 
 class Router:
-    def __init__(self, policy, workers):
+    def __init__(self, policy, workers, *extra):
         self.port = free_port()
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [shutil.which("vllm-router"), "--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
-             "--worker-urls", *[w.base for w in workers]],
+             "--worker-urls", *[w.base for w in workers], "--prometheus-port", str(free_port()), *extra],
             stdout=self.log, stderr=subprocess.STDOUT, text=True)
         self.base = f"http://127.0.0.1:{self.port}"
         deadline = time.time() + 60
