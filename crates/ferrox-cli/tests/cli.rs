@@ -632,9 +632,10 @@ fn real_model_bench_serve_chat_reports_cached_tokens_per_turn() {
 
 /// Issue 15 (F4, item 5): a setup that could only fail later is refused at
 /// start-up, naming the problem: an empty API key (which would lock every
-/// route), an unknown kernel level, and a KV budget larger than the memory the
+/// route), an unknown kernel level, a KV budget larger than the memory the
 /// system has available (a page could otherwise be the allocation that runs
-/// the machine out of memory mid-request).
+/// the machine out of memory mid-request), and KV events that cannot be
+/// published.
 #[test]
 fn serve_refuses_setups_that_would_fail_later() {
     let dir = tempfile::tempdir().unwrap();
@@ -657,6 +658,16 @@ fn serve_refuses_setups_that_would_fail_later() {
             vec!["--cors-origins", "https://app.example/path"],
             vec![],
             "an origin is scheme://host",
+        ),
+        (
+            vec!["--kv-events", "ipc:///tmp/kv"],
+            vec![],
+            "--kv-events \"ipc:///tmp/kv\": expected tcp://HOST:PORT",
+        ),
+        (
+            vec!["--kv-events", "tcp://127.0.0.1:1", "--models-dir", "."],
+            vec![],
+            "cannot be used with --models-dir",
         ),
     ] {
         let mut all = vec!["serve", "-m", model.as_str(), "--port", "0"];
