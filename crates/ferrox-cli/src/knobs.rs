@@ -39,6 +39,17 @@ pub struct SpecArgs {
     /// Speculation runs only while at most this many requests decode.
     #[arg(long, env = "FERROX_SPEC_MAX_BATCH", value_parser = count_knob("FERROX_SPEC_MAX_BATCH"), default_value_t = ferrox_engine::speculation::Speculation::default().max_batch, value_name = "N")]
     pub spec_max_batch: usize,
+    /// A smaller model that drafts for this one (llama-server's `-md`): its
+    /// greedy guesses are checked in one step, so the output is the output
+    /// without it, token for token. It must share the model's vocabulary.
+    /// Its KV is its own, outside --kv-memory.
+    #[arg(
+        long,
+        visible_alias = "model-draft",
+        env = "FERROX_DRAFT_MODEL",
+        value_name = "MODEL"
+    )]
+    pub draft_model: Option<String>,
 }
 
 /// `--spec`'s names, llama-server's included, as "on".
@@ -47,19 +58,40 @@ fn parse_spec(v: &str) -> Result<bool, String> {
         "none" | "off" => Ok(false),
         "ngram" | "ngram-simple" => Ok(true),
         _ => Err(format!(
-            "{v:?} is not a speculation type here: none, or ngram (llama-server's ngram-simple); draft models and MTP heads are not supported"
+            "{v:?} is not a speculation type here: none, or ngram (llama-server's ngram-simple); a draft model is given with --draft-model (-md); MTP heads are not supported"
         )),
     }
 }
 
 impl SpecArgs {
-    /// The engine's speculation, if on.
+    /// The engine's speculation, if on (a draft model turns it on).
     pub fn speculation(&self) -> Option<ferrox_engine::speculation::Speculation> {
-        self.spec.then(|| ferrox_engine::speculation::Speculation {
+        (self.spec || self.draft_model.is_some()).then(|| ferrox_engine::speculation::Speculation {
             max_draft: self.draft_max,
             max_batch: self.spec_max_batch,
             ..Default::default()
         })
+    }
+}
+
+impl SpecArgs {
+    /// The draft model, loaded, if one is named.
+    pub fn drafter(
+        &self,
+        threads: usize,
+        activations: ActivationPath,
+    ) -> Result<Option<ferrox_engine::Drafter>> {
+        let Some(name) = &self.draft_model else {
+            return Ok(None);
+        };
+        let path = ferrox_hub::model_ref::resolve(Some(name)).context("--draft-model")?;
+        let model = ferrox_models::model::Model::load_with(&path, threads, activations)
+            .with_context(|| format!("--draft-model {}", path.display()))?;
+        let decoder = model.net.generator().context("--draft-model")?;
+        Ok(Some(ferrox_engine::Drafter {
+            decoder: Box::new(decoder),
+            tokenizer: std::sync::Arc::new(model.tokenizer),
+        }))
     }
 }
 

@@ -115,6 +115,7 @@ fn llama_cli_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<st
         Some("-hf" | "-hfr") => "--hf-repo".into(),
         Some("-ngl") => "--n-gpu-layers".into(),
         Some("-np") => "--parallel".into(),
+        Some("-md") => "--draft-model".into(),
         Some("-ctk") => "--cache-type-k".into(),
         Some("-ctv") => "--cache-type-v".into(),
         _ => a,

@@ -245,10 +245,11 @@ impl Session {
             kv_events: None,
         };
         let tokenizer = std::sync::Arc::new(model.tokenizer);
-        let engine = ferrox_engine::start(
+        let engine = ferrox_engine::start_with_draft(
             Box::new(transformer),
             std::sync::Arc::clone(&tokenizer),
             config,
+            a.spec.drafter(threads, a.path.activations)?,
         )?;
         Ok(Session {
             engine,
@@ -377,5 +378,16 @@ pub fn run(a: RunArgs) -> Result<()> {
         t.generated.saturating_sub(1),
         t.gen_s,
     );
+    if let Some(u) = t.usage.filter(|u| u.drafted_tokens > 0) {
+        print_speculation(u.drafted_tokens, u.accepted_tokens);
+    }
     Ok(())
+}
+
+/// The speculation line of the stats: drafted tokens and the share kept.
+pub fn print_speculation(drafted: usize, kept: usize) {
+    eprintln!(
+        "speculation: {drafted:>8} drafted, {kept:>5} kept ({:.1} %)",
+        100.0 * kept as f64 / drafted as f64
+    );
 }

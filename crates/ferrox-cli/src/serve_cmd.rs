@@ -398,7 +398,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut aliases = args.aliases.clone();
             aliases.extend([file_name, path.display().to_string(), "default".into()]);
-            let started = start_model(&args, shared, &path, model_id, aliases, sink)?;
+            let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let draft = args.engine.spec.drafter(threads, args.path.activations)?;
+            let started = start_model(&args, shared, &path, model_id, aliases, sink, draft)?;
             Ok((path, started))
         })
         .await??;
@@ -470,6 +472,7 @@ fn start_model(
     model_id: String,
     aliases: Vec<String>,
     kv_events: Option<ferrox_engine::kv_events::KvEventSink>,
+    draft: Option<ferrox_engine::Drafter>,
 ) -> Result<Started> {
     let threads = a
         .threads
@@ -513,10 +516,11 @@ fn start_model(
             ferrox_hub::model_ref::known_sha256(path),
         ),
     };
-    let engine = ferrox_engine::start(
+    let engine = ferrox_engine::start_with_draft(
         model.net.into_decoder(),
         Arc::clone(&tokenizer),
         config.clone(),
+        draft,
     )?;
     let state = Arc::new(AppState {
         metrics: Metrics::new(engine.clone(), &model_id),
@@ -546,9 +550,17 @@ fn loader(a: Arc<ServeArgs>, server: Arc<Server>) -> ferrox_server::registry::Lo
             .file_name()
             .map(|n| vec![n.to_string_lossy().into_owned()])
             .unwrap_or_default();
-        start_model(&a, Arc::clone(&server), path, id.to_string(), aliases, None)
-            .map(|s| s.state)
-            .map_err(Into::into)
+        start_model(
+            &a,
+            Arc::clone(&server),
+            path,
+            id.to_string(),
+            aliases,
+            None,
+            None,
+        )
+        .map(|s| s.state)
+        .map_err(Into::into)
     })
 }
 

@@ -719,3 +719,36 @@ fn speculation_types_other_than_ngram_are_refused_by_name() {
     let e = stderr(&o);
     assert!(e.contains("draft-mtp") && e.contains("ngram"), "{e}");
 }
+
+/// `-md` (`--draft-model`) drafts with a second model: `run` prints the same
+/// greedy text as without it, and a speculation line with what was kept.
+#[test]
+fn run_with_a_draft_model_prints_the_same_text_and_what_was_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny_gguf(dir.path());
+    let args = [
+        "run",
+        "-m",
+        &p,
+        "-p",
+        "abcabcabc",
+        "-n",
+        "24",
+        "--temp",
+        "0",
+        "--no-cnv",
+    ];
+    let plain = ferrox(&args, &[]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let mut with = args.to_vec();
+    with.extend(["-md", p.as_str()]);
+    let drafted = ferrox(&with, &[]);
+    assert!(drafted.status.success(), "{}", stderr(&drafted));
+    assert_eq!(drafted.stdout, plain.stdout);
+    assert!(
+        stderr(&drafted).contains("speculation:"),
+        "{}",
+        stderr(&drafted)
+    );
+    assert!(!stderr(&plain).contains("speculation:"));
+}

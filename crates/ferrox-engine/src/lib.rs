@@ -43,4 +43,4 @@ pub use handle::{EngineHandle, RequestStream, SubmitError};
 pub use output::{FinishReason, OutputStage, TokenOutput};
 pub use request::{Event, Failure, GenerationParams, RequestId, TokenLogprob, Usage};
 pub use stop::{StopMatcher, StopOutcome};
-pub use worker::{EngineConfig, StartError, start};
+pub use worker::{Drafter, EngineConfig, StartError, start, start_with_draft};

@@ -28,6 +28,7 @@ use ferrox_sampling::sampler::Sampler;
 use ferrox_text::tokenizer::Tokenizer;
 
 mod config;
+mod draft;
 mod prompt_rows;
 mod rows;
 mod speculate;
@@ -38,6 +39,7 @@ use prompt_rows::{PromptScores, runs_whole};
 
 pub use config::{EngineConfig, StartError};
 use config::{check_knobs, state_pools};
+pub use draft::Drafter;
 
 use crate::admission::{Candidate, Chunking, PassCapacity, PrefillPass, Refusal, SlotTable};
 use crate::ceiling::KvCeiling;
@@ -116,6 +118,8 @@ struct Worker {
     chunking: Chunking,
     /// The handle's health flag, cleared if this worker ends unasked.
     healthy: Arc<AtomicBool>,
+    /// The draft model, when speculation drafts with one.
+    draft: Option<draft::DraftState>,
 }
 
 /// Most remembered cancellations of requests not yet seen (oldest forgotten first).
@@ -123,11 +127,29 @@ const EARLY_CANCEL_MEMORY: usize = 4096;
 
 /// Starts an engine for `decoder` on its own worker thread.
 pub fn start(
-    mut decoder: Box<dyn Decoder>,
+    decoder: Box<dyn Decoder>,
     tokenizer: Arc<Tokenizer>,
     config: EngineConfig,
 ) -> Result<EngineHandle, StartError> {
+    start_with_draft(decoder, tokenizer, config, None)
+}
+
+/// [`start`], speculating with a draft model when one is given (its drafts
+/// take the place of prompt lookup's; `config.speculation`'s bounds apply,
+/// its defaults if it is `None`).
+pub fn start_with_draft(
+    mut decoder: Box<dyn Decoder>,
+    tokenizer: Arc<Tokenizer>,
+    mut config: EngineConfig,
+    drafter: Option<Drafter>,
+) -> Result<EngineHandle, StartError> {
     check_knobs(&config)?;
+    if drafter.is_some() && config.speculation.is_none() {
+        config.speculation = Some(crate::speculation::Speculation::default());
+    }
+    let draft = drafter
+        .map(|d| draft::DraftState::new(d, &tokenizer, config.block_size))
+        .transpose()?;
     let encoder = decoder.is_encoder();
     let config = whole_sequences(config, decoder.as_ref());
     let hp = decoder.hyper_params().clone();
@@ -231,6 +253,7 @@ pub fn start(
         peak: 0,
         chunking,
         healthy,
+        draft,
     };
     std::thread::Builder::new()
         .name("ferrox-engine".into())
@@ -554,12 +577,21 @@ impl Worker {
     fn plan_rows(&mut self) -> Vec<Row> {
         let chunks = self.prefill_pass();
         let speculation = self.speculation_now();
+        let mut drafted = match (&mut self.draft, &speculation) {
+            (Some(d), Some(s)) => Some(d.drafts(&self.running, s)),
+            _ => None,
+        };
         let mut rows: Vec<Row> = self
             .running
             .iter()
             .filter_map(|(&id, a)| match a.phase {
                 Phase::Decoding { pending } => {
-                    let run = a.decode_run(pending, speculation.as_ref());
+                    let run = match drafted.as_mut() {
+                        Some(d) => std::iter::once(pending)
+                            .chain(d.remove(&id).unwrap_or_default())
+                            .collect(),
+                        None => a.decode_run(pending, speculation.as_ref()),
+                    };
                     Some(Row {
                         id,
                         start: a.tokens.len(),
@@ -706,6 +738,9 @@ impl Worker {
     fn release(&mut self, id: RequestId) -> Option<Active> {
         let a = self.running.remove(&id)?;
         self.ledger.release(id);
+        if let Some(d) = &mut self.draft {
+            d.forget(id);
+        }
         self.slots.give_back(a.slot);
         Some(a)
     }

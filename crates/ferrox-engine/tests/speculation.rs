@@ -1,12 +1,16 @@
-//! Speculative decoding by prompt lookup: every request gives the tokens it
-//! gives without speculation (greedy and seeded sampling, stops and
-//! `max_tokens`, beside other requests), drafts are run and some are kept,
-//! and a model that cannot take back rejected positions refuses it at start.
+//! Speculative decoding by prompt lookup and by a draft model: every request
+//! gives the tokens it gives without speculation (greedy and seeded sampling,
+//! stops and `max_tokens`, beside other requests), drafts are run and some
+//! are kept, and a model that cannot take back rejected positions, or a draft
+//! with another vocabulary, is refused at start.
 
 use std::sync::Arc;
 
 use ferrox_engine::speculation::Speculation;
-use ferrox_engine::{EngineConfig, EngineHandle, Event, GenerationParams, start};
+use ferrox_engine::{
+    Drafter, EngineConfig, EngineHandle, Event, GenerationParams, StartError, start,
+    start_with_draft,
+};
 use ferrox_gguf::GgufFile;
 use ferrox_models::{Architecture, Transformer};
 use ferrox_testkit::{TinyModel, real_model};
@@ -177,4 +181,106 @@ fn real_model_smollm2_copies_with_speculation_and_keeps_drafts() {
         s.drafted_tokens,
         plain[0].1
     );
+}
+
+fn drafted(
+    target: impl Fn() -> GgufFile,
+    draft: GgufFile,
+    tokenizer: Tokenizer,
+) -> Result<EngineHandle, StartError> {
+    let t = Arc::new(Tokenizer::from_metadata(&target().header().metadata).unwrap());
+    let config = EngineConfig {
+        speculation: Some(Speculation {
+            max_batch: 16,
+            ..Speculation::default()
+        }),
+        ..EngineConfig::default()
+    };
+    let drafter = Drafter {
+        decoder: Box::new(Transformer::new(draft, 1).unwrap()),
+        tokenizer: Arc::new(tokenizer),
+    };
+    start_with_draft(
+        Box::new(Transformer::new(target(), 2).unwrap()),
+        t,
+        config,
+        Some(drafter),
+    )
+}
+
+/// A draft model's guesses are checked as prompt lookup's are: the target's
+/// own tokens, alone and beside other requests, with every draft kept when
+/// the draft is the target itself and fewer when it is another model.
+#[test]
+fn a_draft_model_gives_every_request_the_tokens_it_gives_without() {
+    for arch in [Architecture::Llama, Architecture::Gemma3] {
+        let target = || GgufFile::from_bytes(TinyModel::new(arch).gguf()).unwrap();
+        let other = || {
+            let tiny = TinyModel {
+                seed: 77,
+                ..TinyModel::new(Architecture::Llama)
+            };
+            GgufFile::from_bytes(tiny.gguf()).unwrap()
+        };
+        let plain = run(&engine(target, None), &jobs());
+        let tok = || Tokenizer::from_metadata(&target().header().metadata).unwrap();
+        let greedy: Vec<_> = jobs()
+            .into_iter()
+            .filter(|j| j.1.sampling.temperature == 0.0 && j.1.max_tokens > 3)
+            .collect();
+        let mut kept = Vec::new();
+        for draft in [target(), other()] {
+            let h = drafted(target, draft, tok()).unwrap();
+            for (job, want) in jobs().into_iter().zip(&plain) {
+                assert_eq!(&run(&h, &[job])[0], want, "{arch:?} alone");
+            }
+            assert_eq!(run(&h, &jobs()), plain, "{arch:?} together");
+            let before = h.stats();
+            assert!(before.drafted_tokens > 0, "{arch:?}: nothing drafted");
+            run(&h, &greedy);
+            let s = h.stats();
+            let drafted = s.drafted_tokens - before.drafted_tokens;
+            kept.push((s.accepted_tokens - before.accepted_tokens) as f64 / drafted as f64);
+        }
+        // Greedy requests keep (almost) every guess of the target itself (a
+        // guess is greedy without the request's logit bias), fewer of
+        // another model's.
+        assert!(
+            kept[0] > 0.9 && kept[0] > kept[1],
+            "{arch:?}: kept {kept:?}"
+        );
+    }
+}
+
+/// A draft's ids must mean the target's tokens: another vocabulary is
+/// refused at start, naming the flag and the first differing id.
+#[test]
+fn a_draft_with_another_vocabulary_is_refused_at_start() {
+    let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Llama).gguf()).unwrap();
+    let mut meta = ferrox_gguf::metadata::Metadata::default();
+    for (k, v) in file().header().metadata.iter() {
+        let v = match (k, v) {
+            (
+                "tokenizer.ggml.tokens",
+                ferrox_gguf::value::Value::Array(ferrox_gguf::value::Array::String(t)),
+            ) => {
+                let mut t = t.clone();
+                t[7] = "different".into();
+                ferrox_gguf::value::Value::Array(ferrox_gguf::value::Array::String(t))
+            }
+            _ => v.clone(),
+        };
+        meta.insert(k.to_string(), v).unwrap();
+    }
+    let other = Tokenizer::from_metadata(&meta).unwrap();
+    match drafted(file, file(), other) {
+        Err(e) => {
+            let e = e.to_string();
+            assert!(
+                e.contains("--draft-model") && e.contains("token id 7"),
+                "{e}"
+            );
+        }
+        Ok(_) => panic!("a draft with another vocabulary started"),
+    }
 }

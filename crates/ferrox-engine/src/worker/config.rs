@@ -83,6 +83,20 @@ pub enum StartError {
         "--spec: this model has recurrent layers, whose state cannot take back rejected draft tokens; serve it without speculation"
     )]
     SpeculationUnsupported,
+    /// A draft model proposes token ids: they must mean the same tokens.
+    #[error(
+        "--draft-model: the draft's vocabulary differs from the model's ({draft} tokens against {target}; first at token id {at}); a draft model must share the model's tokenizer"
+    )]
+    DraftVocabulary {
+        target: usize,
+        draft: usize,
+        at: u32,
+    },
+    /// A draft's recurrent state cannot be cut back to the kept tokens.
+    #[error(
+        "--draft-model: the draft has recurrent layers, whose state cannot take back rejected draft tokens; choose a transformer draft"
+    )]
+    DraftRecurrent,
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
 }

@@ -70,6 +70,9 @@ impl Worker {
         EngineStats::add(&self.stats.accepted_tokens, kept);
         if let Some(a) = self.running.get(&r.id) {
             self.ledger.advance(r.id, &a.tokens);
+            if let Some(d) = &mut self.draft {
+                d.cut_back(r.id, a.tokens.len());
+            }
         }
     }
 }

@@ -1,0 +1,193 @@
+//! Drafting with a second, smaller model (`--draft-model`): before the step,
+//! the draft model runs each decoding request's new tokens and then its own
+//! greedy guesses, one batched pass per drafted token; the step verifies the
+//! drafts as it verifies prompt-lookup ones ([`super::speculate`]), so the
+//! output is the output without speculation, token for token.
+//!
+//! The draft keeps its own KV: pages from its own pool, never shared, given
+//! back when the request ends. After verification a request's draft KV is cut
+//! back to the tokens that were kept; the positions past it are written again
+//! before they are read.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ferrox_models::decoder::{Decoder, Span, Want};
+use ferrox_models::kv_store::{KvStore, PageTable};
+use ferrox_text::Tokenizer;
+
+use super::{Active, Phase};
+use crate::pages::PagePool;
+use crate::request::RequestId;
+use crate::speculation::Speculation;
+use crate::worker::StartError;
+
+/// A draft model and its tokenizer, as [`crate::worker::start_with_draft`] takes them.
+pub struct Drafter {
+    pub decoder: Box<dyn Decoder>,
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+/// The first token id whose piece differs between two vocabularies (the
+/// shorter one's length if one is a prefix of the other); `None` when equal.
+fn first_difference(a: &Tokenizer, b: &Tokenizer) -> Option<u32> {
+    let (a, b) = (a.vocab(), b.vocab());
+    let n = a.len().min(b.len()) as u32;
+    (0..n)
+        .find(|&i| a.piece(i) != b.piece(i))
+        .or((a.len() != b.len()).then_some(n))
+}
+
+/// One request's draft KV: its pages and how many positions hold its tokens.
+#[derive(Default)]
+struct DraftSeq {
+    table: PageTable,
+    written: usize,
+}
+
+/// The draft model in the worker.
+pub(super) struct DraftState {
+    decoder: Box<dyn Decoder>,
+    store: KvStore,
+    pool: PagePool,
+    seqs: BTreeMap<RequestId, DraftSeq>,
+}
+
+/// What one request asks of a drafting pass.
+struct Want1 {
+    id: RequestId,
+    /// Tokens to run: the ones the draft has not seen, then its last guess.
+    feed: Vec<u32>,
+    /// Guesses still wanted.
+    left: usize,
+}
+
+impl DraftState {
+    /// The draft model of an engine whose tokenizer is `target`, checked: the
+    /// same vocabulary, and no recurrent layers (whose state cannot be cut back).
+    pub(super) fn new(
+        d: Drafter,
+        target: &Tokenizer,
+        block_size: usize,
+    ) -> Result<DraftState, StartError> {
+        if let Some(at) = first_difference(target, &d.tokenizer) {
+            return Err(StartError::DraftVocabulary {
+                target: target.vocab().len(),
+                draft: d.tokenizer.vocab().len(),
+                at,
+            });
+        }
+        let layout = d.decoder.kv_layout();
+        if layout.n_recurrent > 0 {
+            return Err(StartError::DraftRecurrent);
+        }
+        Ok(DraftState {
+            store: KvStore::new(layout, block_size),
+            decoder: d.decoder,
+            pool: PagePool::new(None),
+            seqs: BTreeMap::new(),
+        })
+    }
+
+    /// Greedy drafts for every decoding request, at most `s.max_draft` each
+    /// and within the positions it was promised; none if the draft model fails.
+    pub(super) fn drafts(
+        &mut self,
+        running: &BTreeMap<RequestId, Active>,
+        s: &Speculation,
+    ) -> BTreeMap<RequestId, Vec<u32>> {
+        let mut wants: Vec<Want1> = running
+            .iter()
+            .filter_map(|(&id, a)| {
+                let Phase::Decoding { pending } = a.phase else {
+                    return None;
+                };
+                let promised = a.prompt_len + a.output.limit();
+                let left = s.max_draft.min(promised.saturating_sub(a.tokens.len() + 1));
+                let seen = self.seqs.get(&id).map_or(0, |q| q.written);
+                let mut feed = a.tokens[seen.min(a.tokens.len())..].to_vec();
+                feed.push(pending);
+                (left > 0).then_some(Want1 { id, feed, left })
+            })
+            .collect();
+        let mut out: BTreeMap<RequestId, Vec<u32>> = BTreeMap::new();
+        while !wants.is_empty() {
+            let Some(guesses) = self.pass(&wants) else {
+                return BTreeMap::new();
+            };
+            for (w, g) in wants.iter_mut().zip(guesses) {
+                out.entry(w.id).or_default().push(g);
+                w.left -= 1;
+                w.feed = vec![g];
+            }
+            wants.retain(|w| w.left > 0);
+        }
+        out
+    }
+
+    /// One batched pass: each request's feed run, its next token guessed
+    /// (greedy).
+    fn pass(&mut self, wants: &[Want1]) -> Option<Vec<u32>> {
+        let ps = self.store.page_size();
+        for w in wants {
+            let q = self.seqs.entry(w.id).or_default();
+            let end = q.written + w.feed.len();
+            while q.table.full.len() * ps < end {
+                let id = self.pool.take().expect("an unbounded pool").id;
+                q.table.full.push(id);
+                // A window layer keeps every page here: the same ids, never slid.
+                if self.store.layout().window().is_some() {
+                    q.table.window.push(id);
+                }
+            }
+        }
+        let spans: Vec<Span<'_>> = wants
+            .iter()
+            .map(|w| {
+                let q = &self.seqs[&w.id];
+                Span {
+                    pages: &q.table,
+                    start: q.written,
+                    tokens: &w.feed,
+                    want: Want::Last,
+                }
+            })
+            .collect();
+        let out = self.decoder.forward(&mut self.store, &spans).ok()?;
+        let mut guesses = Vec::with_capacity(wants.len());
+        for (i, w) in wants.iter().enumerate() {
+            let row = out.logits.last_of(i)?;
+            guesses.push(argmax(row));
+            self.seqs.get_mut(&w.id).expect("entered above").written += w.feed.len();
+        }
+        Some(guesses)
+    }
+
+    /// Request `id` kept its first `kept` tokens: the draft's KV past them is
+    /// stale.
+    pub(super) fn cut_back(&mut self, id: RequestId, kept: usize) {
+        if let Some(q) = self.seqs.get_mut(&id) {
+            q.written = q.written.min(kept);
+        }
+    }
+
+    /// Request `id` ended: its pages go back.
+    pub(super) fn forget(&mut self, id: RequestId) {
+        if let Some(q) = self.seqs.remove(&id) {
+            for p in q.table.full {
+                self.pool.release(p);
+            }
+        }
+    }
+}
+
+/// The most likely token (the first of equals).
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
