@@ -410,13 +410,6 @@ pub(crate) fn completion_of(o: &Value) -> Result<ValidRequest, ApiError> {
     params.logprobs = text_logprobs(text.logprobs)?;
     params.prompt_logprobs =
         prompt_scoring(echo, params.logprobs, text.prompt_logprobs, max_tokens)?;
-    if echo && stream {
-        return Err(Invalid::Conflict {
-            field: "echo",
-            why: "an echoed prompt is answered whole: give stream: false",
-        }
-        .into());
-    }
     let shown = PromptShown {
         echo,
         scored: echo && params.logprobs.is_some(),

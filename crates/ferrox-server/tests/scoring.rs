@@ -2,7 +2,8 @@
 //! `logprobs` (lm-eval's loglikelihood request), `max_tokens: 0`, and vLLM's
 //! `prompt_logprobs`. A prompt's scores are the bits the same tokens get when
 //! they are generated (SPEC S3: a span's logits do not depend on how its
-//! sequence was split), and bad values are refused by name.
+//! sequence was split), a streamed echo adds up to the whole one, and bad
+//! values are refused by name.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -150,10 +151,68 @@ async fn bad_scoring_requests_are_refused_by_name() {
             json!({"prompt": "a", "prompt_logprobs": -1}),
             "prompt_logprobs",
         ),
-        (json!({"prompt": "a", "echo": true, "stream": true}), "echo"),
     ] {
         let (s, v) = post(body.clone()).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {v}");
         assert_eq!(v["error"]["param"], field, "{body}: {v}");
+    }
+}
+
+/// A streamed `echo` sends the prompt (with its scores) as its first chunk,
+/// then the tokens, as vLLM streams it: the chunks add up to the whole answer.
+#[tokio::test]
+async fn a_streamed_echo_adds_up_to_the_whole_one() {
+    for (max_tokens, logprobs) in [(3, Some(2)), (0, Some(1)), (2, None)] {
+        let mut body = json!({"prompt": [5, 17, 3, 9], "max_tokens": max_tokens, "echo": true,
+                              "temperature": 0, "ignore_eos": true});
+        if let Some(n) = logprobs {
+            body["logprobs"] = json!(n);
+        }
+        let (s, whole) = post(body.clone()).await;
+        assert_eq!(s, StatusCode::OK, "{whole}");
+        body["stream"] = json!(true);
+        let req = Request::post("/v1/completions")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let r = router(state(Setup::default())).oneshot(req).await.unwrap();
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let chunks: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let joined: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["text"].as_str())
+            .collect();
+        let want = &whole["choices"][0];
+        assert_eq!(joined, want["text"].as_str().unwrap(), "{body}");
+        let tokens: Vec<Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array())
+            .flatten()
+            .cloned()
+            .collect();
+        let scores: Vec<Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["logprobs"]["token_logprobs"].as_array())
+            .flatten()
+            .cloned()
+            .collect();
+        match logprobs {
+            Some(_) => {
+                assert_eq!(json!(tokens), want["logprobs"]["tokens"], "{body}");
+                assert_eq!(json!(scores), want["logprobs"]["token_logprobs"], "{body}");
+                assert!(scores[0].is_null(), "the first prompt token has no score");
+            }
+            None => assert!(tokens.is_empty()),
+        }
+        assert_eq!(
+            chunks.last().unwrap()["choices"][0]["finish_reason"],
+            want["finish_reason"]
+        );
     }
 }

@@ -294,6 +294,20 @@ impl Chunks {
         }
     }
 
+    /// A streamed completion's echoed prompt (`ids`, with the `scores` of its
+    /// tokens after the first when they are shown), before its first token,
+    /// as vLLM streams it.
+    pub fn echoed(
+        &self,
+        st: &AppState,
+        index: usize,
+        ids: &[u32],
+        scores: Option<&[TokenLogprob]>,
+    ) -> String {
+        let (text, lists) = echoed_prompt(st, ids, scores);
+        self.text(index, text, None, lists)
+    }
+
     /// Thinking (`delta.reasoning_content`, as vLLM and llama-server stream it).
     pub fn reasoning(&self, index: usize, text: String, role: bool) -> String {
         let delta = Delta {

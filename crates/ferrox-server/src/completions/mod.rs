@@ -103,7 +103,18 @@ async fn handle(
             include: include_usage,
             choices,
         };
-        Ok(stream::sse(st, kind, id, streams, usage, log, shape).into_response())
+        let echoes = (0..streams.len())
+            .map(|i| {
+                let p = prompt.as_ref().filter(|p| p.shown.echo)?;
+                Some(stream::Echo {
+                    ids: p.ids[i / choices.max(1)].clone(),
+                    scored: p.shown.scored,
+                    scores: None,
+                })
+            })
+            .collect();
+        let shown = stream::Shown { shape, echoes };
+        Ok(stream::sse(st, kind, id, streams, usage, log, shown).into_response())
     } else {
         let answer = Collected {
             kind,

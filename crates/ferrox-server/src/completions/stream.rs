@@ -36,10 +36,28 @@ struct ChoiceStream {
     split: Splitter,
     /// The tool-call format, when tools are on offer (chat only).
     tools: Option<ToolFormat>,
+    /// A prompt to echo before the first token (completions' `echo`).
+    echo: Option<Echo>,
+}
+
+/// How the streamed choices are shown: their shape (thinking, tools) and,
+/// for each, a prompt to echo.
+pub(super) struct Shown {
+    pub shape: Shape,
+    pub echoes: Vec<Option<Echo>>,
+}
+
+/// A prompt echoed at the head of a streamed choice.
+pub(super) struct Echo {
+    pub ids: Vec<u32>,
+    /// Its tokens' scores are shown (`echo` with `logprobs`).
+    pub scored: bool,
+    /// The scores, once the engine sent them.
+    pub scores: Option<Vec<TokenLogprob>>,
 }
 
 impl ChoiceStream {
-    fn new(index: usize, kind: Kind, shape: Shape) -> ChoiceStream {
+    fn new(index: usize, kind: Kind, shape: Shape, echo: Option<Echo>) -> ChoiceStream {
         let shape = Shape {
             tools: shape.tools.filter(|_| kind == Kind::Chat),
             ..shape
@@ -49,7 +67,15 @@ impl ChoiceStream {
             announced: kind == Kind::Text,
             split: Splitter::new(shape),
             tools: shape.tools,
+            echo,
         }
+    }
+
+    /// The echoed prompt's chunk, once, before anything else of the answer.
+    fn echo_first(&mut self, st: &AppState, out: &Chunks) -> Option<String> {
+        let e = self.echo.take()?;
+        let scores = e.scores.as_deref().filter(|_| e.scored);
+        Some(out.echoed(st, self.index, &e.ids, scores))
     }
 
     /// Whether the next chunk is the first (and so carries `role`).
@@ -75,7 +101,7 @@ impl ChoiceStream {
         text: String,
         logprob: Option<TokenLogprob>,
     ) -> Vec<String> {
-        let mut chunks = Vec::new();
+        let mut chunks: Vec<String> = self.echo_first(st, out).into_iter().collect();
         let mut first = self.first();
         let Pieces { reasoning, text } = self.split.push(&text);
         if !reasoning.is_empty() {
@@ -102,7 +128,7 @@ impl ChoiceStream {
         reason: FinishReason,
         text: String,
     ) -> Vec<String> {
-        let mut chunks = Vec::new();
+        let mut chunks: Vec<String> = self.echo_first(st, out).into_iter().collect();
         let mut first = self.first();
         let mut ids = self
             .tools
@@ -154,8 +180,13 @@ impl ResponseStream {
         let (st, out, c) = (&self.st, &self.out, &mut self.choices[i]);
         match e {
             Event::Admitted => c.admitted(st, out),
-            // Echo (the one scoring route) is answered whole, not streamed.
-            Event::PromptLogprobs(_) | Event::Embedding(_) => Vec::new(),
+            Event::PromptLogprobs(scores) => {
+                if let Some(e) = &mut c.echo {
+                    e.scores = Some(scores);
+                }
+                Vec::new()
+            }
+            Event::Embedding(_) => Vec::new(),
             Event::Token { id, text, logprob } => c.token(st, out, id, text, logprob),
             Event::Finished {
                 reason,
@@ -211,8 +242,9 @@ pub(super) fn sse(
     streams: Vec<RequestStream>,
     usage: UsageOptions,
     log: RequestLog,
-    shape: Shape,
+    shown: Shown,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let Shown { shape, echoes } = shown;
     let failed = Arc::new(AtomicBool::new(false));
     let timed_out = Arc::new(AtomicBool::new(false));
     let limit = st.server.limits.request_timeout;
@@ -224,8 +256,10 @@ pub(super) fn sse(
             model: st.model_id.clone(),
             created: now(),
         },
-        choices: (0..streams.len())
-            .map(|i| ChoiceStream::new(i, kind, shape))
+        choices: echoes
+            .into_iter()
+            .enumerate()
+            .map(|(i, echo)| ChoiceStream::new(i, kind, shape, echo))
             .collect(),
         st,
         usage,
