@@ -50,6 +50,18 @@ pub struct SpecArgs {
         value_name = "MODEL"
     )]
     pub draft_model: Option<String>,
+    /// The draft model stops guessing for a request at a guess less likely
+    /// than this under the draft (llama-server's `--draft-p-min`).
+    #[arg(long, env = "FERROX_DRAFT_P_MIN", value_parser = probability, default_value_t = ferrox_engine::speculation::Speculation::default().draft_p_min, value_name = "P")]
+    pub draft_p_min: f32,
+}
+
+/// A probability, 0 to 1.
+fn probability(s: &str) -> Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?}: a probability, from 0 to 1")),
+    }
 }
 
 /// `--spec`'s names, llama-server's included, as "on".
@@ -69,6 +81,7 @@ impl SpecArgs {
         (self.spec || self.draft_model.is_some()).then(|| ferrox_engine::speculation::Speculation {
             max_draft: self.draft_max,
             max_batch: self.spec_max_batch,
+            draft_p_min: self.draft_p_min,
             ..Default::default()
         })
     }

@@ -16,7 +16,7 @@
 //! are never read: the next step writes them again.
 
 /// How speculation runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Speculation {
     /// Most tokens drafted a step (llama-server's `--draft-max`).
     pub max_draft: usize,
@@ -28,6 +28,10 @@ pub struct Speculation {
     /// full batch the step is already compute-bound, and drafted rows cost
     /// throughput.
     pub max_batch: usize,
+    /// A draft model stops guessing for a request once its guess is less
+    /// likely than this (llama-server's `--draft-p-min`): an unlikely guess
+    /// is seldom kept, and each guess costs a pass of the draft.
+    pub draft_p_min: f32,
 }
 
 impl Default for Speculation {
@@ -37,6 +41,7 @@ impl Default for Speculation {
             max_ngram: 4,
             min_ngram: 2,
             max_batch: 4,
+            draft_p_min: 0.75,
         }
     }
 }

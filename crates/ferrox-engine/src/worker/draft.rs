@@ -1,6 +1,7 @@
 //! Drafting with a second, smaller model (`--draft-model`): before the step,
 //! the draft model runs each decoding request's new tokens and then its own
-//! greedy guesses, one batched pass per drafted token; the step verifies the
+//! greedy guesses, one batched pass per drafted token, until a guess is less
+//! likely than `draft_p_min` under the draft; the step verifies the
 //! drafts as it verifies prompt-lookup ones ([`super::speculate`]), so the
 //! output is the output without speculation, token for token.
 //!
@@ -115,9 +116,16 @@ impl DraftState {
             let Some(guesses) = self.pass(&wants) else {
                 return BTreeMap::new();
             };
-            for (w, g) in wants.iter_mut().zip(guesses) {
+            for (w, (g, p)) in wants.iter_mut().zip(guesses) {
+                // An unlikely guess ends the request's draft (kept only while
+                // it is its first: one guess a step is always tried).
+                let first = !out.contains_key(&w.id);
+                if p < s.draft_p_min && !first {
+                    w.left = 0;
+                    continue;
+                }
                 out.entry(w.id).or_default().push(g);
-                w.left -= 1;
+                w.left = if p < s.draft_p_min { 0 } else { w.left - 1 };
                 w.feed = vec![g];
             }
             wants.retain(|w| w.left > 0);
@@ -126,8 +134,8 @@ impl DraftState {
     }
 
     /// One batched pass: each request's feed run, its next token guessed
-    /// (greedy).
-    fn pass(&mut self, wants: &[Want1]) -> Option<Vec<u32>> {
+    /// (greedy), with the guess's probability under the draft.
+    fn pass(&mut self, wants: &[Want1]) -> Option<Vec<(u32, f32)>> {
         let ps = self.store.page_size();
         for w in wants {
             let q = self.seqs.entry(w.id).or_default();
@@ -157,7 +165,7 @@ impl DraftState {
         let mut guesses = Vec::with_capacity(wants.len());
         for (i, w) in wants.iter().enumerate() {
             let row = out.logits.last_of(i)?;
-            guesses.push(argmax(row));
+            guesses.push(most_likely(row));
             self.seqs.get_mut(&w.id).expect("entered above").written += w.feed.len();
         }
         Some(guesses)
@@ -181,13 +189,16 @@ impl DraftState {
     }
 }
 
-/// The most likely token (the first of equals).
-fn argmax(row: &[f32]) -> u32 {
+/// The most likely token of a logits row (the first of equals) and its
+/// probability.
+fn most_likely(row: &[f32]) -> (u32, f32) {
     let mut best = 0;
     for (i, &x) in row.iter().enumerate() {
         if x > row[best] {
             best = i;
         }
     }
-    best as u32
+    let top = row[best];
+    let sum: f32 = row.iter().map(|&x| (x - top).exp()).sum();
+    (best as u32, 1.0 / sum)
 }
