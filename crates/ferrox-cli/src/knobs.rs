@@ -182,9 +182,9 @@ pub struct KvArgs {
     pub prefill_chunk: usize,
     /// KV cache element type: f32 (the default), f16 (half the memory, so
     /// twice the positions in --kv-memory; 0.001 nats from f32), q8_0 (ggml's
-    /// blocks: 34 bytes per 32 values, 0.035 nats) or q4_0 (18 bytes per 32,
-    /// about 0.5 nats); the block types need head dimensions that are
-    /// multiples of 32. llama-server's
+    /// blocks of each head's rotated vector: 34 bytes per 32 values, 0.02
+    /// nats) or q4_0 (18 bytes per 32, about 0.3 nats); the block types need
+    /// head dimensions that are multiples of 32. llama-server's
     /// `-ctk` / `-ctv` (`--cache-type-k`, `--cache-type-v`) are taken too, and
     /// must agree: keys and values share a type here.
     #[arg(long = "kv-type", visible_aliases = ["cache-type-k", "cache-type-v"], env = "FERROX_KV_TYPE", action = clap::ArgAction::Append, value_name = "TYPE")]

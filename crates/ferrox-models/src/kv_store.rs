@@ -367,7 +367,14 @@ impl KvPages {
             KvPages::F32(b) => b.page_mut(id)[at..at + values.len()].copy_from_slice(values),
             KvPages::Encoded(t, b) => {
                 let (first, bytes) = encoded_span(*t, at, values.len());
-                encode(*t, values, &mut b.page_mut(id)[first..first + bytes]);
+                let out = &mut b.page_mut(id)[first..first + bytes];
+                if rotated(*t) {
+                    let mut r = values.to_vec();
+                    rotate(&mut r);
+                    encode(*t, &r, out);
+                } else {
+                    encode(*t, values, out);
+                }
             }
         }
     }
@@ -396,6 +403,70 @@ impl KvPages {
     }
 }
 
+/// Whether vectors are rotated ([`rotate`]) before they are quantized as `t`
+/// (the 8- and 4-bit blocks; f16 is not).
+fn rotated(t: DType) -> bool {
+    matches!(t, DType::Q8_0 | DType::Q4_0)
+}
+
+/// Rotates one head's key, value or query vector in place: fixed sign flips,
+/// then an orthonormal Walsh-Hadamard transform of each 32-value block (the
+/// ggml block the cache quantizes). It keeps dot products, and
+/// [`rotate_back`] undoes it. A channel far larger than the rest of its
+/// block (keys have them) is spread over the block before the block's scale
+/// is taken from its largest value: on SmolLM2 and Gemma 3 an 8-bit cache
+/// loses about half as much (0.034-0.037 -> 0.017-0.020 nats, mean top-5).
+/// Sizes: whole-head transforms (64, 256) were 0.017 / 0.027, plain
+/// 32-blocks without the signs 0.020 / 0.020.
+pub fn rotate(v: &mut [f32]) {
+    flip_signs(v);
+    v.chunks_exact_mut(rotation_piece(v.len()))
+        .for_each(hadamard);
+}
+
+/// The inverse of [`rotate`].
+pub fn rotate_back(v: &mut [f32]) {
+    v.chunks_exact_mut(rotation_piece(v.len()))
+        .for_each(hadamard);
+    flip_signs(v);
+}
+
+/// The values rotated together: a ggml block (32), or the largest power of
+/// two dividing a shorter or odd length.
+fn rotation_piece(len: usize) -> usize {
+    (1usize << len.trailing_zeros().min(5)).max(1)
+}
+
+/// Flips the sign of the values at fixed pseudo-random indices (the same for
+/// every vector), so that no structured vector (a constant run, say) is
+/// turned into a single spike by the transform.
+fn flip_signs(v: &mut [f32]) {
+    for (i, x) in v.iter_mut().enumerate() {
+        let h = (i as u32).wrapping_mul(0x9E37_79B9).rotate_left(13) ^ 0x85EB_CA6B;
+        if h.wrapping_mul(0xC2B2_AE35) >> 31 == 1 {
+            *x = -*x;
+        }
+    }
+}
+
+/// The orthonormal Walsh-Hadamard transform of a power-of-two run of values,
+/// in place.
+fn hadamard(x: &mut [f32]) {
+    let mut h = 1;
+    while h < x.len() {
+        for i in (0..x.len()).step_by(2 * h) {
+            for j in i..i + h {
+                let (a, b) = (x[j], x[j + h]);
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+        }
+        h *= 2;
+    }
+    let norm = 1.0 / (x.len() as f32).sqrt();
+    x.iter_mut().for_each(|v| *v *= norm);
+}
+
 /// The bytes of values `at..at + n` of a page encoded as `t`: where they
 /// start, and how many. Both ends lie on block boundaries.
 fn encoded_span(t: DType, at: usize, n: usize) -> (usize, usize) {
@@ -412,8 +483,8 @@ fn encoded_span(t: DType, at: usize, n: usize) -> (usize, usize) {
 /// `values` encoded as `t` into `out`: f16 rounded to nearest, ties to even
 /// (F16C where the CPU has it); Q8_0 and Q4_0 blocks as ggml's reference
 /// quantizer writes them (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`).
-/// (For q8_0, a scale searched for the least squared error gave the same
-/// fidelity on SmolLM2: 0.0345 nats against 0.0339.)
+/// (Before rotation, a q8_0 scale searched for the least squared error gave
+/// the same fidelity on SmolLM2: 0.0345 nats against 0.0339.)
 fn encode(t: DType, values: &[f32], out: &mut [u8]) {
     use ferrox_core::blocks::{BlockQ4_0, BlockQ8_0, bytes_of};
     use ferrox_core::kernels::reference::legacy::{quantize_q4_0, quantize_q8_0};
@@ -665,6 +736,13 @@ impl KvStore {
         }
     }
 
+    /// Whether the runs hold every key and value rotated ([`rotate`]): a
+    /// query is rotated before its dot products with them, and a weighted
+    /// sum of them rotated back. [`Self::read`] rotates back itself.
+    pub fn rotated(&self) -> bool {
+        rotated(self.layout.element.dtype())
+    }
+
     fn stored(&self, at: &Place) -> &KvPages {
         if at.window { &self.window } else { &self.full }
     }
@@ -674,7 +752,8 @@ impl KvStore {
     /// order; `keys` holds `run * head_dim_k` values, `values` `run * head_dim_v`.
     /// Runs end at page boundaries only, so they depend on positions alone.
     /// Runs of any type but f32 are widened first (exactly), into buffers of
-    /// the calling thread; `f` must not call this again.
+    /// the calling thread; `f` must not call this again. In a rotated cache
+    /// ([`Self::rotated`]) they hold every vector as stored, rotated.
     pub fn for_each_run(
         &self,
         table: &PageTable,
@@ -772,9 +851,14 @@ impl KvStore {
             at.value + head * at.value_stride,
         );
         let mut scratch = Vec::new();
-        (
+        let (mut k, mut v) = (
             store.with(at.page, k0, dk, &mut scratch, <[f32]>::to_vec),
             store.with(at.page, v0, dv, &mut scratch, <[f32]>::to_vec),
-        )
+        );
+        if self.rotated() {
+            rotate_back(&mut k);
+            rotate_back(&mut v);
+        }
+        (k, v)
     }
 }

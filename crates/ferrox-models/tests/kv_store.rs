@@ -136,54 +136,100 @@ fn wide_layout() -> KvLayout {
     }
 }
 
+/// q8_0 and q4_0 caches store each head's vector rotated
+/// (`kv_store::rotate`), in ggml's blocks as its reference quantizer writes
+/// them: runs hold those blocks widened, and `read` rotates them back.
 #[test]
-fn q8_0_and_q4_0_caches_store_ggml_blocks_and_read_back_their_exact_values() {
+fn q8_0_and_q4_0_caches_store_rotated_ggml_blocks_and_read_back_their_exact_values() {
     use ferrox_core::kernels::reference::{dequantize, quantize};
-    use ferrox_models::kv_store::KvElement;
+    use ferrox_models::kv_store::{KvElement, rotate, rotate_back};
     for element in [KvElement::Q8_0, KvElement::Q4_0] {
-        check_blocks(element, |x| {
-            let bytes = quantize(element.dtype(), x).unwrap();
+        let stored = |x: &[f32]| {
+            let mut r = x.to_vec();
+            rotate(&mut r);
+            let bytes = quantize(element.dtype(), &r).unwrap();
             let mut out = vec![0.0; x.len()];
             dequantize(element.dtype(), &bytes, &mut out).unwrap();
             out
-        });
+        };
+        let read = |x: &[f32]| {
+            let mut out = stored(x);
+            rotate_back(&mut out);
+            out
+        };
+        check_blocks(element, stored, read);
     }
 }
 
-/// Writes keys and values into a cache of `element` and checks every read
-/// against `want` (what ggml's reference quantizer stores, dequantized).
-fn check_blocks(element: ferrox_models::kv_store::KvElement, want: impl Fn(&[f32]) -> Vec<f32>) {
+/// Rotation keeps dot products and is undone by its inverse.
+#[test]
+fn a_rotation_keeps_dot_products_and_is_undone() {
+    use ferrox_models::kv_store::{rotate, rotate_back};
+    let a: Vec<f32> = (0..96)
+        .map(|i| (i as f32 * 0.7).sin() * (1 + i % 7) as f32)
+        .collect();
+    let b: Vec<f32> = (0..96).map(|i| (i as f32 * 1.3).cos()).collect();
+    let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>();
+    let (mut ra, mut rb) = (a.clone(), b.clone());
+    rotate(&mut ra);
+    rotate(&mut rb);
+    assert!(
+        (dot(&ra, &rb) - dot(&a, &b)).abs() < 1e-3,
+        "{} {}",
+        dot(&ra, &rb),
+        dot(&a, &b)
+    );
+    assert_ne!(ra, a);
+    rotate_back(&mut ra);
+    for (x, y) in ra.iter().zip(&a) {
+        assert!((x - y).abs() < 1e-5, "{x} {y}");
+    }
+}
+
+fn key_of(layer: usize, pos: usize) -> Vec<f32> {
+    (0..128)
+        .map(|i| ((layer * 7 + pos * 3 + i) as f32 * 0.37).sin() * (1 + i % 5) as f32)
+        .collect()
+}
+
+fn value_of(pos: usize) -> Vec<f32> {
+    (0..64)
+        .map(|i| (i as f32 - 30.5) / (pos + 1) as f32)
+        .collect()
+}
+
+/// Writes keys and values into a cache of `element` and checks what runs
+/// hold against `stored` and every read against `read`.
+fn check_blocks(
+    element: ferrox_models::kv_store::KvElement,
+    stored: impl Fn(&[f32]) -> Vec<f32>,
+    read: impl Fn(&[f32]) -> Vec<f32>,
+) {
     let mut s = KvStore::new(wide_layout().with_element(element), 4);
     let t = s.fresh_table(8);
     for layer in 0..2 {
         for pos in 0..8 {
-            let k: Vec<f32> = (0..128)
-                .map(|i| ((layer * 7 + pos * 3 + i) as f32 * 0.37).sin() * (1 + i % 5) as f32)
-                .collect();
-            let v: Vec<f32> = (0..64)
-                .map(|i| (i as f32 - 30.5) / (pos + 1) as f32)
-                .collect();
+            let (k, v) = (key_of(layer, pos), value_of(pos));
             s.write(&t, layer, pos, &k, &v);
             for h in 0..2 {
                 let (rk, rv) = s.read(&t, layer, pos, h);
                 assert_eq!(
                     rk,
-                    want(&k[h * 64..(h + 1) * 64]),
+                    read(&k[h * 64..(h + 1) * 64]),
                     "layer {layer} pos {pos}"
                 );
                 assert_eq!(
                     rv,
-                    want(&v[h * 32..(h + 1) * 32]),
+                    read(&v[h * 32..(h + 1) * 32]),
                     "layer {layer} pos {pos}"
                 );
             }
         }
-        // Runs read the same values.
         s.for_each_run(&t, layer, 1, 2, 7, |p0, keys, values| {
             for j in 0..keys.len() / 64 {
-                let (rk, rv) = s.read(&t, layer, p0 + j, 1);
-                assert_eq!(&keys[j * 64..(j + 1) * 64], rk);
-                assert_eq!(&values[j * 32..(j + 1) * 32], rv);
+                let (k, v) = (key_of(layer, p0 + j), value_of(p0 + j));
+                assert_eq!(&keys[j * 64..(j + 1) * 64], stored(&k[64..128]));
+                assert_eq!(&values[j * 32..(j + 1) * 32], stored(&v[32..64]));
             }
         });
     }

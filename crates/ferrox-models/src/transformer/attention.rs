@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::{Angles, Batch, Scratch, Transformer, add_residual, softcap, split_gates};
 use crate::hparams::LayerAttention;
-use crate::kv_store::{KvStore, LayerSlot};
+use crate::kv_store::{KvStore, LayerSlot, rotate, rotate_back};
 use crate::weights::{AttentionWeights, KvProjection, LayerWeights};
 
 impl Transformer {
@@ -171,15 +171,25 @@ impl Transformer {
         let att = &mut s.att[..batch.len() * nh * dv];
         // One task per token and KV head: its query heads read each key and value
         // once; every head keeps its own order (SPEC S3).
+        // An 8- or 4-bit cache holds its vectors rotated (dot products kept):
+        // queries are rotated to meet them, and the weighted sums of values
+        // rotated back.
+        let rotated = cache.rotated();
         att.par_chunks_mut(group * dv).enumerate().for_each_init(
-            || (Vec::new(), vec![0.0f32; group]),
-            |(scores, sink_terms), (i, out)| {
+            || (Vec::new(), vec![0.0f32; group], Vec::new()),
+            |(scores, sink_terms, turned), (i, out)| {
                 let (t, kvh) = (i / nkv, i % nkv);
                 let slot = batch.slots[t];
                 let seq = batch.spans[slot.span].pages;
                 let lo = window.map_or(0, |w| (slot.pos + 1).saturating_sub(w));
                 let n_keys = slot.pos + 1 - lo;
-                let qs = &q[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
+                let mut qs = &q[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
+                if rotated {
+                    turned.clear();
+                    turned.extend_from_slice(qs);
+                    turned.chunks_exact_mut(dk).for_each(rotate);
+                    qs = turned;
+                }
                 scores.clear();
                 scores.resize(group * n_keys, 0.0);
                 let mut j = 0;
@@ -205,6 +215,9 @@ impl Transformer {
                     let total = vector::sum(&scores[g * n_keys..(g + 1) * n_keys]) + sink_terms[g];
                     let inv = 1.0 / total;
                     o.iter_mut().for_each(|x| *x *= inv);
+                    if rotated {
+                        rotate_back(o);
+                    }
                 }
             },
         );
