@@ -430,15 +430,19 @@ impl Worker {
         };
         let mut rows: Vec<Row> = self
             .running
-            .iter()
+            .iter_mut()
             .filter_map(|(&id, a)| match a.phase {
                 Phase::Decoding { pending } => {
-                    let run = match drafted.as_mut() {
+                    let mut run: Vec<u32> = match drafted.as_mut() {
                         Some(d) => std::iter::once(pending)
                             .chain(d.remove(&id).unwrap_or_default())
                             .collect(),
                         None => a.decode_run(pending, speculation.as_ref()),
                     };
+                    // A grammar cuts the draft where it stops following it.
+                    if let Some(c) = a.constraint.as_mut() {
+                        run.truncate(1 + c.valid_prefix(&run[1..]));
+                    }
                     Some(Row {
                         id,
                         start: a.tokens.len(),

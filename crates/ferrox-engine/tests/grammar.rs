@@ -245,3 +245,57 @@ fn real_model_smollm2_grammars_that_cannot_compile_say_why() {
         );
     }
 }
+
+/// With speculation, a constrained request gives the tokens it gives
+/// without (drafts are cut where the grammar stops following them, and
+/// checked under it), and drafts are still run.
+#[test]
+fn real_model_smollm2_speculates_within_its_grammar() {
+    let Some(path) = real_model("smollm2-135m") else {
+        return;
+    };
+    let tok = Arc::new(
+        Tokenizer::from_metadata(&GgufFile::open(&path).unwrap().header().metadata).unwrap(),
+    );
+    let engine = |speculation| {
+        let file = GgufFile::open(&path).unwrap();
+        let config = EngineConfig {
+            kv_blocks: Some(256),
+            speculation,
+            ..Default::default()
+        };
+        start(
+            Box::new(Transformer::new(file, 2).unwrap()),
+            Arc::clone(&tok),
+            config,
+        )
+        .unwrap()
+    };
+    let grammars = Grammars::new(&tok).unwrap();
+    let grammar = Arc::new(
+        grammars
+            .compile(&GrammarSpec::Lark("start: /(cat |dog |bird )+/".into()))
+            .unwrap(),
+    );
+    let question = chat(
+        &tok,
+        "Repeat these words: cat dog cat dog bird cat dog cat dog bird cat dog",
+    );
+    let mut params = GenerationParams::greedy(40);
+    params.grammar = Some(grammar);
+    let plain = tokens_of(
+        &engine(None)
+            .submit(question.clone(), params.clone())
+            .unwrap()
+            .collect_blocking(),
+    );
+    let h = engine(Some(ferrox_engine::speculation::Speculation::default()));
+    let fast = tokens_of(&h.submit(question, params).unwrap().collect_blocking());
+    assert_eq!(fast, plain);
+    wait_idle(&h);
+    assert!(
+        h.stats().drafted_tokens > 0,
+        "nothing drafted: {}",
+        tok.decode(&plain, false)
+    );
+}

@@ -75,3 +75,22 @@ fn a_harmony_call_grammar_forces_the_control_tokens() {
     let (_, calls) = ToolFormat::Harmony.parse(text, &mut || "call_1".to_string());
     assert_eq!(calls[0].arguments, json!({"x": 42}));
 }
+
+/// `valid_prefix` says how much of a draft the grammar takes, and takes none
+/// of it: speculation cuts drafts there.
+#[test]
+fn a_constraint_measures_a_drafts_valid_prefix_without_taking_it() {
+    let tok = harmony_tokenizer();
+    let grammars = Grammars::new(&tok).unwrap();
+    let mut c = grammars
+        .compile(&GrammarSpec::Lark("start: /[ab]+/".into()))
+        .unwrap()
+        .start();
+    let ids = |s: &str| tok.encode(s, false, false);
+    assert_eq!(c.valid_prefix(&ids("abba")), 4);
+    assert_eq!(c.valid_prefix(&ids("abcab")), 2);
+    assert_eq!(c.valid_prefix(&ids("cab")), 0);
+    // Nothing was taken: the state is the start's.
+    c.commit(ids("b")[0]).unwrap();
+    assert_eq!(c.valid_prefix(&ids("aac")), 2);
+}

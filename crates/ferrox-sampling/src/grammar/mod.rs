@@ -299,6 +299,13 @@ impl Constraint {
         self.matcher.is_stopped()
     }
 
+    /// How many of `tokens`, in order, the grammar would take from here,
+    /// without taking them (speculation cuts a draft there); 0 if the
+    /// grammar cannot tell.
+    pub fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
+
     /// Feeds the token that was sampled.
     pub fn commit(&mut self, token: u32) -> Result<(), ConstraintError> {
         self.matcher
