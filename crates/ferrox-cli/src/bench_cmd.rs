@@ -271,9 +271,7 @@ impl Bandwidth {
 /// Runs the benchmark and prints the table.
 pub fn bench(a: BenchArgs) -> Result<()> {
     let path = ferrox_hub::model_ref::resolve(a.model.as_deref())?;
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = crate::knobs::threads_or_all(a.threads);
     let file = ferrox_gguf::GgufFile::open(&path)?;
     anyhow::ensure!(
         a.parallel == 1 || a.compare.is_none(),

@@ -22,6 +22,12 @@ pub fn count_knob(
     }
 }
 
+/// Threads to run on: `--threads` as given, else one per core the process
+/// may use.
+pub fn threads_or_all(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Speculative decoding (`serve` and `run`).
 #[derive(Args, Debug, Clone)]
 pub struct SpecArgs {

@@ -42,9 +42,7 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
     let path = ferrox_hub::model_ref::resolve(a.model.as_deref())?;
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("reading {}", a.file.display()))?;
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = crate::knobs::threads_or_all(a.threads);
     let file = ferrox_gguf::GgufFile::open(&path)?;
     let tokenizer = Tokenizer::from_metadata(&file.header().metadata)?;
     // As llama-perplexity: specials added, special-token text not parsed.

@@ -214,9 +214,7 @@ impl Session {
         check_sampling(a)?;
         max_tokens(a.n_predict, 1)?;
         let path = ferrox_hub::model_ref::resolve(a.model.as_deref())?;
-        let threads = a
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = crate::knobs::threads_or_all(a.threads);
         let t_load = Instant::now();
         let model = Model::load_with(&path, threads, a.path.activations)?;
         let load_s = t_load.elapsed().as_secs_f64();

@@ -398,7 +398,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let mut aliases = args.aliases.clone();
             aliases.extend([file_name, path.display().to_string(), "default".into()]);
-            let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let threads = crate::knobs::threads_or_all(args.threads);
             let draft = args.engine.spec.drafter(threads, args.path.activations)?;
             let started = start_model(&args, shared, &path, model_id, aliases, sink, draft)?;
             Ok((path, started))
@@ -474,9 +474,7 @@ fn start_model(
     kv_events: Option<ferrox_engine::kv_events::KvEventSink>,
     draft: Option<ferrox_engine::Drafter>,
 ) -> Result<Started> {
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = crate::knobs::threads_or_all(a.threads);
     let model = Model::load_with(path, threads, a.path.activations)?;
     let grammars = Grammars::new(&model.tokenizer);
     if let Err(e) = &grammars {

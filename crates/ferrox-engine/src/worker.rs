@@ -440,7 +440,7 @@ impl Worker {
                         None => a.decode_run(pending, speculation.as_ref()),
                     };
                     // A grammar cuts the draft where it stops following it.
-                    if let Some(c) = a.constraint.as_mut() {
+                    if let Some(c) = a.constraint.as_mut().filter(|_| run.len() > 1) {
                         run.truncate(1 + c.valid_prefix(&run[1..]));
                     }
                     Some(Row {

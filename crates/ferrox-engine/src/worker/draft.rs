@@ -117,15 +117,14 @@ impl DraftState {
                 return BTreeMap::new();
             };
             for (w, (g, p)) in wants.iter_mut().zip(guesses) {
-                // An unlikely guess ends the request's draft (kept only while
-                // it is its first: one guess a step is always tried).
-                let first = !out.contains_key(&w.id);
-                if p < s.draft_p_min && !first {
-                    w.left = 0;
-                    continue;
+                // An unlikely guess ends the request's draft; it is kept only
+                // as the first (one guess a step is always tried).
+                let drafted = out.entry(w.id).or_default();
+                let likely = p >= s.draft_p_min;
+                if likely || drafted.is_empty() {
+                    drafted.push(g);
                 }
-                out.entry(w.id).or_default().push(g);
-                w.left = if p < s.draft_p_min { 0 } else { w.left - 1 };
+                w.left = if likely { w.left - 1 } else { 0 };
                 w.feed = vec![g];
             }
             wants.retain(|w| w.left > 0);

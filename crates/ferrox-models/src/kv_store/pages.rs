@@ -65,9 +65,12 @@ impl KvPages {
                 let (first, bytes) = encoded_span(*t, at, values.len());
                 let out = &mut b.page_mut(id)[first..first + bytes];
                 if rotated(*t) {
-                    let mut r = values.to_vec();
-                    rotate(&mut r);
-                    encode(*t, &r, out);
+                    ROTATED.with_borrow_mut(|r| {
+                        r.clear();
+                        r.extend_from_slice(values);
+                        rotate(r);
+                        encode(*t, r, out);
+                    });
                 } else {
                     encode(*t, values, out);
                 }
@@ -97,6 +100,12 @@ impl KvPages {
             }
         }
     }
+}
+
+thread_local! {
+    /// One head's vector, rotated before it is quantized (every position of
+    /// every layer is written through it, so it is not allocated each time).
+    static ROTATED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Whether vectors are rotated ([`rotate`]) before they are quantized as `t`
