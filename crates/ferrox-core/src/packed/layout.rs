@@ -416,11 +416,15 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
         Quants::Nibble6 => {
             let u = w.map(|v| (v + 32) as u8);
             put_nibbles(blk, r, &u);
-            // Step p's two high bits: bits 2 (p % 4) of byte `lane` of line p / 4.
+            // Step p's two high bits: bits 2 (p % 4) of byte `lane` of line p / 4,
+            // lanes 2 r (even values) and 2 r + 1 (odd values) this row's alone.
+            // Constant shifts, one store a byte (a shift by the step ran scalar
+            // and was the largest part of a Q6_K repack).
             let bits = &mut blk[format.bits_at()..][..8 * STEPS];
-            for (i, &u) in u.iter().enumerate() {
-                let (step, lane) = (i / 2, 2 * r + i % 2);
-                bits[32 * (step / 4) + lane] |= (u >> 4) << (2 * (step % 4));
+            for (c, eight) in u.chunks_exact(8).enumerate() {
+                let hi = |k: usize| eight[k] >> 4;
+                bits[32 * c + 2 * r] = hi(0) | hi(2) << 2 | hi(4) << 4 | hi(6) << 6;
+                bits[32 * c + 2 * r + 1] = hi(1) | hi(3) << 2 | hi(5) << 4 | hi(7) << 6;
             }
         }
         Quants::Byte => {
@@ -438,9 +442,11 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
 /// `2r`, `2r + 1` (steps `2c`, `2c + 1`).
 fn put_nibbles(blk: &mut [u8], r: usize, u: &[u8; BLOCK]) {
     for (c, four) in u.chunks_exact(4).enumerate() {
-        let line = &mut blk[32 * c..32 * c + 32];
-        line[2 * r] = (four[0] & 0x0F) | (four[2] << 4);
-        line[2 * r + 1] = (four[1] & 0x0F) | (four[3] << 4);
+        // Both bytes at once: the low nibbles of values 4c, 4c + 1, the next two
+        // above them.
+        let low = u16::from_le_bytes([four[0], four[1]]) & 0x0F0F;
+        let high = u16::from_le_bytes([four[2], four[3]]) & 0x0F0F;
+        blk[32 * c + 2 * r..][..2].copy_from_slice(&(low | high << 4).to_le_bytes());
     }
 }
 
