@@ -21,7 +21,7 @@ use ferrox_core::ops::activation::{gelu_tanh, silu};
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::layer_norm;
 use ferrox_core::ops::rope::{self, RopeFreqs, RopeStyle};
-use ferrox_core::ops::vector::dot;
+use ferrox_core::ops::vector::{scaled_dots_into, weighted_sum};
 use ferrox_gguf::GgufFile;
 
 use crate::decoder::{Decoder, Output, Rows, Span, Want};
@@ -153,17 +153,32 @@ impl Encoder {
             ));
             first += s.tokens.len();
         }
+        let (k, v) = (self.by_head(k), self.by_head(v));
         out.par_chunks_mut(d)
             .zip(seqs.par_iter())
             .enumerate()
             .for_each(|(i, (o, seq))| {
-                self.attend_one(&q[i * d..(i + 1) * d], k, v, seq.clone(), o)
+                self.attend_one(&q[i * d..(i + 1) * d], &k, &v, seq.clone(), o)
             });
         out
     }
 
-    /// One token's attention (query row `qi`) over rows `seq` of `k` and `v`,
-    /// head by head, into `o`.
+    /// `[tokens][n_embd]` rows as `[head][tokens][head_dim]`: each head's keys
+    /// (or values) one contiguous run, as the score and sum kernels read them.
+    fn by_head(&self, m: &[f32]) -> Vec<f32> {
+        let (d, hd) = (self.hp.n_embd, self.hp.head_dim_k);
+        let n = m.len() / d;
+        let mut out = vec![0.0f32; m.len()];
+        for (t, row) in m.chunks_exact(d).enumerate() {
+            for (h, head) in row.chunks_exact(hd).enumerate() {
+                out[(h * n + t) * hd..][..hd].copy_from_slice(head);
+            }
+        }
+        out
+    }
+
+    /// One token's attention (query row `qi`) over rows `seq` of `k` and `v`
+    /// (laid out by [`Encoder::by_head`]), head by head, into `o`.
     fn attend_one(
         &self,
         qi: &[f32],
@@ -172,30 +187,24 @@ impl Encoder {
         seq: std::ops::Range<usize>,
         o: &mut [f32],
     ) {
-        let d = self.hp.n_embd;
         let hd = self.hp.head_dim_k;
+        let n = k.len() / self.hp.n_embd;
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut scores = Vec::with_capacity(seq.len());
+        let mut scores = vec![0.0f32; seq.len()];
         for h in 0..self.hp.n_heads {
             let head = h * hd..(h + 1) * hd;
-            let qh = &qi[head.clone()];
-            scores.clear();
-            scores.extend(
-                seq.clone()
-                    .map(|j| dot(qh, &k[j * d + h * hd..j * d + (h + 1) * hd]) * scale),
-            );
+            let run = (h * n + seq.start) * hd..(h * n + seq.end) * hd;
+            scaled_dots_into(&qi[head.clone()], &k[run.clone()], scale, &mut scores);
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let mut sum = 0.0f64;
             for x in scores.iter_mut() {
                 *x = (*x - max).exp();
                 sum += *x as f64;
             }
-            let oh = &mut o[head];
-            for (j, &p) in seq.clone().zip(&scores) {
-                let p = (p as f64 / sum) as f32;
-                let vj = &v[j * d + h * hd..j * d + (h + 1) * hd];
-                oh.iter_mut().zip(vj).for_each(|(a, &b)| *a += p * b);
+            for p in scores.iter_mut() {
+                *p = (*p as f64 / sum) as f32;
             }
+            weighted_sum(&mut o[head], &scores, &v[run]);
         }
     }
 

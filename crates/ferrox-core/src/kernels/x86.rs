@@ -31,6 +31,45 @@ unsafe fn finish(acc: __m512) -> f32 {
     fold(lanes)
 }
 
+/// `[finish(acc[0]), .., finish(acc[15])]`: the 16 pairwise folds (level `w`
+/// adds lane `i + w` to lane `i`, as `fold` does) done together by shuffles.
+#[inline(always)]
+unsafe fn fold_16(acc: &[__m512; 16]) -> [f32; 16] {
+    // SAFETY: register-only arithmetic and a store into a local array; callers
+    // run with AVX-512 F.
+    unsafe {
+        // Level 8: [a lanes 0..8 + 8..16 | b lanes 0..8 + 8..16] for pairs.
+        let l8: [__m512; 8] = std::array::from_fn(|j| {
+            let (a, b) = (acc[2 * j], acc[2 * j + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4(a, b, 0x44),
+                _mm512_shuffle_f32x4(a, b, 0xEE),
+            )
+        });
+        // Level 4: 128-bit lane L of l4[j] holds accumulator 4 j + L.
+        let l4: [__m512; 4] = std::array::from_fn(|j| {
+            let (a, b) = (l8[2 * j], l8[2 * j + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4(a, b, 0x88),
+                _mm512_shuffle_f32x4(a, b, 0xDD),
+            )
+        });
+        // Level 2: lane L of l2[j]: [acc 8 j + L: two sums, acc 8 j + 4 + L: two sums].
+        let l2: [__m512; 2] = std::array::from_fn(|j| {
+            let (a, b) = (l4[2 * j], l4[2 * j + 1]);
+            _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE))
+        });
+        // Level 1: lane 4 L + m holds accumulator L + 4 m.
+        let l1 = _mm512_add_ps(
+            _mm512_shuffle_ps(l2[0], l2[1], 0x88),
+            _mm512_shuffle_ps(l2[0], l2[1], 0xDD),
+        );
+        let mut lanes = [0.0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), l1);
+        std::array::from_fn(|k| lanes[4 * (k % 4) + k / 4])
+    }
+}
+
 /// `acc + w * x[0..16]`.
 #[inline(always)]
 unsafe fn step(acc: __m512, w: __m512, x: *const f32) -> __m512 {
@@ -308,10 +347,12 @@ pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
                 }
             }
         }
-        for r in 0..4 {
-            for t in 0..4 {
-                out[r][t] = finish(acc[r][t]);
-            }
+        let folded = fold_16(&[
+            acc[0][0], acc[0][1], acc[0][2], acc[0][3], acc[1][0], acc[1][1], acc[1][2], acc[1][3],
+            acc[2][0], acc[2][1], acc[2][2], acc[2][3], acc[3][0], acc[3][1], acc[3][2], acc[3][3],
+        ]);
+        for (k, f) in folded.into_iter().enumerate() {
+            out[k / 4][k % 4] = f;
         }
     }
 }
@@ -438,36 +479,9 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
                 *a = _mm512_mask_add_ps(*a, mask, *a, _mm512_mul_ps(qv, y));
             }
         }
-        // Level 8: [a lanes 0..8 + 8..16 | b lanes 0..8 + 8..16] for row pairs.
-        let l8: [__m512; 8] = std::array::from_fn(|j| {
-            let (a, b) = (acc[2 * j], acc[2 * j + 1]);
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4(a, b, 0x44),
-                _mm512_shuffle_f32x4(a, b, 0xEE),
-            )
-        });
-        // Level 4: 128-bit lane L of l4[j] holds row 4 j + L.
-        let l4: [__m512; 4] = std::array::from_fn(|j| {
-            let (a, b) = (l8[2 * j], l8[2 * j + 1]);
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4(a, b, 0x88),
-                _mm512_shuffle_f32x4(a, b, 0xDD),
-            )
-        });
-        // Level 2: lane L of l2[j]: [row 8 j + L: two sums, row 8 j + 4 + L: two sums].
-        let l2: [__m512; 2] = std::array::from_fn(|j| {
-            let (a, b) = (l4[2 * j], l4[2 * j + 1]);
-            _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE))
-        });
-        // Level 1: lane 4 L + m holds row L + 4 m.
-        let l1 = _mm512_add_ps(
-            _mm512_shuffle_ps(l2[0], l2[1], 0x88),
-            _mm512_shuffle_ps(l2[0], l2[1], 0xDD),
-        );
-        let mut lanes = [0.0f32; 16];
-        _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_mul_ps(l1, _mm512_set1_ps(scale)));
-        for (l, v) in lanes.iter().enumerate() {
-            out[l / 4 + 4 * (l % 4)] = *v;
+        let folded = fold_16(&acc);
+        for (o, f) in out.iter_mut().zip(folded) {
+            *o = f * scale;
         }
     }
 }

@@ -7,9 +7,10 @@
 //!   tiling or the thread that computes it (SPEC S3). A weight row is dequantized
 //!   once per call and reused by every token (a decode step of 16 requests is one
 //!   16-token call, not 16 calls).
-//! * Weights are never dequantized whole: a tile of [`ROW_TILE`] rows at a time, or
-//!   block by block inside the fused row dot for a single token (bit-identical, see
-//!   `kernels::fast`).
+//! * Weights are never dequantized whole: a task's rows a block of at most 256 KiB
+//!   at a time, swept by the tokens a block of 128 KiB at a time (both stay in L2),
+//!   or block by block inside the fused row dot for a single token (bit-identical,
+//!   see `kernels::fast`).
 
 use rayon::prelude::*;
 
@@ -19,7 +20,7 @@ use crate::kernels::fast;
 
 use super::vector::dot;
 
-/// Weight rows dequantized together and swept over every token.
+/// Weight rows swept together over a token block (a row tile).
 pub const ROW_TILE: usize = 8;
 
 /// A weight matrix as stored in GGUF: `rows` rows of `cols` values, row-major.
@@ -101,6 +102,27 @@ unsafe impl Send for Out {}
 // SAFETY: as for `Send`: no two tasks touch the same element.
 unsafe impl Sync for Out {}
 
+/// Activation bytes a token block may hold: the block is swept once for each
+/// row tile, so it must stay in the core's L2 (all of a prefill's tokens, swept
+/// for every tile, were streamed from L3 once per eight rows).
+const TOKEN_BLOCK_BYTES: usize = 128 * 1024;
+
+/// Dequantized weight bytes a task holds at once: rows dequantized once and
+/// swept by every token block, beside it in L2.
+const ROW_BLOCK_BYTES: usize = 256 * 1024;
+
+/// Tokens swept together by a row tile: as many as [`TOKEN_BLOCK_BYTES`] hold,
+/// whole register tiles of 4, at least 4.
+fn token_block(cols: usize) -> usize {
+    (TOKEN_BLOCK_BYTES / (4 * cols.max(1)) / 4 * 4).max(4)
+}
+
+/// Rows dequantized together: as many as [`ROW_BLOCK_BYTES`] hold, whole row
+/// tiles, at least one.
+fn row_block(cols: usize) -> usize {
+    (ROW_BLOCK_BYTES / (4 * cols.max(1)) / ROW_TILE * ROW_TILE).max(ROW_TILE)
+}
+
 fn tile(
     w: &Matrix<'_>,
     x: &[f32],
@@ -117,58 +139,88 @@ fn tile(
         }
         return;
     }
-    buf.resize(ROW_TILE * cols, 0.0);
-    let mut r0 = rows.start;
-    while r0 < rows.end {
-        let r1 = (r0 + ROW_TILE).min(rows.end);
-        for r in r0..r1 {
-            w.dequantize_row(r, &mut buf[(r - r0) * cols..(r - r0 + 1) * cols]);
+    let (row_block, token_block) = (row_block(cols), token_block(cols));
+    buf.resize(row_block * cols, 0.0);
+    for b0 in rows.clone().step_by(row_block) {
+        let b1 = (b0 + row_block).min(rows.end);
+        for r in b0..b1 {
+            w.dequantize_row(r, &mut buf[(r - b0) * cols..(r - b0 + 1) * cols]);
         }
-        let row = |r: usize| &buf[(r - r0) * cols..(r - r0 + 1) * cols];
-        let tok = |t: usize| &x[t * cols..(t + 1) * cols];
-        // SAFETY: (the writes below) (t, r) is inside `out` (checked by the caller) and
-        // row r belongs to this task alone.
-        let put = |t: usize, r: usize, v: f32| unsafe { *out.0.add(t * w.rows + r) = v };
-        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
-        let mut t0 = 0;
-        #[cfg(target_arch = "x86_64")]
-        {
-            let level = crate::isa::active();
-            if level.has_avx512() {
-                // SAFETY: feature detected; every row and token holds `cols` values.
-                t0 = register_tiles::<4, 4>(n_tokens, r0..r1, &row, &tok, &put, |w, x, o| unsafe {
-                    crate::kernels::x86::dot_4x4(w, x, o)
-                });
-            } else if level.has_avx2() {
-                // SAFETY: as above.
-                t0 = register_tiles::<4, 2>(n_tokens, r0..r1, &row, &tok, &put, |w, x, o| unsafe {
-                    crate::kernels::x86::dot_tile_avx2(w, x, o)
-                });
+        for t0 in (0..n_tokens).step_by(token_block) {
+            let tokens = t0..(t0 + token_block).min(n_tokens);
+            for r0 in (b0..b1).step_by(ROW_TILE) {
+                let r1 = (r0 + ROW_TILE).min(b1);
+                let at = (r0 - b0) * cols;
+                row_tile(w, x, tokens.clone(), r0..r1, &buf[at..], out);
             }
         }
-        for t in t0..n_tokens {
-            for r in r0..r1 {
-                put(t, r, dot(row(r), tok(t)));
-            }
+    }
+}
+
+/// `out[t][r]` for the rows `rows` (dequantized in `buf`, row `rows.start`
+/// first) and the tokens `tokens`.
+fn row_tile(
+    w: &Matrix<'_>,
+    x: &[f32],
+    tokens: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    buf: &[f32],
+    out: Out,
+) {
+    let (cols, r0) = (w.cols, rows.start);
+    let row = |r: usize| &buf[(r - r0) * cols..(r - r0 + 1) * cols];
+    let tok = |t: usize| &x[t * cols..(t + 1) * cols];
+    // SAFETY: (the writes below) (t, r) is inside `out` (checked by the caller) and
+    // row r belongs to this task alone.
+    let put = |t: usize, r: usize, v: f32| unsafe { *out.0.add(t * w.rows + r) = v };
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    let mut t0 = tokens.start;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let level = crate::isa::active();
+        if level.has_avx512() {
+            // SAFETY: feature detected; every row and token holds `cols` values.
+            t0 = register_tiles::<4, 4>(
+                tokens.clone(),
+                rows.clone(),
+                &row,
+                &tok,
+                &put,
+                |w, x, o| unsafe { crate::kernels::x86::dot_4x4(w, x, o) },
+            );
+        } else if level.has_avx2() {
+            // SAFETY: as above.
+            t0 = register_tiles::<4, 2>(
+                tokens.clone(),
+                rows.clone(),
+                &row,
+                &tok,
+                &put,
+                |w, x, o| unsafe { crate::kernels::x86::dot_tile_avx2(w, x, o) },
+            );
         }
-        r0 = r1;
+    }
+    for t in t0..tokens.end {
+        for r in rows.clone() {
+            put(t, r, dot(row(r), tok(t)));
+        }
     }
 }
 
 /// Sweeps `R x T` register tiles (`kernel`, bit-identical to `dot` per element)
-/// over the rows and whole tiles of tokens; rows past the last whole `R` go by
+/// over the rows and whole tiles of `tokens`; rows past the last whole `R` go by
 /// `dot`. Returns the first token left undone.
 #[cfg(target_arch = "x86_64")]
 fn register_tiles<'a, const R: usize, const T: usize>(
-    n_tokens: usize,
+    tokens: std::ops::Range<usize>,
     rows: std::ops::Range<usize>,
     row: &impl Fn(usize) -> &'a [f32],
     tok: &impl Fn(usize) -> &'a [f32],
     put: &impl Fn(usize, usize, f32),
     kernel: impl Fn([&[f32]; R], [&[f32]; T], &mut [[f32; T]; R]),
 ) -> usize {
-    let mut t0 = 0;
-    while t0 + T <= n_tokens {
+    let mut t0 = tokens.start;
+    while t0 + T <= tokens.end {
         let mut r = rows.start;
         while r + R <= rows.end {
             let mut o = [[0.0f32; T]; R];
@@ -283,8 +335,8 @@ mod tests {
         assert!((batched[5] - want).abs() < 1e-4);
     }
 
-    /// Register tiles, the rows and tokens past them, and the tail of a row past
-    /// its last 16 values all give `dot`'s bits.
+    /// Register tiles, the rows and tokens past them, token blocks and the tail
+    /// of a row past its last 16 values all give `dot`'s bits.
     #[test]
     fn every_element_is_the_portable_dot_of_its_row_and_token() {
         for (t, cols) in [
@@ -292,6 +344,9 @@ mod tests {
             (DType::BF16, 48),
             (DType::F32, 9),
             (DType::Q2_K, 256),
+            // Rows so long that a token block holds 4 tokens: 11 tokens are swept
+            // as blocks of 4, 4 and 3 (`token_block`).
+            (DType::F16, 8195),
         ] {
             let (rows, n) = (13, 11);
             let wf: Vec<f32> = (0..rows * cols)
