@@ -175,6 +175,7 @@ impl Transformer {
         // queries are rotated to meet them, and the weighted sums of values
         // rotated back.
         let rotated = cache.rotated();
+        let widened = widen_spans(g, window, batch, cache);
         att.par_chunks_mut(group * dv).enumerate().for_each_init(
             || (Vec::new(), vec![0.0f32; group], Vec::new()),
             |(scores, sink_terms, turned), (i, out)| {
@@ -192,11 +193,17 @@ impl Transformer {
                 }
                 scores.clear();
                 scores.resize(group * n_keys, 0.0);
-                let mut j = 0;
-                cache.for_each_key_run(seq, li, kvh, lo, slot.pos + 1, |_, keys| {
-                    scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
-                    j += keys.len() / dk;
-                });
+                let wide = widened[slot.span].as_ref().map(|w| &w[kvh]);
+                if let Some(w) = wide {
+                    let keys = &w.keys[(lo - w.first) * dk..(slot.pos + 1 - w.first) * dk];
+                    scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, 0);
+                } else {
+                    let mut j = 0;
+                    cache.for_each_key_run(seq, li, kvh, lo, slot.pos + 1, |_, keys| {
+                        scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
+                        j += keys.len() / dk;
+                    });
+                }
                 softcap(scores, cap);
                 for (g, sc) in scores.chunks_exact_mut(n_keys).enumerate() {
                     let sink = sinks.map(|s| s[kvh * group + g]);
@@ -205,12 +212,17 @@ impl Transformer {
                     sink_terms[g] = sink.map_or(0.0, |s| exp(s - max));
                 }
                 out.fill(0.0);
-                let mut j = 0;
-                cache.for_each_value_run(seq, li, kvh, lo, slot.pos + 1, |_, values| {
-                    let m = values.len() / dv;
-                    weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
-                    j += m;
-                });
+                if let Some(w) = wide {
+                    let values = &w.values[(lo - w.first) * dv..(slot.pos + 1 - w.first) * dv];
+                    weighted_sum_heads(out, dv, scores, n_keys, 0, n_keys, values);
+                } else {
+                    let mut j = 0;
+                    cache.for_each_value_run(seq, li, kvh, lo, slot.pos + 1, |_, values| {
+                        let m = values.len() / dv;
+                        weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
+                        j += m;
+                    });
+                }
                 for (g, o) in out.chunks_exact_mut(dv).enumerate() {
                     let total = vector::sum(&scores[g * n_keys..(g + 1) * n_keys]) + sink_terms[g];
                     let inv = 1.0 / total;
@@ -222,4 +234,54 @@ impl Transformer {
             },
         );
     }
+}
+
+/// One KV head's keys and values of a span, widened to f32: positions
+/// `first..`, `head_dim` values each.
+struct Widened {
+    first: usize,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+/// Spans with several tokens in this step: their keys and values widened once
+/// per KV head (`[span] -> [kv head]`), where the cache stores another type
+/// than f32. Read run by run, each token of a prefill widened every key before
+/// it again (the whole sequence's, for each token). The same values, read in
+/// the same order: the same bits (SPEC S3).
+fn widen_spans(
+    g: &LayerAttention,
+    window: Option<usize>,
+    batch: &Batch<'_>,
+    cache: &KvStore,
+) -> Vec<Option<Vec<Widened>>> {
+    let mut reach: Vec<Option<(usize, usize, usize)>> = vec![None; batch.spans.len()];
+    if cache.layout().element != crate::kv_store::KvElement::F32 {
+        for slot in &batch.slots {
+            let lo = window.map_or(0, |w| (slot.pos + 1).saturating_sub(w));
+            let r = reach[slot.span].get_or_insert((lo, slot.pos + 1, 0));
+            *r = (r.0.min(lo), r.1.max(slot.pos + 1), r.2 + 1);
+        }
+    }
+    reach
+        .into_iter()
+        .enumerate()
+        .map(|(si, r)| {
+            let (from, to, _) = r.filter(|r| r.2 > 1)?;
+            let pages = batch.spans[si].pages;
+            let heads = (0..g.n_kv_heads).into_par_iter().map(|kvh| {
+                let mut w = Widened {
+                    first: from,
+                    keys: Vec::with_capacity((to - from) * g.head_dim_k),
+                    values: Vec::with_capacity((to - from) * g.head_dim_v),
+                };
+                cache.for_each_run(pages, g.kv_layer, kvh, from, to, |_, k, v| {
+                    w.keys.extend_from_slice(k);
+                    w.values.extend_from_slice(v);
+                });
+                w
+            });
+            Some(heads.collect())
+        })
+        .collect()
 }
