@@ -235,6 +235,7 @@ pub(super) fn parts(dtype: DType, row: &[u8], b: usize, integers: Integers) -> B
 }
 
 /// A grid type's integers: its `values`, or the codes in `qs`.
+#[inline(always)]
 fn grid(integers: Integers, qs: &[u8], values: impl FnOnce() -> [i8; BLOCK]) -> [i8; BLOCK] {
     match integers {
         Integers::Values => values(),
@@ -243,12 +244,14 @@ fn grid(integers: Integers, qs: &[u8], values: impl FnOnce() -> [i8; BLOCK]) -> 
 }
 
 /// The 4-bit codes of 32 values (low nibbles first).
+#[inline(always)]
 fn codes(qs: &[u8; 16]) -> [i8; BLOCK] {
     let mut w = [0i8; BLOCK];
     nibbles(qs, &mut w);
     w
 }
 
+#[inline(always)]
 fn nibbles(qs: &[u8; 16], w: &mut [i8; BLOCK]) {
     for j in 0..16 {
         w[j] = (qs[j] & 0x0F) as i8;

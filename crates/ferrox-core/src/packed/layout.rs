@@ -392,6 +392,7 @@ fn put_scale(format: Format, blk: &mut [u8], at: usize, v: f32, mul: i8) -> bool
 }
 
 /// Stores `v` as an IEEE half at `at`; false when the half is not `v` exactly.
+#[inline(always)]
 fn put_half(out: &mut [u8], at: usize, v: f32) -> bool {
     let h = half::f16::from_f32(v);
     out[at..at + 2].copy_from_slice(&h.to_bits().to_le_bytes());
@@ -440,13 +441,18 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
 /// The low nibbles of a row's 32 values: line `c` holds values `4c`, `4c + 1`
 /// (low nibbles) and `4c + 2`, `4c + 3` (high nibbles) of row `r` in bytes
 /// `2r`, `2r + 1` (steps `2c`, `2c + 1`).
+#[inline(always)]
 fn put_nibbles(blk: &mut [u8], r: usize, u: &[u8; BLOCK]) {
+    assert!(
+        r < GROUP_ROWS && blk.len() >= 8 * 32,
+        "a group-block's nibble lines"
+    );
     for (c, four) in u.chunks_exact(4).enumerate() {
-        // Both bytes at once: the low nibbles of values 4c, 4c + 1, the next two
-        // above them.
-        let low = u16::from_le_bytes([four[0], four[1]]) & 0x0F0F;
-        let high = u16::from_le_bytes([four[2], four[3]]) & 0x0F0F;
-        blk[32 * c + 2 * r..][..2].copy_from_slice(&(low | high << 4).to_le_bytes());
+        // Both bytes at once: the low nibbles of values 4c, 4c + 1, and those of
+        // the next two above them.
+        let q = u32::from_le_bytes(four.try_into().expect("4 values"));
+        let pair = (q & 0x0F0F) | ((q >> 12) & 0xF0F0);
+        blk[32 * c + 2 * r..][..2].copy_from_slice(&(pair as u16).to_le_bytes());
     }
 }
 
