@@ -44,9 +44,10 @@ pub struct BenchArgs {
     /// `-d`): decode at this depth of context. Prefilled untimed.
     #[arg(short = 'd', long = "n-depth", default_value_t = 0, value_name = "N")]
     pub depth: usize,
-    /// KV cache element type (f32, f16, q8_0, q4_0), as `ferrox serve`'s.
-    #[arg(long = "kv-type", value_name = "TYPE", default_value_t = KvElement::default())]
-    pub kv_type: KvElement,
+    /// KV cache element type (f32, f16, q8_0, q4_0), as `ferrox serve`'s, and
+    /// by default the same: f16, or f32 with `--activations f32`.
+    #[arg(long = "kv-type", value_name = "TYPE")]
+    pub kv_type: Option<KvElement>,
     /// Print JSON instead of a markdown table.
     #[arg(long)]
     pub json: bool,
@@ -280,7 +281,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     // Before the model loads: the measuring buffer is gone when the weights come.
     let read_bandwidth = (a.n_gen > 0).then(|| crate::bandwidth::measure(threads));
     let m = Transformer::with_path(file, threads, a.path.activations)?;
-    let kv = a.kv_type;
+    let kv = a
+        .kv_type
+        .unwrap_or_else(|| KvElement::default_for(m.activation_path()));
     let shape = RunShape {
         n_prompt: a.n_prompt,
         n_gen: a.n_gen,

@@ -186,8 +186,9 @@ pub struct KvArgs {
     /// Token budget of one step (prefill chunk).
     #[arg(long, env = "FERROX_CB_PREFILL_CHUNK", value_parser = count_knob("FERROX_CB_PREFILL_CHUNK"), default_value_t = defaults::PREFILL_CHUNK, value_name = "N")]
     pub prefill_chunk: usize,
-    /// KV cache element type: f32 (the default), f16 (half the memory, so
-    /// twice the positions in --kv-memory; 0.001 nats from f32), q8_0 (ggml's
+    /// KV cache element type: f16 (the default; half of f32's memory, so
+    /// twice the positions in --kv-memory; 0.001 nats from f32), f32 (the
+    /// default with --activations f32, which stays exact), q8_0 (ggml's
     /// blocks of each head's rotated vector: 34 bytes per 32 values, 0.02
     /// nats) or q4_0 (18 bytes per 32, about 0.3 nats); the block types need
     /// head dimensions that are multiples of 32. llama-server's
@@ -283,8 +284,12 @@ impl EngineArgs {
 
 impl KvArgs {
     /// The KV element type: as given (every spelling agreeing), else the
-    /// default ([`ferrox_models::kv_store::KvElement`]'s).
-    pub fn kv_element(&self) -> Result<ferrox_models::kv_store::KvElement> {
+    /// default for the activation path `path`
+    /// ([`ferrox_models::kv_store::KvElement::default_for`]).
+    pub fn kv_element(
+        &self,
+        path: ferrox_models::ActivationPath,
+    ) -> Result<ferrox_models::kv_store::KvElement> {
         use ferrox_models::kv_store::KvElement;
         match self.kv_type.split_first() {
             Some((first, rest)) => {
@@ -299,7 +304,7 @@ impl KvArgs {
                 );
                 Ok(*first)
             }
-            None => Ok(KvElement::default()),
+            None => Ok(KvElement::default_for(path)),
         }
     }
 

@@ -140,7 +140,8 @@ fn run(cli: Cli) -> Result<()> {
                 block_size: kv.kv_block_size,
                 max_seqs: kv.max_seqs,
                 prefill_chunk: kv.prefill_chunk,
-                element: kv.kv_element()?,
+                // As `ferrox serve` plans it on `auto`'s path, which the report names.
+                element: kv.kv_element(ferrox_models::ActivationPath::default())?,
             };
             let report = ModelReport::new(&file, &opts)?;
             if json {

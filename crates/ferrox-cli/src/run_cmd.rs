@@ -238,7 +238,7 @@ impl Session {
             max_context: Some(ctx),
             prefix_cache,
             recurrent_slots: None,
-            kv_element: KvElement::default(),
+            kv_element: KvElement::default_for(transformer.activation_path()),
             speculation: a.spec.speculation(),
             kv_events: None,
         };

@@ -484,7 +484,7 @@ fn start_model(
         Net::Decoder(t) => t.activation_path(),
         Net::Encoder(_) => ferrox_models::ActivationPath::F32,
     };
-    let kv_element = a.engine.kv.kv_element()?;
+    let kv_element = a.engine.kv.kv_element(activations)?;
     let shape = KvShape::new(model.net.hyper_params(), kv_element);
     let normalize = Normalize::from_code(a.embd_normalize).expect("checked by the parser");
     let has_rank_head = matches!(&model.net, Net::Encoder(e) if e.has_classifier());

@@ -52,16 +52,14 @@ pub use pages::{rotate, rotate_back};
 
 /// The type of the KV cache's elements.
 ///
-/// f32 is the default: f16 halves the cache (0.0008-0.0010 nats of mean
-/// top-5 error on the real models, inside the 0.005 budget) and q8_0 takes
-/// 34 bytes per 32 values, but their pages are widened run by run before the
-/// attention kernels read them, which still costs prompt processing
-/// (docs/PERFORMANCE.md); f16 becomes the default when the kernels read it
-/// themselves.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+/// The default is f16 ([`KvElement::default_for`]): half of f32's memory,
+/// 0.0008-0.0010 nats of mean top-5 error on the real models (inside the
+/// 0.005 budget), and no slower (docs/PERFORMANCE.md). The exact path keeps
+/// f32, so that it stays the exact function. q8_0 takes 34 bytes per 32
+/// values at about 0.02 nats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvElement {
-    #[default]
     F32,
     /// IEEE half precision, as llama.cpp's default `-ctk f16`.
     F16,
@@ -79,6 +77,15 @@ pub enum KvElement {
 pub const KV_ELEMENT_NAMES: &str = "f32, f16, q8_0, q4_0";
 
 impl KvElement {
+    /// The element type a cache gets when none is asked for: f32 on the exact
+    /// path (`--activations f32`), else f16.
+    pub fn default_for(path: crate::ActivationPath) -> KvElement {
+        match path {
+            crate::ActivationPath::F32 => KvElement::F32,
+            crate::ActivationPath::Int16 => KvElement::F16,
+        }
+    }
+
     /// The ggml type the elements are stored as.
     pub fn dtype(self) -> DType {
         match self {
