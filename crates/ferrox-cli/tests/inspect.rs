@@ -20,6 +20,8 @@ fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
             "4096",
             "--kv-memory",
             "512MiB",
+            "--kv-type",
+            "f32",
         ],
         &[],
     );
@@ -36,7 +38,10 @@ fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
     let Some(gemma) = real_model("gemma3-270m") else {
         return;
     };
-    let o = ferrox(&["inspect", "-m", gemma.to_str().unwrap()], &[]);
+    let o = ferrox(
+        &["inspect", "-m", gemma.to_str().unwrap(), "--kv-type", "f32"],
+        &[],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).unwrap();
     for want in [
@@ -51,9 +56,10 @@ fn real_model_inspect_reports_layers_heads_window_and_kv_bytes() {
     }
 }
 
-/// `--kv-type f16` (and llama-server's `-ctk` / `-ctv`) halves the price of
-/// a position and q8_0 takes 34 bytes per 32 values; keys and values of
-/// different types, and an unknown type, are refused by name.
+/// `--kv-type f16` (the default on the int16 path, which this CPU runs; and
+/// llama-server's `-ctk` / `-ctv`) halves the price of a position and q8_0
+/// takes 34 bytes per 32 values; keys and values of different types, and an
+/// unknown type, are refused by name.
 #[test]
 fn real_model_f16_and_q8_0_kv_price_a_position_exactly() {
     let Some(smol) = real_model("smollm2-135m") else {
@@ -61,6 +67,7 @@ fn real_model_f16_and_q8_0_kv_price_a_position_exactly() {
     };
     let path = smol.to_str().unwrap();
     for args in [
+        &["inspect", path, "--json"][..],
         &["inspect", path, "--json", "--kv-type", "f16"][..],
         &["inspect", path, "--json", "-ctk", "f16", "-ctv", "f16"][..],
     ] {
