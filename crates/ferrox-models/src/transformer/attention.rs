@@ -244,11 +244,17 @@ struct Widened {
     values: Vec<f32>,
 }
 
+/// Bytes of f32 one span's widened keys and values may take (all its KV
+/// heads, one layer); a longer span is read run by run as before, so that a
+/// prefill deep in a long context adds no more than this beside the cache.
+const WIDEN_BYTES: usize = 64 << 20;
+
 /// Spans with several tokens in this step: their keys and values widened once
 /// per KV head (`[span] -> [kv head]`), where the cache stores another type
-/// than f32. Read run by run, each token of a prefill widened every key before
-/// it again (the whole sequence's, for each token). The same values, read in
-/// the same order: the same bits (SPEC S3).
+/// than f32 and the copy fits in [`WIDEN_BYTES`]. Read run by run, each token
+/// of a prefill widened every key before it again (the whole sequence's, for
+/// each token). The same values, read in the same order: the same bits (SPEC
+/// S3).
 fn widen_spans(
     g: &LayerAttention,
     window: Option<usize>,
@@ -268,6 +274,10 @@ fn widen_spans(
         .enumerate()
         .map(|(si, r)| {
             let (from, to, _) = r.filter(|r| r.2 > 1)?;
+            let per_position = g.n_kv_heads * (g.head_dim_k + g.head_dim_v) * 4;
+            if (to - from) * per_position > WIDEN_BYTES {
+                return None;
+            }
             let pages = batch.spans[si].pages;
             let heads = (0..g.n_kv_heads).into_par_iter().map(|kvh| {
                 let mut w = Widened {
