@@ -182,7 +182,7 @@ impl Transformer {
                 let (t, kvh) = (i / nkv, i % nkv);
                 let slot = batch.slots[t];
                 let seq = batch.spans[slot.span].pages;
-                let lo = window.map_or(0, |w| (slot.pos + 1).saturating_sub(w));
+                let lo = first_key(window, slot.pos);
                 let n_keys = slot.pos + 1 - lo;
                 let mut qs = &q[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
                 if rotated {
@@ -236,6 +236,12 @@ impl Transformer {
     }
 }
 
+/// The first position a token at `pos` attends to: 0, or the start of its
+/// window.
+fn first_key(window: Option<usize>, pos: usize) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
+}
+
 /// One KV head's keys and values of a span, widened to f32: positions
 /// `first..`, `head_dim` values each.
 struct Widened {
@@ -264,7 +270,7 @@ fn widen_spans(
     let mut reach: Vec<Option<(usize, usize, usize)>> = vec![None; batch.spans.len()];
     if cache.layout().element != crate::kv_store::KvElement::F32 {
         for slot in &batch.slots {
-            let lo = window.map_or(0, |w| (slot.pos + 1).saturating_sub(w));
+            let lo = first_key(window, slot.pos);
             let r = reach[slot.span].get_or_insert((lo, slot.pos + 1, 0));
             *r = (r.0.min(lo), r.1.max(slot.pos + 1), r.2 + 1);
         }
