@@ -1,7 +1,7 @@
 //! Multiply-accumulate rate of the two matrix-product paths on one thread:
 //! `cargo run --release -p ferrox-core --example matmul_speed -- [ROWS COLS TOKENS [TYPE...]]`.
-//! Prints GMAC/s of the f32-activation tiles and of the packed integer kernel
-//! (medians of 7 runs), the activation quantizer's rate and the repack's (median of 5),
+//! Prints GMAC/s of the f32-activation tiles, of the fused product (the
+//! encoder's) and of the packed integer kernel (medians of 7 runs), the activation quantizer's rate and the repack's (median of 5),
 //! for every weight type a GGUF may hold; types without a
 //! packed form print the f32 path only.
 
@@ -10,6 +10,7 @@ use std::time::Instant;
 use ferrox_core::DType;
 use ferrox_core::kernels::reference::quantize;
 use ferrox_core::ops::matmul::{Matrix, matmul};
+use ferrox_core::ops::matmul_fused::matmul_fused;
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -84,6 +85,7 @@ fn main() {
         let bytes = weights(t, rows, cols);
         let m = Matrix::new(t, rows, cols, &bytes).unwrap();
         let f32_rate = rate(macs, || matmul(&m, &x, n, &mut out, &pool));
+        let fused_rate = rate(macs, || matmul_fused(&m, &x, n, &mut out, &pool));
         let pack_rate = median(
             (0..5)
                 .map(|_| {
@@ -95,7 +97,9 @@ fn main() {
         );
         let packed = PackedMatrix::pack(&m, &pool);
         let Some(p) = packed else {
-            println!("{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, no packed form");
+            println!(
+                "{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, fused {fused_rate:6.1}, no packed form"
+            );
             continue;
         };
         let mut q = QuantizedRows::default();
@@ -107,7 +111,7 @@ fn main() {
         });
         let int_rate = rate(macs, || packed_matmul(&p, &q, &mut out, &pool));
         println!(
-            "{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, int16 {int_rate:6.1} GMAC/s ({:.2}x), quantize {quant_rate:.2} Gvalues/s, pack {pack_rate:.0} MB/s",
+            "{t:6} {rows}x{cols} x {n} tokens: f32 {f32_rate:6.1} GMAC/s, fused {fused_rate:6.1}, int16 {int_rate:6.1} GMAC/s ({:.2}x), quantize {quant_rate:.2} Gvalues/s, pack {pack_rate:.0} MB/s",
             int_rate / f32_rate
         );
     }

@@ -1,4 +1,6 @@
-//! A bidirectional encoder (BERT, nomic-bert), on the exact f32 path, in
+//! A bidirectional encoder (BERT, nomic-bert), on f32 activations with the
+//! fused float product (`ferrox_core::ops::matmul_fused`: each element one
+//! chain of fused multiply-adds), in
 //! llama.cpp's graph (`src/models/bert.cpp`):
 //!
 //! * embed: `x = token_embd[t] + token_types[0] (+ position_embd[pos])`, then
@@ -18,10 +20,11 @@
 //! tokens in the call, and attention reads only its own sequence (SPEC S3).
 
 use ferrox_core::ops::activation::{gelu_tanh, silu};
-use ferrox_core::ops::matmul::matmul;
+use ferrox_core::ops::exp::exp_shifted;
+use ferrox_core::ops::matmul_fused::matmul_fused;
 use ferrox_core::ops::norm::layer_norm;
 use ferrox_core::ops::rope::{self, RopeFreqs, RopeStyle};
-use ferrox_core::ops::vector::{scaled_dots_into, weighted_sum};
+use ferrox_core::ops::vector::{self, scaled_dots_into, weighted_sum};
 use ferrox_gguf::GgufFile;
 
 use crate::decoder::{Decoder, Output, Rows, Span, Want};
@@ -95,7 +98,7 @@ impl Encoder {
     /// `l`'s map of the `n` rows of `x`, with its bias.
     fn linear(&self, l: &Linear, x: &[f32], n: usize) -> Vec<f32> {
         let mut out = vec![0.0f32; n * l.weight.rows];
-        matmul(&l.weight.matrix(&self.file), x, n, &mut out, &self.pool);
+        matmul_fused(&l.weight.matrix(&self.file), x, n, &mut out, &self.pool);
         if let Some(b) = &l.bias {
             for row in out.chunks_exact_mut(b.len()) {
                 row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
@@ -195,16 +198,12 @@ impl Encoder {
             let head = h * hd..(h + 1) * hd;
             let run = (h * n + seq.start) * hd..(h * n + seq.end) * hd;
             scaled_dots_into(&qi[head.clone()], &k[run.clone()], scale, &mut scores);
-            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0.0f64;
-            for x in scores.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x as f64;
-            }
-            for p in scores.iter_mut() {
-                *p = (*p as f64 / sum) as f32;
-            }
-            weighted_sum(&mut o[head], &scores, &v[run]);
+            let max = vector::max(&scores);
+            exp_shifted(&mut scores, max);
+            let inv = 1.0 / vector::sum(&scores);
+            let oh = &mut o[head];
+            weighted_sum(oh, &scores, &v[run]);
+            oh.iter_mut().for_each(|x| *x *= inv);
         }
     }
 

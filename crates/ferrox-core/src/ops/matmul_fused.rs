@@ -1,0 +1,357 @@
+//! The fused float product (the encoder's): `out[t][r]` is one chain of fused
+//! multiply-adds, `acc = fma(W[r][k], x[t][k], acc)` over `k = 0..cols` in
+//! order, from 0.
+//!
+//! Invariants:
+//! * A fused multiply-add is correctly rounded, so every build that keeps each
+//!   element's chain gives the same bits: the kernels vectorize across rows and
+//!   tokens, never across `k` (the portable body, the AVX2 and AVX-512 kernels
+//!   of `kernels::x86_panel`; NEON is the portable body, which LLVM vectorizes
+//!   with its fused `fmla`). An element depends on its own row and token only,
+//!   so a token gets the same bits alone or in any batch, on any thread count
+//!   (SPEC S3).
+//! * Weights are dequantized a block of at most 256 KiB per task at a time, into
+//!   panels of [`PANEL`] rows stored k-major (padded with zero rows), and swept
+//!   by the tokens a block of at most 128 KiB at a time: both stay in L2.
+//!
+//! Why it exists beside [`super::matmul::matmul`]: that product keeps the
+//! decoder's exact path bit-identical with its single-token row dots (sixteen
+//! lanes, multiply then add, folded), which costs two instructions a
+//! multiply-add and a horizontal fold per element. An encoder runs every
+//! sequence whole, so its products always have many tokens; these chains need
+//! neither, and run at about twice the rate (`matmul_speed`'s `fused` figure).
+
+use rayon::prelude::*;
+
+use super::matmul::Matrix;
+
+/// Weight rows per panel: two AVX-512 registers, four AVX2 ones.
+pub const PANEL: usize = 32;
+
+/// Dequantized weight bytes a task holds at once.
+const ROW_BLOCK_BYTES: usize = 256 * 1024;
+
+/// Activation bytes a token block may hold.
+const TOKEN_BLOCK_BYTES: usize = 128 * 1024;
+
+/// A pointer to disjoint output elements written from several threads.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: every task writes a disjoint set of elements (its own rows).
+unsafe impl Send for Out {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Out {}
+
+/// `out[t * rows + r]` is the fused chain of `W[r]` and `x[t * cols ..]`, for
+/// `n_tokens` tokens, on `pool`'s threads.
+pub fn matmul_fused(
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    pool: &rayon::ThreadPool,
+) {
+    matmul_fused_at(crate::isa::active(), w, x, n_tokens, out, pool)
+}
+
+/// [`matmul_fused`] on the kernels of `level` (panics if this CPU cannot run it).
+pub fn matmul_fused_at(
+    level: crate::isa::Level,
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    pool: &rayon::ThreadPool,
+) {
+    level.assert_runs_here();
+    assert_eq!(
+        x.len(),
+        n_tokens * w.cols,
+        "activations must be n_tokens x cols"
+    );
+    assert_eq!(
+        out.len(),
+        n_tokens * w.rows,
+        "output must be n_tokens x rows"
+    );
+    if n_tokens == 0 || w.rows == 0 {
+        return;
+    }
+    let threads = pool.current_num_threads().max(1);
+    let per_task = w.rows.div_ceil(threads * 4).next_multiple_of(PANEL);
+    let n_tasks = w.rows.div_ceil(per_task);
+    let ptr = Out(out.as_mut_ptr());
+    pool.install(|| {
+        (0..n_tasks)
+            .into_par_iter()
+            .for_each_init(Vec::new, |buf, i| {
+                let rows = i * per_task..((i + 1) * per_task).min(w.rows);
+                task(level, w, x, n_tokens, rows, ptr, buf);
+            });
+    });
+}
+
+/// One task's rows: their panels a block at a time, each swept by every token.
+fn task(
+    level: crate::isa::Level,
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    rows: std::ops::Range<usize>,
+    out: Out,
+    buf: &mut Vec<f32>,
+) {
+    let cols = w.cols;
+    let block = (ROW_BLOCK_BYTES / (4 * cols) / PANEL * PANEL).max(PANEL);
+    // Whole groups of the widest kernel (12 tokens), so that only a call's
+    // last group runs narrower.
+    let token_block = (TOKEN_BLOCK_BYTES / (4 * cols) / 12 * 12).max(12);
+    buf.resize((block + PANEL) * cols, 0.0);
+    let (panels, scratch) = buf.split_at_mut(block * cols);
+    for b0 in rows.clone().step_by(block) {
+        let b1 = (b0 + block).min(rows.end);
+        let n_panels = (b1 - b0).div_ceil(PANEL);
+        fill_panels(w, b0..b1, &mut panels[..n_panels * PANEL * cols], scratch);
+        for t0 in (0..n_tokens).step_by(token_block) {
+            let t1 = (t0 + token_block).min(n_tokens);
+            for (p, panel) in panels.chunks_exact(PANEL * cols).take(n_panels).enumerate() {
+                let r0 = b0 + p * PANEL;
+                let live = (b1 - r0).min(PANEL);
+                sweep(level, panel, &x[t0 * cols..t1 * cols], cols, |t, vals| {
+                    // SAFETY: token t0 + t < n_tokens and rows r0..r0 + live lie
+                    // inside `out` (checked by the caller) and belong to this
+                    // task alone, so the slice is in bounds and no other thread
+                    // touches it.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(out.0.add((t0 + t) * w.rows + r0), live)
+                    };
+                    dst.copy_from_slice(&vals[..live]);
+                });
+            }
+        }
+    }
+}
+
+/// Writes rows `rows` of `w` as panels, k-major, rows past the end zero:
+/// each panel's rows are dequantized into `scratch` (`PANEL` rows), then
+/// written out in the panel's order (sequential stores, the reads strided in
+/// L1).
+fn fill_panels(
+    w: &Matrix<'_>,
+    rows: std::ops::Range<usize>,
+    panels: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let cols = w.cols;
+    for (p, panel) in panels.chunks_exact_mut(PANEL * cols).enumerate() {
+        for (i, row) in scratch.chunks_exact_mut(cols).enumerate() {
+            let r = rows.start + p * PANEL + i;
+            if r < rows.end {
+                w.dequantize_row(r, row);
+            } else {
+                row.fill(0.0);
+            }
+        }
+        for (k, step) in panel.chunks_exact_mut(PANEL).enumerate() {
+            for (i, v) in step.iter_mut().enumerate() {
+                *v = scratch[i * cols + k];
+            }
+        }
+    }
+}
+
+/// Runs the tokens of `x` (`cols` values each) against `panel`, in groups the
+/// level's kernel holds, handing each token's [`PANEL`] values to `emit`.
+fn sweep(
+    level: crate::isa::Level,
+    panel: &[f32],
+    x: &[f32],
+    cols: usize,
+    mut emit: impl FnMut(usize, &[f32; PANEL]),
+) {
+    let n = x.len() / cols;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let group = if level.has_avx512() {
+            12
+        } else if level.has_avx2() {
+            6
+        } else {
+            0
+        };
+        if group > 0 {
+            for g0 in (0..n).step_by(group) {
+                let count = group.min(n - g0);
+                let xs = &x[g0 * cols..(g0 + count) * cols];
+                x86_group(level.has_avx512(), count, panel, xs, cols, &mut |t, v| {
+                    emit(g0 + t, v)
+                });
+            }
+            return;
+        }
+    }
+    let _ = level;
+    for t in 0..n {
+        emit(t, &chain(panel, &x[t * cols..(t + 1) * cols]));
+    }
+}
+
+/// The portable body: one token's chains against a panel.
+fn chain(panel: &[f32], x: &[f32]) -> [f32; PANEL] {
+    let mut acc = [0.0f32; PANEL];
+    for (w, &v) in panel.chunks_exact(PANEL).zip(x) {
+        for (a, &wi) in acc.iter_mut().zip(w) {
+            *a = wi.mul_add(v, *a);
+        }
+    }
+    acc
+}
+
+/// `count` tokens (1..=12 on AVX-512, 1..=6 on AVX2) on the x86 kernels.
+#[cfg(target_arch = "x86_64")]
+fn x86_group(
+    avx512: bool,
+    count: usize,
+    panel: &[f32],
+    x: &[f32],
+    cols: usize,
+    emit: &mut dyn FnMut(usize, &[f32; PANEL]),
+) {
+    fn run<const T: usize>(
+        avx512: bool,
+        panel: &[f32],
+        x: &[f32],
+        cols: usize,
+        emit: &mut dyn FnMut(usize, &[f32; PANEL]),
+    ) {
+        assert!(panel.len() == PANEL * cols && x.len() >= T * cols);
+        let mut out = [[0.0f32; PANEL]; T];
+        if avx512 {
+            assert!(T <= 12);
+            // SAFETY: the level was checked by the caller; lengths asserted above.
+            unsafe { crate::kernels::x86_panel::panel_avx512::<T>(panel, x, cols, &mut out) };
+        } else {
+            assert!(T <= 6);
+            for half in 0..2 {
+                // SAFETY: as above; half is 0 or 1.
+                unsafe {
+                    crate::kernels::x86_panel::panel_avx2::<T>(panel, half, x, cols, &mut out)
+                };
+            }
+        }
+        for (t, v) in out.iter().enumerate() {
+            emit(t, v);
+        }
+    }
+    macro_rules! by_count {
+        ($($c:literal)*) => {
+            match count {
+                $($c => run::<$c>(avx512, panel, x, cols, emit),)*
+                _ => unreachable!("a group holds 1 to 12 tokens"),
+            }
+        };
+    }
+    by_count!(1 2 3 4 5 6 7 8 9 10 11 12)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::kernels::reference::quantize;
+
+    fn pool(n: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .unwrap()
+    }
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i + seed) * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect()
+    }
+
+    /// The chain of one row and token, written out as the definition says.
+    fn chain_of(row: &[f32], x: &[f32]) -> f32 {
+        row.iter()
+            .zip(x)
+            .fold(0.0f32, |acc, (&w, &v)| w.mul_add(v, acc))
+    }
+
+    /// Every level, every group size and leftover, padded panels, several row
+    /// blocks and token blocks: each element is its chain, bit for bit.
+    #[test]
+    fn every_element_is_its_chain_at_every_level() {
+        for (t, rows, cols, n) in [
+            (DType::F16, 45, 67, 29),
+            (DType::F32, 70, 9, 13),
+            (DType::Q8_0, 33, 64, 1),
+            // Rows so long that a row block is one panel and a token block 3 tokens.
+            (DType::F16, 40, 11_000, 7),
+        ] {
+            let wf = values(rows * cols, 3);
+            let bytes = quantize(t, &wf).unwrap();
+            let w = Matrix::new(t, rows, cols, &bytes).unwrap();
+            let x = values(n * cols, 11);
+            let mut row = vec![0.0; cols];
+            for level in crate::isa::Level::supported() {
+                let mut out = vec![0.0; n * rows];
+                matmul_fused_at(level, &w, &x, n, &mut out, &pool(2));
+                for r in 0..rows {
+                    w.dequantize_row(r, &mut row);
+                    for k in 0..n {
+                        let want = chain_of(&row, &x[k * cols..(k + 1) * cols]);
+                        assert_eq!(
+                            out[k * rows + r].to_bits(),
+                            want.to_bits(),
+                            "{level:?} {t} row {r} token {k}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_gets_the_same_bits_alone_or_in_a_batch_on_any_thread_count() {
+        let (rows, cols, n) = (37, 48, 15);
+        let bytes = quantize(DType::F16, &values(rows * cols, 5)).unwrap();
+        let w = Matrix::new(DType::F16, rows, cols, &bytes).unwrap();
+        let x = values(n * cols, 17);
+        let mut batched = vec![0.0; n * rows];
+        matmul_fused(&w, &x, n, &mut batched, &pool(2));
+        for t in 0..n {
+            for threads in [1, 3] {
+                let mut alone = vec![0.0; rows];
+                let xt = &x[t * cols..(t + 1) * cols];
+                matmul_fused(&w, xt, 1, &mut alone, &pool(threads));
+                let same = alone
+                    .iter()
+                    .zip(&batched[t * rows..(t + 1) * rows])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "token {t} differs alone on {threads} threads");
+            }
+        }
+    }
+
+    #[test]
+    fn the_chains_are_the_product_within_rounding() {
+        let (rows, cols, n) = (8, 384, 4);
+        let bytes = quantize(DType::F32, &values(rows * cols, 2)).unwrap();
+        let w = Matrix::new(DType::F32, rows, cols, &bytes).unwrap();
+        let x = values(n * cols, 9);
+        let mut out = vec![0.0; n * rows];
+        matmul_fused(&w, &x, n, &mut out, &pool(1));
+        let wf = values(rows * cols, 2);
+        for t in 0..n {
+            for r in 0..rows {
+                let exact: f64 = (0..cols)
+                    .map(|k| wf[r * cols + k] as f64 * x[t * cols + k] as f64)
+                    .sum();
+                assert!((out[t * rows + r] as f64 - exact).abs() < 1e-4, "{r} {t}");
+            }
+        }
+    }
+}
