@@ -19,7 +19,7 @@
 //! keeps no KV. Every per-token product and norm is independent of the other
 //! tokens in the call, and attention reads only its own sequence (SPEC S3).
 
-use ferrox_core::ops::activation::{gelu_tanh, silu};
+use ferrox_core::ops::activation::{Gate, gated, gelu_tanh_each};
 use ferrox_core::ops::exp::exp_shifted;
 use ferrox_core::ops::matmul_fused::matmul_fused;
 use ferrox_core::ops::norm::layer_norm;
@@ -225,10 +225,11 @@ impl Encoder {
             let mut up = self.linear(&l.up, &x, n);
             match &l.gate {
                 Some(gate) => {
-                    let g = self.linear(gate, &x, n);
-                    up.iter_mut().zip(&g).for_each(|(u, &g)| *u *= silu(g));
+                    let mut g = self.linear(gate, &x, n);
+                    gated(&mut g, &up, Gate::Silu);
+                    up = g;
                 }
-                None => up.iter_mut().for_each(|u| *u = gelu_tanh(*u)),
+                None => gelu_tanh_each(&mut up),
             }
             let down = self.linear(&l.down, &up, n);
             x.iter_mut().zip(&down).for_each(|(a, &b)| *a += b);

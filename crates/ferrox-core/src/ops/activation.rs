@@ -84,6 +84,17 @@ dispatched!(
     pub fn gated / gated_at = gated_body(gate: &mut [f32], up: &[f32], act: Gate) -> ()
 );
 
+#[inline(always)]
+fn gelu_tanh_body(values: &mut [f32]) {
+    values.iter_mut().for_each(|v| *v = gelu_tanh(*v));
+}
+
+dispatched!(
+    /// `values[i] = gelu_tanh(values[i])` (BERT's feed-forward), vectorized
+    /// where the CPU allows (same bits).
+    pub fn gelu_tanh_each / gelu_tanh_each_at = gelu_tanh_body(values: &mut [f32]) -> ()
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +133,16 @@ mod tests {
             assert!((tanh(x) as f64 - want).abs() <= 1.2e-7, "tanh({x})");
         }
         assert_eq!((tanh(1e4), tanh(-1e4), tanh(0.0)), (1.0, -1.0, 0.0));
+        let mut g = xs.clone();
+        gelu_tanh_body(&mut g);
+        for level in crate::isa::Level::supported() {
+            let mut a = xs.clone();
+            gelu_tanh_each_at(level, &mut a);
+            assert!(
+                a.iter().zip(&g).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{level:?}"
+            );
+        }
         let mut b = xs.clone();
         softcap_body(&mut b, 30.0);
         for level in crate::isa::Level::supported() {
