@@ -96,7 +96,7 @@ impl<'a> Matrix<'a> {
 
 /// A pointer to disjoint output elements written from several threads.
 #[derive(Clone, Copy)]
-struct Out(*mut f32);
+pub(super) struct Out(pub(super) *mut f32);
 // SAFETY: every task writes a disjoint set of elements (its own rows).
 unsafe impl Send for Out {}
 // SAFETY: as for `Send`: no two tasks touch the same element.
@@ -246,14 +246,18 @@ fn register_tiles<'a, const R: usize, const T: usize>(
     t0
 }
 
-/// `out[t * rows + r] = W[r] . x[t * cols ..]` for `n_tokens` tokens, on `pool`'s threads.
-pub fn matmul(
+/// Checks a product's shapes (panics unless `x` is `n_tokens x cols` and `out`
+/// `n_tokens x rows`) and splits its rows into tasks for `pool`: enough to
+/// balance, each a whole number of `unit` rows. `(rows per task, tasks)`, or
+/// `None` when there is nothing to compute.
+pub(super) fn split(
     w: &Matrix<'_>,
     x: &[f32],
     n_tokens: usize,
-    out: &mut [f32],
+    out: &[f32],
     pool: &rayon::ThreadPool,
-) {
+    unit: usize,
+) -> Option<(usize, usize)> {
     assert_eq!(
         x.len(),
         n_tokens * w.cols,
@@ -265,16 +269,28 @@ pub fn matmul(
         "output must be n_tokens x rows"
     );
     if n_tokens == 0 || w.rows == 0 {
-        return;
+        return None;
     }
     let threads = pool.current_num_threads().max(1);
-    // Enough tasks to balance, each a whole number of tiles.
     let per_task = w
         .rows
         .div_ceil(threads * 4)
-        .next_multiple_of(ROW_TILE)
-        .max(ROW_TILE);
-    let n_tasks = w.rows.div_ceil(per_task);
+        .next_multiple_of(unit)
+        .max(unit);
+    Some((per_task, w.rows.div_ceil(per_task)))
+}
+
+/// `out[t * rows + r] = W[r] . x[t * cols ..]` for `n_tokens` tokens, on `pool`'s threads.
+pub fn matmul(
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    pool: &rayon::ThreadPool,
+) {
+    let Some((per_task, n_tasks)) = split(w, x, n_tokens, out, pool, ROW_TILE) else {
+        return;
+    };
     let ptr = Out(out.as_mut_ptr());
     pool.install(|| {
         (0..n_tasks)

@@ -23,7 +23,7 @@
 
 use rayon::prelude::*;
 
-use super::matmul::Matrix;
+use super::matmul::{Matrix, Out, split};
 
 /// Weight rows per panel: two AVX-512 registers, four AVX2 ones.
 pub const PANEL: usize = 32;
@@ -33,14 +33,6 @@ const ROW_BLOCK_BYTES: usize = 256 * 1024;
 
 /// Activation bytes a token block may hold.
 const TOKEN_BLOCK_BYTES: usize = 128 * 1024;
-
-/// A pointer to disjoint output elements written from several threads.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: every task writes a disjoint set of elements (its own rows).
-unsafe impl Send for Out {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Out {}
 
 /// `out[t * rows + r]` is the fused chain of `W[r]` and `x[t * cols ..]`, for
 /// `n_tokens` tokens, on `pool`'s threads.
@@ -64,22 +56,9 @@ pub fn matmul_fused_at(
     pool: &rayon::ThreadPool,
 ) {
     level.assert_runs_here();
-    assert_eq!(
-        x.len(),
-        n_tokens * w.cols,
-        "activations must be n_tokens x cols"
-    );
-    assert_eq!(
-        out.len(),
-        n_tokens * w.rows,
-        "output must be n_tokens x rows"
-    );
-    if n_tokens == 0 || w.rows == 0 {
+    let Some((per_task, n_tasks)) = split(w, x, n_tokens, out, pool, PANEL) else {
         return;
-    }
-    let threads = pool.current_num_threads().max(1);
-    let per_task = w.rows.div_ceil(threads * 4).next_multiple_of(PANEL);
-    let n_tasks = w.rows.div_ceil(per_task);
+    };
     let ptr = Out(out.as_mut_ptr());
     pool.install(|| {
         (0..n_tasks)
