@@ -1,9 +1,10 @@
 //! Multiply-accumulate rate of the two matrix-product paths on one thread:
 //! `cargo run --release -p ferrox-core --example matmul_speed -- [ROWS COLS TOKENS [TYPE...]]`.
 //! Prints GMAC/s of the f32-activation tiles, of the fused product (the
-//! encoder's) and of the packed integer kernel (medians of 7 runs), the activation quantizer's rate and the repack's (median of 5),
-//! for every weight type a GGUF may hold; types without a
-//! packed form print the f32 path only.
+//! encoder's) and of the packed integer kernel (medians of 7 runs), the
+//! activation quantizer's rate and the repack's (median of 5), for every
+//! weight type a GGUF may hold; types without a packed form print the two
+//! float products only.
 
 use std::time::Instant;
 

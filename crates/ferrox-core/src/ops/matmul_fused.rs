@@ -28,6 +28,13 @@ use super::matmul::{Matrix, Out, split};
 /// Weight rows per panel: two AVX-512 registers, four AVX2 ones.
 pub const PANEL: usize = 32;
 
+/// Tokens one AVX-512 kernel call runs (24 accumulators), the widest group.
+const GROUP_AVX512: usize = 12;
+
+/// Tokens one AVX2 kernel call runs (12 accumulators, half a panel).
+#[cfg(target_arch = "x86_64")]
+const GROUP_AVX2: usize = 6;
+
 /// Dequantized weight bytes a task holds at once.
 const ROW_BLOCK_BYTES: usize = 256 * 1024;
 
@@ -82,9 +89,10 @@ fn task(
 ) {
     let cols = w.cols;
     let block = (ROW_BLOCK_BYTES / (4 * cols) / PANEL * PANEL).max(PANEL);
-    // Whole groups of the widest kernel (12 tokens), so that only a call's
-    // last group runs narrower.
-    let token_block = (TOKEN_BLOCK_BYTES / (4 * cols) / 12 * 12).max(12);
+    // Whole groups of the widest kernel, so that only a call's last group
+    // runs narrower.
+    let token_block =
+        (TOKEN_BLOCK_BYTES / (4 * cols) / GROUP_AVX512 * GROUP_AVX512).max(GROUP_AVX512);
     buf.resize((block + PANEL) * cols, 0.0);
     let (panels, scratch) = buf.split_at_mut(block * cols);
     for b0 in rows.clone().step_by(block) {
@@ -150,24 +158,15 @@ fn sweep(
 ) {
     let n = x.len() / cols;
     #[cfg(target_arch = "x86_64")]
-    {
-        let group = if level.has_avx512() {
-            12
-        } else if level.has_avx2() {
-            6
-        } else {
-            0
-        };
-        if group > 0 {
-            for g0 in (0..n).step_by(group) {
-                let count = group.min(n - g0);
-                let xs = &x[g0 * cols..(g0 + count) * cols];
-                x86_group(level.has_avx512(), count, panel, xs, cols, &mut |t, v| {
-                    emit(g0 + t, v)
-                });
-            }
-            return;
+    if level.has_avx2() {
+        let avx512 = level.has_avx512();
+        let group = if avx512 { GROUP_AVX512 } else { GROUP_AVX2 };
+        for g0 in (0..n).step_by(group) {
+            let count = group.min(n - g0);
+            let xs = &x[g0 * cols..(g0 + count) * cols];
+            x86_group(avx512, count, panel, xs, cols, &mut |t, v| emit(g0 + t, v));
         }
+        return;
     }
     let _ = level;
     for t in 0..n {
@@ -186,7 +185,8 @@ fn chain(panel: &[f32], x: &[f32]) -> [f32; PANEL] {
     acc
 }
 
-/// `count` tokens (1..=12 on AVX-512, 1..=6 on AVX2) on the x86 kernels.
+/// `count` tokens (1 to [`GROUP_AVX512`] on AVX-512, to [`GROUP_AVX2`] on
+/// AVX2) on the x86 kernels.
 #[cfg(target_arch = "x86_64")]
 fn x86_group(
     avx512: bool,
@@ -206,11 +206,11 @@ fn x86_group(
         assert!(panel.len() == PANEL * cols && x.len() >= T * cols);
         let mut out = [[0.0f32; PANEL]; T];
         if avx512 {
-            assert!(T <= 12);
+            assert!(T <= GROUP_AVX512);
             // SAFETY: the level was checked by the caller; lengths asserted above.
             unsafe { crate::kernels::x86_panel::panel_avx512::<T>(panel, x, cols, &mut out) };
         } else {
-            assert!(T <= 6);
+            assert!(T <= GROUP_AVX2);
             for half in 0..2 {
                 // SAFETY: as above; half is 0 or 1.
                 unsafe {
@@ -226,7 +226,7 @@ fn x86_group(
         ($($c:literal)*) => {
             match count {
                 $($c => run::<$c>(avx512, panel, x, cols, emit),)*
-                _ => unreachable!("a group holds 1 to 12 tokens"),
+                _ => unreachable!("a group holds 1 to GROUP_AVX512 (12) tokens"),
             }
         };
     }
