@@ -158,13 +158,9 @@ impl Rounding {
 }
 
 fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
+    // The first index of the largest value (a maximum is exact in any order).
+    let max = ferrox_core::ops::vector::max(v);
+    v.iter().position(|&x| x == max).unwrap_or(0) as u32
 }
 
 fn ids(v: &Value) -> Vec<u32> {

@@ -53,13 +53,39 @@ dispatched!(
 );
 
 /// `ln(sum(e^v))`: a log-probability is `v[i] - log_sum_exp(v)`. Each term is
-/// [`exp`] (within 2 ulp, vectorized), summed in f64, so the result is within
-/// 3e-7 nats of the exact one.
+/// [`exp`] (within 2 ulp), summed in f64 (vectorized on the CPU's level), so the
+/// result is within 3e-7 nats of the exact one.
 pub fn log_sum_exp(v: &[f32]) -> f64 {
-    let max = v.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let sum: f64 = v.iter().map(|&x| exp(x - max) as f64).sum();
-    max as f64 + sum.ln()
+    let max = crate::ops::vector::max(v);
+    max as f64 + exp_sum(v, max).ln()
 }
+
+/// Lanes of [`exp_sum`]'s f64 accumulators: value `i` goes to lane `i % 8`, the
+/// tail to lane 0 after the lanes are added in order, on every build.
+const SUM_LANES: usize = 8;
+
+#[inline(always)]
+fn exp_sum_body(v: &[f32], shift: f32) -> f64 {
+    let chunks = v.chunks_exact(SUM_LANES);
+    let tail = chunks.remainder();
+    let mut acc = [0f64; SUM_LANES];
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += exp(x - shift) as f64;
+        }
+    }
+    let mut sum: f64 = acc.iter().sum();
+    for &x in tail {
+        sum += exp(x - shift) as f64;
+    }
+    sum
+}
+
+dispatched!(
+    /// `sum(exp(v[i] - shift))` in f64, in a fixed lane order (the same bits on
+    /// every build).
+    fn exp_sum / exp_sum_at = exp_sum_body(v: &[f32], shift: f32) -> f64
+);
 
 /// The portable build of [`exp_shifted`], for tests.
 pub fn exp_shifted_portable(v: &mut [f32], shift: f32) {
@@ -80,6 +106,25 @@ mod tests {
         assert!(lp(2) > lp(1));
         let exact = l.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
         assert!((lse - exact).abs() < 3e-7, "{lse} vs {exact}");
+    }
+
+    #[test]
+    fn log_sum_exp_is_exact_to_3e7_and_every_build_gives_the_same_bits() {
+        // A vocabulary-sized row with a tail past the lanes.
+        let row: Vec<f32> = (0..49_157)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.02 - 11.0)
+            .collect();
+        let exact = row.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
+        assert!((log_sum_exp(&row) - exact).abs() < 3e-7);
+        let max = crate::ops::vector::max(&row);
+        let want = exp_sum_body(&row, max);
+        for level in crate::isa::Level::supported() {
+            assert_eq!(
+                exp_sum_at(level, &row, max).to_bits(),
+                want.to_bits(),
+                "{level:?}"
+            );
+        }
     }
 
     #[test]
