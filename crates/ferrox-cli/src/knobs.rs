@@ -39,7 +39,10 @@ pub struct SpecArgs {
     /// while more requests decode than --spec-max-batch. `none` is off.
     #[arg(long, visible_alias = "spec-type", env = "FERROX_SPEC", action = clap::ArgAction::Set, value_parser = parse_spec, default_value = "none", value_name = "none|ngram")]
     pub spec: bool,
-    /// Most tokens drafted a step (llama-server's `--draft-max`).
+    /// Most tokens drafted a step (llama-server's `--draft-max`). Each
+    /// request's drafts start at 8 tokens (or this, if fewer), double while a
+    /// whole draft is kept, and fall back to one past the tokens kept when one
+    /// is refused.
     #[arg(long, visible_aliases = ["spec-draft-n-max", "draft", "draft-n"], env = "FERROX_DRAFT_MAX", value_parser = count_knob("FERROX_DRAFT_MAX"), default_value_t = ferrox_engine::speculation::Speculation::default().max_draft, value_name = "N")]
     pub draft_max: usize,
     /// Speculation runs only while at most this many requests decode.

@@ -1,6 +1,7 @@
 //! Speculative decoding by prompt lookup (n-gram drafting; llama-server's
 //! `--spec-type ngram-simple`): the tokens that followed the latest earlier
-//! occurrence of a sequence's last `n` tokens are proposed as its next ones.
+//! occurrence of a sequence's last `n` tokens are proposed as its next ones,
+//! as many as the request's draft budget ([`next_budget`]) allows.
 //! The worker runs the pending token and the draft as one span of the step
 //! (logits on every row), then samples each row in turn exactly as plain
 //! decoding would; a draft token is kept while it equals what was sampled.
@@ -18,8 +19,11 @@
 /// How speculation runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Speculation {
-    /// Most tokens drafted a step (llama-server's `--draft-max`).
+    /// Most tokens drafted a step (llama-server's `--draft-max`): the cap of
+    /// each request's draft budget ([`next_budget`]).
     pub max_draft: usize,
+    /// A request's first draft budget (at most `max_draft`).
+    pub first_draft: usize,
     /// The longest suffix looked up first, then shorter ones down to
     /// `min_ngram`.
     pub max_ngram: usize,
@@ -37,13 +41,39 @@ pub struct Speculation {
 impl Default for Speculation {
     fn default() -> Speculation {
         Speculation {
-            max_draft: 8,
+            max_draft: 32,
+            first_draft: 8,
             max_ngram: 4,
             min_ngram: 2,
             max_batch: 4,
             draft_p_min: 0.75,
         }
     }
+}
+
+impl Speculation {
+    /// A request's draft budget before its first draft.
+    pub fn first_budget(&self) -> usize {
+        self.first_draft.min(self.max_draft)
+    }
+}
+
+/// A request's next draft budget after a draft of `drafted` tokens, made
+/// within `budget`, kept `kept` of them: doubled (up to `max_draft`) when the
+/// whole budget was drafted and kept, cut to one past what was kept (at least
+/// 2, at most the budget it had) when a token was refused, and otherwise left. Long copies (an edit, a
+/// quotation) thus draft long runs within a few steps, and text that does not
+/// copy its input, where matches are chance, drafts short ones: a refused row
+/// is a row of the step run for nothing.
+pub fn next_budget(budget: usize, drafted: usize, kept: usize, s: &Speculation) -> usize {
+    let next = if kept < drafted {
+        (kept + 1).max(2).min(budget)
+    } else if drafted > 0 && drafted >= budget {
+        budget * 2
+    } else {
+        budget
+    };
+    next.min(s.max_draft)
 }
 
 /// The draft for a sequence whose tokens so far are `tokens` then `pending`
@@ -109,6 +139,31 @@ mod tests {
         // Followers that reach the pending token include it.
         let h = [4, 5, 4, 5, 4, 5];
         assert_eq!(of(&h, &spec(8), 8), [4, 5]);
+    }
+
+    #[test]
+    fn the_budget_doubles_on_a_whole_kept_draft_and_falls_to_what_was_kept() {
+        let s = Speculation::default();
+        assert_eq!(s.first_budget(), 8);
+        // The whole budget drafted and kept: doubled, up to max_draft (32).
+        assert_eq!(next_budget(8, 8, 8, &s), 16);
+        assert_eq!(next_budget(16, 16, 16, &s), 32);
+        assert_eq!(next_budget(32, 32, 32, &s), 32);
+        // Fewer followers than the budget, all kept: nothing learned.
+        assert_eq!(next_budget(16, 5, 5, &s), 16);
+        assert_eq!(next_budget(16, 0, 0, &s), 16);
+        // A refused token: one past what was kept, at least 2.
+        assert_eq!(next_budget(32, 20, 11, &s), 12);
+        assert_eq!(next_budget(16, 16, 0, &s), 2);
+        // Never above the budget it had.
+        assert_eq!(next_budget(2, 2, 1, &s), 2);
+        let small = Speculation {
+            max_draft: 1,
+            ..Speculation::default()
+        };
+        assert_eq!(small.first_budget(), 1);
+        assert_eq!(next_budget(1, 1, 1, &small), 1);
+        assert_eq!(next_budget(1, 1, 0, &small), 1);
     }
 
     #[test]

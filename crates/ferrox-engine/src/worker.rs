@@ -89,6 +89,8 @@ struct Active {
     /// Tokens speculation drafted, and those kept.
     drafted: usize,
     accepted: usize,
+    /// Most tokens the next draft may hold ([`crate::speculation::next_budget`]).
+    draft_budget: usize,
     reply: tokio::sync::mpsc::UnboundedSender<Event>,
 }
 
@@ -350,6 +352,7 @@ impl Worker {
                 whole: runs_whole(&params),
                 drafted: 0,
                 accepted: 0,
+                draft_budget: self.config.speculation.map_or(0, |s| s.first_budget()),
                 reply,
             },
         );

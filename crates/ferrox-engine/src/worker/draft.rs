@@ -90,8 +90,8 @@ impl DraftState {
         })
     }
 
-    /// Greedy drafts for every decoding request, at most `s.max_draft` each
-    /// and within the positions it was promised; none if the draft model fails.
+    /// Greedy drafts for every decoding request, each within its draft budget
+    /// and the positions it was promised; none if the draft model fails.
     pub(super) fn drafts(
         &mut self,
         running: &BTreeMap<RequestId, Active>,
@@ -104,7 +104,9 @@ impl DraftState {
                     return None;
                 };
                 let promised = a.prompt_len + a.output.limit();
-                let left = s.max_draft.min(promised.saturating_sub(a.tokens.len() + 1));
+                let left = a
+                    .draft_budget
+                    .min(promised.saturating_sub(a.tokens.len() + 1));
                 let seen = self.seqs.get(&id).map_or(0, |q| q.written);
                 let mut feed = a.tokens[seen.min(a.tokens.len())..].to_vec();
                 feed.push(pending);

@@ -5,20 +5,23 @@
 use ferrox_models::decoder::Rows;
 
 use super::{Active, Phase, Row, Worker};
-use crate::speculation::Speculation;
+use crate::speculation::{Speculation, next_budget};
 use crate::stats::EngineStats;
 
 impl Active {
     /// The tokens a decode row runs: `pending`, then what `speculation`
-    /// drafts after it ([`crate::speculation::draft`]) within the positions
-    /// the request was promised (its prompt and `max_tokens`).
+    /// drafts after it ([`crate::speculation::draft`]) within the request's
+    /// draft budget and the positions it was promised (its prompt and
+    /// `max_tokens`).
     pub(super) fn decode_run(&self, pending: u32, speculation: Option<&Speculation>) -> Vec<u32> {
         let Some(s) = speculation else {
             return vec![pending];
         };
         let promised = self.prompt_len + self.output.limit();
         // The row writes positions tokens.len() ..= tokens.len() + draft.
-        let room = promised.saturating_sub(self.tokens.len() + 1);
+        let room = promised
+            .saturating_sub(self.tokens.len() + 1)
+            .min(self.draft_budget);
         let mut run = vec![pending];
         run.extend(crate::speculation::draft(&self.tokens, pending, s, room));
         run
@@ -68,6 +71,9 @@ impl Worker {
             }
         }
         EngineStats::add(&self.stats.accepted_tokens, kept);
+        if let (Some(a), Some(s)) = (self.running.get_mut(&r.id), &self.config.speculation) {
+            a.draft_budget = next_budget(a.draft_budget, draft.len(), kept as usize, s);
+        }
         if let Some(a) = self.running.get(&r.id) {
             self.ledger.advance(r.id, &a.tokens);
             if let Some(d) = &mut self.draft {
