@@ -108,16 +108,29 @@ impl Encoder {
         out.resize(n * l.weight.rows, 0.0);
         matmul_fused(&l.weight.matrix(&self.file), x, n, out, &self.pool);
         if let Some(b) = &l.bias {
-            for row in out.chunks_exact_mut(b.len()) {
-                row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
-            }
+            by_rows(out, b.len(), |row| {
+                row.iter_mut().zip(b).for_each(|(v, &c)| *v += c)
+            });
         }
     }
 
     fn norm_rows(&self, x: &mut [f32], norm: &LayerNorm) {
-        for row in x.chunks_exact_mut(self.hp.n_embd) {
-            layer_norm(row, &norm.weight, &norm.bias, self.hp.rms_eps);
-        }
+        by_rows(x, self.hp.n_embd, |row| {
+            layer_norm(row, &norm.weight, &norm.bias, self.hp.rms_eps)
+        });
+    }
+
+    /// The residual step: `x[t] += y[t]`, then `x[t]` normed, token by token.
+    fn add_and_norm(&self, x: &mut [f32], y: &[f32], norm: &LayerNorm) {
+        use rayon::prelude::*;
+        let d = self.hp.n_embd;
+        x.par_chunks_mut(d)
+            .zip(y.par_chunks(d))
+            .with_min_len(ROWS_A_TASK)
+            .for_each(|(row, add)| {
+                row.iter_mut().zip(add).for_each(|(a, &b)| *a += b);
+                layer_norm(row, &norm.weight, &norm.bias, self.hp.rms_eps);
+            });
     }
 
     /// The embedding rows of the tokens of `spans`, normed: `[tokens][n_embd]`.
@@ -176,14 +189,18 @@ impl Encoder {
     /// `[tokens][n_embd]` rows as `[head][tokens][head_dim]`: each head's keys
     /// (or values) one contiguous run, as the score and sum kernels read them.
     fn by_head(&self, m: &[f32]) -> Vec<f32> {
+        use rayon::prelude::*;
         let (d, hd) = (self.hp.n_embd, self.hp.head_dim_k);
         let n = m.len() / d;
         let mut out = vec![0.0f32; m.len()];
-        for (t, row) in m.chunks_exact(d).enumerate() {
-            for (h, head) in row.chunks_exact(hd).enumerate() {
-                out[(h * n + t) * hd..][..hd].copy_from_slice(head);
-            }
-        }
+        // A head a task.
+        out.par_chunks_mut(n * hd)
+            .enumerate()
+            .for_each(|(h, head)| {
+                for (t, dst) in head.chunks_exact_mut(hd).enumerate() {
+                    dst.copy_from_slice(&m[t * d + h * hd..][..hd]);
+                }
+            });
         out
     }
 
@@ -227,8 +244,7 @@ impl Encoder {
             self.rotate(&mut q, &mut k, spans);
             let att = self.attend(&q, &k, &v, spans);
             self.linear_into(&l.o, &att, n, &mut o);
-            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
-            self.norm_rows(&mut x, &l.attn_norm);
+            self.add_and_norm(&mut x, &o, &l.attn_norm);
             self.linear_into(&l.up, &x, n, &mut up);
             match &l.gate {
                 Some(g) => {
@@ -236,11 +252,10 @@ impl Encoder {
                     gated(&mut gate, &up, Gate::Silu);
                     std::mem::swap(&mut up, &mut gate);
                 }
-                None => gelu_tanh_each(&mut up),
+                None => by_rows(&mut up, l.up.weight.rows, gelu_tanh_each),
             }
             self.linear_into(&l.down, &up, n, &mut down);
-            x.iter_mut().zip(&down).for_each(|(a, &b)| *a += b);
-            self.norm_rows(&mut x, &l.out_norm);
+            self.add_and_norm(&mut x, &down, &l.out_norm);
         }
         x
     }
@@ -291,6 +306,20 @@ impl Encoder {
     }
 }
 
+/// Tokens a task of the elementwise steps takes at least: a 384-wide row is
+/// 1.5 KB, so a task is tens of KB, past the cost of handing it out.
+const ROWS_A_TASK: usize = 16;
+
+/// `f` on each `width`-long row of `m`, the rows split over the pool's
+/// threads (the caller runs inside it). Each row is computed as alone: the
+/// same bits as a loop.
+fn by_rows(m: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync) {
+    use rayon::prelude::*;
+    m.par_chunks_mut(width)
+        .with_min_len(ROWS_A_TASK)
+        .for_each(&f);
+}
+
 impl Decoder for Encoder {
     fn forward(&self, _store: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
         self.check(spans)?;
@@ -332,10 +361,13 @@ impl Decoder for Encoder {
     fn classify(&self, pooled: &[f32]) -> Option<Vec<f32>> {
         let c = self.weights.classifier.as_ref()?;
         let mut x = pooled.to_vec();
-        if let Some(dense) = &c.dense {
-            x = self.linear(dense, &x, 1);
-            x.iter_mut().for_each(|v| *v = v.tanh());
-        }
-        Some(self.linear(&c.out, &x, 1))
+        // On the encoder's pool, as every product's elementwise steps.
+        self.pool.install(|| {
+            if let Some(dense) = &c.dense {
+                x = self.linear(dense, &x, 1);
+                x.iter_mut().for_each(|v| *v = v.tanh());
+            }
+            Some(self.linear(&c.out, &x, 1))
+        })
     }
 }
