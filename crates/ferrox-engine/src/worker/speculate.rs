@@ -71,10 +71,10 @@ impl Worker {
             }
         }
         EngineStats::add(&self.stats.accepted_tokens, kept);
-        if let (Some(a), Some(s)) = (self.running.get_mut(&r.id), &self.config.speculation) {
-            a.draft_budget = next_budget(a.draft_budget, draft.len(), kept as usize, s);
-        }
-        if let Some(a) = self.running.get(&r.id) {
+        if let Some(a) = self.running.get_mut(&r.id) {
+            if let Some(s) = &self.config.speculation {
+                a.draft_budget = next_budget(a.draft_budget, draft.len(), kept as usize, s);
+            }
             self.ledger.advance(r.id, &a.tokens);
             if let Some(d) = &mut self.draft {
                 d.cut_back(r.id, a.tokens.len());
