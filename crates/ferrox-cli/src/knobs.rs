@@ -186,7 +186,8 @@ pub struct KvArgs {
     /// Requests in flight at once (llama-server's `-np` / `--parallel`).
     #[arg(long, visible_alias = "parallel", env = "FERROX_CB_MAX_SEQS", value_parser = count_knob("FERROX_CB_MAX_SEQS"), default_value_t = defaults::MAX_SEQS, value_name = "N")]
     pub max_seqs: usize,
-    /// Token budget of one step (prefill chunk).
+    /// Token budget of one step (prefill chunk). An encoder's step takes
+    /// whole sequences, so at least its context and 2048 tokens.
     #[arg(long, env = "FERROX_CB_PREFILL_CHUNK", value_parser = count_knob("FERROX_CB_PREFILL_CHUNK"), default_value_t = defaults::PREFILL_CHUNK, value_name = "N")]
     pub prefill_chunk: usize,
     /// KV cache element type: f16 (the default; half of f32's memory, so

@@ -1,7 +1,8 @@
-//! The multiply-accumulate ceiling of one core's integer dot-product
-//! instructions, from register-only loops (no memory): `vpdpwssd` (16-bit
-//! pairs, ferrox's exact products), `vpdpbusd` (8-bit quads, llama.cpp's
-//! products with 8-bit activations) and, on AVX2, `vpmaddwd` + `vpaddd`.
+//! The multiply-accumulate ceiling of one core's dot-product instructions,
+//! from register-only loops (no memory): `vpdpwssd` (16-bit pairs, ferrox's
+//! exact products), `vpdpbusd` (8-bit quads, llama.cpp's products with 8-bit
+//! activations), `vfmadd231ps` (f32, the encoder's fused product: one 512-bit
+//! FMA port or two decides its rate) and, on AVX2, `vpmaddwd` + `vpaddd`.
 //! `cargo run --release -p ferrox-core --example dot_peak`. Prints GMAC/s per
 //! core, the best of 5 runs; set beside `matmul_speed`'s packed-kernel rate, it
 //! says how close the kernel runs to what its instruction allows.
@@ -61,6 +62,12 @@ fn main() {
         64,
         "avx512vnni",
         "vpdpbusd zmm0, zmm8, zmm9\nvpdpbusd zmm1, zmm8, zmm9\nvpdpbusd zmm2, zmm8, zmm9\nvpdpbusd zmm3, zmm8, zmm9\nvpdpbusd zmm4, zmm8, zmm9\nvpdpbusd zmm5, zmm8, zmm9\nvpdpbusd zmm6, zmm8, zmm9\nvpdpbusd zmm7, zmm8, zmm9"
+    );
+    peak!(
+        "vfmadd231ps zmm (f32)",
+        16,
+        "avx512vnni",
+        "vfmadd231ps zmm0, zmm8, zmm9\nvfmadd231ps zmm1, zmm8, zmm9\nvfmadd231ps zmm2, zmm8, zmm9\nvfmadd231ps zmm3, zmm8, zmm9\nvfmadd231ps zmm4, zmm8, zmm9\nvfmadd231ps zmm5, zmm8, zmm9\nvfmadd231ps zmm6, zmm8, zmm9\nvfmadd231ps zmm7, zmm8, zmm9"
     );
     peak!(
         "vpmaddwd+vpaddd ymm (AVX2)",

@@ -11,7 +11,7 @@ use std::time::Instant;
 use ferrox_core::DType;
 use ferrox_core::kernels::reference::quantize;
 use ferrox_core::ops::matmul::{Matrix, matmul};
-use ferrox_core::ops::matmul_fused::matmul_fused;
+use ferrox_core::ops::matmul_fused::{Epilogue, matmul_fused};
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -86,7 +86,9 @@ fn main() {
         let bytes = weights(t, rows, cols);
         let m = Matrix::new(t, rows, cols, &bytes).unwrap();
         let f32_rate = rate(macs, || matmul(&m, &x, n, &mut out, &pool));
-        let fused_rate = rate(macs, || matmul_fused(&m, &x, n, &mut out, &pool));
+        let fused_rate = rate(macs, || {
+            matmul_fused(&m, &x, n, &mut out, Epilogue::default(), &pool)
+        });
         let pack_rate = median(
             (0..5)
                 .map(|_| {

@@ -8,8 +8,10 @@
 //! * per layer, post-norm: `x = LN(x + Wo attn(Wq x, Wk x, Wv x))`, attention
 //!   over every token of the sequence (both ways), scaled by `1/sqrt(head)`,
 //!   queries and keys rotated (NeoX pairs) when the model has no position
-//!   embeddings (nomic-bert); `x = LN(x + Wdown gelu(Wup x))`, every map with
-//!   its bias, or `x = LN(x + Wdown (silu(Wgate x) * Wup x))` (nomic-bert);
+//!   embeddings (nomic-bert), a (sequence, head) block at a time on the same
+//!   fused product (the `attention` module); `x = LN(x + Wdown gelu(Wup x))`, every map
+//!   with its bias (added, and GELU taken, as the product stores each
+//!   element), or `x = LN(x + Wdown (silu(Wgate x) * Wup x))` (nomic-bert);
 //! * out: every token's `x` (an encoder has no output norm and no head);
 //!   [`Encoder::classify`] runs a reranker's head on the pooled first token:
 //!   `out(tanh(dense(x)))`.
@@ -19,12 +21,10 @@
 //! keeps no KV. Every per-token product and norm is independent of the other
 //! tokens in the call, and attention reads only its own sequence (SPEC S3).
 
-use ferrox_core::ops::activation::{Gate, gated, gelu_tanh_each};
-use ferrox_core::ops::exp::exp_shifted;
-use ferrox_core::ops::matmul_fused::matmul_fused;
+use ferrox_core::ops::activation::{Gate, gated};
+use ferrox_core::ops::matmul_fused::{Epilogue, matmul_fused};
 use ferrox_core::ops::norm::layer_norm;
 use ferrox_core::ops::rope::{self, RopeFreqs, RopeStyle};
-use ferrox_core::ops::vector::{self, scaled_dots_into, weighted_sum};
 use ferrox_gguf::GgufFile;
 
 use crate::decoder::{Decoder, Output, Rows, Span, Want};
@@ -33,6 +33,8 @@ use crate::hparams::HyperParams;
 use crate::kv_store::KvStore;
 use crate::weights::Linear;
 use crate::weights::encoder::{EncoderWeights, LayerNorm};
+
+mod attention;
 
 /// A loaded encoder.
 pub struct Encoder {
@@ -98,20 +100,28 @@ impl Encoder {
     /// `l`'s map of the `n` rows of `x`, with its bias.
     fn linear(&self, l: &Linear, x: &[f32], n: usize) -> Vec<f32> {
         let mut out = Vec::new();
-        self.linear_into(l, x, n, &mut out);
+        self.linear_into(l, x, n, &mut out, false);
         out
     }
 
     /// [`Encoder::linear`] into `out`, whose memory is reused (a fresh buffer
-    /// per product cost page faults and zeroing: 7 % of an embedding load).
-    fn linear_into(&self, l: &Linear, x: &[f32], n: usize, out: &mut Vec<f32>) {
+    /// per product cost page faults and zeroing: 7 % of an embedding load),
+    /// then GELU if `gelu`. The bias and GELU are applied as each element is
+    /// stored (a pass over the output each had cost 5-8 % of the samples).
+    fn linear_into(&self, l: &Linear, x: &[f32], n: usize, out: &mut Vec<f32>, gelu: bool) {
         out.resize(n * l.weight.rows, 0.0);
-        matmul_fused(&l.weight.matrix(&self.file), x, n, out, &self.pool);
-        if let Some(b) = &l.bias {
-            by_rows(out, b.len(), |row| {
-                row.iter_mut().zip(b).for_each(|(v, &c)| *v += c)
-            });
-        }
+        let epilogue = Epilogue {
+            bias: l.bias.as_deref(),
+            gelu,
+        };
+        matmul_fused(
+            &l.weight.matrix(&self.file),
+            x,
+            n,
+            out,
+            epilogue,
+            &self.pool,
+        );
     }
 
     fn norm_rows(&self, x: &mut [f32], norm: &LayerNorm) {
@@ -160,101 +170,47 @@ impl Encoder {
         x
     }
 
-    /// Bidirectional attention of each span's tokens over its own: `[tokens][n_embd]`,
-    /// token by token on the pool's threads.
-    fn attend(&self, q: &[f32], k: &[f32], v: &[f32], spans: &[Span<'_>]) -> Vec<f32> {
-        use rayon::prelude::*;
-        let d = self.hp.n_embd;
-        let mut out = vec![0.0f32; q.len()];
-        // Each token's own sequence: the range of rows it attends over.
-        let mut seqs = Vec::with_capacity(q.len() / d);
-        let mut first = 0;
-        for s in spans {
-            seqs.extend(std::iter::repeat_n(
-                first..first + s.tokens.len(),
-                s.tokens.len(),
-            ));
-            first += s.tokens.len();
-        }
-        let (k, v) = (self.by_head(k), self.by_head(v));
-        out.par_chunks_mut(d)
-            .zip(seqs.par_iter())
-            .enumerate()
-            .for_each(|(i, (o, seq))| {
-                self.attend_one(&q[i * d..(i + 1) * d], &k, &v, seq.clone(), o)
-            });
-        out
-    }
-
-    /// `[tokens][n_embd]` rows as `[head][tokens][head_dim]`: each head's keys
-    /// (or values) one contiguous run, as the score and sum kernels read them.
-    fn by_head(&self, m: &[f32]) -> Vec<f32> {
-        use rayon::prelude::*;
-        let (d, hd) = (self.hp.n_embd, self.hp.head_dim_k);
-        let n = m.len() / d;
-        let mut out = vec![0.0f32; m.len()];
-        // A head a task.
-        out.par_chunks_mut(n * hd)
-            .enumerate()
-            .for_each(|(h, head)| {
-                for (t, dst) in head.chunks_exact_mut(hd).enumerate() {
-                    dst.copy_from_slice(&m[t * d + h * hd..][..hd]);
-                }
-            });
-        out
-    }
-
-    /// One token's attention (query row `qi`) over rows `seq` of `k` and `v`
-    /// (laid out by [`Encoder::by_head`]), head by head, into `o`.
-    fn attend_one(
-        &self,
-        qi: &[f32],
-        k: &[f32],
-        v: &[f32],
-        seq: std::ops::Range<usize>,
-        o: &mut [f32],
-    ) {
-        let hd = self.hp.head_dim_k;
-        let n = k.len() / self.hp.n_embd;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let mut scores = vec![0.0f32; seq.len()];
-        for h in 0..self.hp.n_heads {
-            let head = h * hd..(h + 1) * hd;
-            let run = (h * n + seq.start) * hd..(h * n + seq.end) * hd;
-            scaled_dots_into(&qi[head.clone()], &k[run.clone()], scale, &mut scores);
-            let max = vector::max(&scores);
-            exp_shifted(&mut scores, max);
-            let inv = 1.0 / vector::sum(&scores);
-            let oh = &mut o[head];
-            weighted_sum(oh, &scores, &v[run]);
-            oh.iter_mut().for_each(|x| *x *= inv);
-        }
-    }
-
     /// Every token's last-layer state: `[tokens][n_embd]`.
     fn hidden(&self, spans: &[Span<'_>]) -> Vec<f32> {
         let mut x = self.embed(spans);
         let n = x.len() / self.hp.n_embd;
-        // Each product's output, reused layer after layer.
-        let [mut q, mut k, mut v, mut o, mut up, mut gate, mut down] = Default::default();
+        let lens: Vec<usize> = spans.iter().map(|s| s.tokens.len()).collect();
+        let heads = attention::Heads {
+            width: self.hp.n_embd,
+            n_heads: self.hp.n_heads,
+            head_dim: self.hp.head_dim_k,
+        };
+        // Each product's output and the attention's buffers, reused layer
+        // after layer.
+        let [
+            mut q,
+            mut k,
+            mut v,
+            mut att,
+            mut o,
+            mut up,
+            mut gate,
+            mut down,
+        ] = Default::default();
+        let mut scratch = attention::Scratch::default();
         for l in &self.weights.layers {
-            self.linear_into(&l.q, &x, n, &mut q);
-            self.linear_into(&l.k, &x, n, &mut k);
-            self.linear_into(&l.v, &x, n, &mut v);
+            self.linear_into(&l.q, &x, n, &mut q, false);
+            self.linear_into(&l.k, &x, n, &mut k, false);
+            self.linear_into(&l.v, &x, n, &mut v, false);
             self.rotate(&mut q, &mut k, spans);
-            let att = self.attend(&q, &k, &v, spans);
-            self.linear_into(&l.o, &att, n, &mut o);
+            attention::attend(heads, &q, &k, &v, &lens, &mut scratch, &mut att);
+            self.linear_into(&l.o, &att, n, &mut o, false);
             self.add_and_norm(&mut x, &o, &l.attn_norm);
-            self.linear_into(&l.up, &x, n, &mut up);
             match &l.gate {
                 Some(g) => {
-                    self.linear_into(g, &x, n, &mut gate);
+                    self.linear_into(&l.up, &x, n, &mut up, false);
+                    self.linear_into(g, &x, n, &mut gate, false);
                     gated(&mut gate, &up, Gate::Silu);
                     std::mem::swap(&mut up, &mut gate);
                 }
-                None => by_rows(&mut up, l.up.weight.rows, gelu_tanh_each),
+                None => self.linear_into(&l.up, &x, n, &mut up, true),
             }
-            self.linear_into(&l.down, &up, n, &mut down);
+            self.linear_into(&l.down, &up, n, &mut down, false);
             self.add_and_norm(&mut x, &down, &l.out_norm);
         }
         x

@@ -71,6 +71,27 @@ impl<'a> Matrix<'a> {
         })
     }
 
+    /// Views `values` as a `rows x cols` F32 matrix (activations as a product's
+    /// left side, e.g. attention's keys).
+    pub fn from_f32(rows: usize, cols: usize, values: &'a [f32]) -> Matrix<'a> {
+        assert_eq!(
+            values.len(),
+            rows * cols,
+            "a matrix holds rows x cols values"
+        );
+        // SAFETY: the bytes of initialized f32s are initialized u8s, the length
+        // is the same memory's, and u8 needs no alignment.
+        let data =
+            unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), 4 * values.len()) };
+        Matrix {
+            dtype: DType::F32,
+            rows,
+            cols,
+            data,
+            row_bytes: 4 * cols,
+        }
+    }
+
     /// Stored bytes per row.
     pub fn row_bytes(&self) -> usize {
         self.row_bytes

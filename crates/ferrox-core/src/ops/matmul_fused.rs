@@ -23,6 +23,7 @@
 
 use rayon::prelude::*;
 
+use super::activation::gelu_tanh;
 use super::matmul::{Matrix, Out, split};
 
 /// Weight rows per panel: two AVX-512 registers, four AVX2 ones.
@@ -41,16 +42,76 @@ const ROW_BLOCK_BYTES: usize = 256 * 1024;
 /// Activation bytes a token block may hold.
 const TOKEN_BLOCK_BYTES: usize = 128 * 1024;
 
-/// `out[t * rows + r]` is the fused chain of `W[r]` and `x[t * cols ..]`, for
-/// `n_tokens` tokens, on `pool`'s threads.
+/// What each output element gets after its chain, as it is stored (while it
+/// is still in a register's reach, in place of a pass over the output).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epilogue<'a> {
+    /// Added to row `r`'s chain: `bias[r]` (`rows` values).
+    pub bias: Option<&'a [f32]>,
+    /// Then `gelu_tanh` of the element (the same bits as
+    /// [`super::activation::gelu_tanh_each`]'s pass).
+    pub gelu: bool,
+}
+
+impl Epilogue<'_> {
+    /// `vals` (rows `r0..`) into `dst`, finished.
+    fn store(&self, r0: usize, vals: &[f32; PANEL], dst: &mut [f32]) {
+        let live = dst.len();
+        if self.bias.is_none() && !self.gelu {
+            dst.copy_from_slice(&vals[..live]);
+            return;
+        }
+        const ZERO: [f32; PANEL] = [0.0; PANEL];
+        let bias = self.bias.map(|b| &b[r0..(r0 + PANEL).min(b.len())]);
+        match (<&mut [f32; PANEL]>::try_from(&mut *dst), bias) {
+            (Ok(whole), None) => finish(whole, vals, &ZERO, self.gelu),
+            (Ok(whole), Some(b)) => {
+                let b = b.try_into().expect("a whole panel's rows have their bias");
+                finish(whole, vals, b, self.gelu)
+            }
+            // The matrix's last panel, part padding.
+            (Err(_), bias) => {
+                let (mut whole, mut b) = ([0.0f32; PANEL], ZERO);
+                if let Some(bias) = bias {
+                    b[..live].copy_from_slice(&bias[..live]);
+                }
+                finish(&mut whole, vals, &b, self.gelu);
+                dst.copy_from_slice(&whole[..live]);
+            }
+        }
+    }
+}
+
+/// `dst[i] = gelu?(vals[i] + bias[i])` for a panel's rows, in one pass at the
+/// dispatched level (fixed-length, so it compiles to whole vectors): a
+/// baseline-built bias add followed by a vector GELU read each value back
+/// across several narrow stores (a failed store forward), which cost more
+/// than the product's own stores.
+#[inline(always)]
+fn finish_body(dst: &mut [f32; PANEL], vals: &[f32; PANEL], bias: &[f32; PANEL], gelu: bool) {
+    let sums = dst.iter_mut().zip(vals.iter().zip(bias));
+    match gelu {
+        true => sums.for_each(|(d, (&v, &c))| *d = gelu_tanh(v + c)),
+        false => sums.for_each(|(d, (&v, &c))| *d = v + c),
+    }
+}
+
+dispatched!(
+    /// [`finish_body`] at the active level (same bits at every level).
+    fn finish / finish_at = finish_body(dst: &mut [f32; PANEL], vals: &[f32; PANEL], bias: &[f32; PANEL], gelu: bool) -> ()
+);
+
+/// `out[t * rows + r]` is the fused chain of `W[r]` and `x[t * cols ..]`, then
+/// `epilogue`, for `n_tokens` tokens, on `pool`'s threads.
 pub fn matmul_fused(
     w: &Matrix<'_>,
     x: &[f32],
     n_tokens: usize,
     out: &mut [f32],
+    epilogue: Epilogue<'_>,
     pool: &rayon::ThreadPool,
 ) {
-    matmul_fused_at(crate::isa::active(), w, x, n_tokens, out, pool)
+    matmul_fused_at(crate::isa::active(), w, x, n_tokens, out, epilogue, pool)
 }
 
 /// [`matmul_fused`] on the kernels of `level` (panics if this CPU cannot run it).
@@ -60,9 +121,11 @@ pub fn matmul_fused_at(
     x: &[f32],
     n_tokens: usize,
     out: &mut [f32],
+    epilogue: Epilogue<'_>,
     pool: &rayon::ThreadPool,
 ) {
     level.assert_runs_here();
+    check_bias(w, epilogue);
     let Some((per_task, n_tasks)) = split(w, x, n_tokens, out, pool, PANEL) else {
         return;
     };
@@ -71,9 +134,46 @@ pub fn matmul_fused_at(
         (0..n_tasks).into_par_iter().for_each(|i| {
             let rows = i * per_task..((i + 1) * per_task).min(w.rows);
             // `task` makes no parallel call, so the borrow is never nested.
-            PANELS.with_borrow_mut(|buf| task(level, w, x, n_tokens, rows, ptr, buf));
+            PANELS.with_borrow_mut(|buf| task(level, w, x, n_tokens, rows, ptr, epilogue, buf));
         });
     });
+}
+
+/// [`matmul_fused`] of every row on the calling thread (for callers that run
+/// many small products in parallel themselves): the same bits.
+pub fn matmul_fused_serial(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32]) {
+    assert_eq!(
+        x.len(),
+        n_tokens * w.cols,
+        "activations must be n_tokens x cols"
+    );
+    assert_eq!(
+        out.len(),
+        n_tokens * w.rows,
+        "output must be n_tokens x rows"
+    );
+    let ptr = Out(out.as_mut_ptr());
+    let level = crate::isa::active();
+    // `task` makes no parallel call, and this is not called inside one of its
+    // emits, so the borrow is never nested.
+    PANELS.with_borrow_mut(|buf| {
+        task(
+            level,
+            w,
+            x,
+            n_tokens,
+            0..w.rows,
+            ptr,
+            Epilogue::default(),
+            buf,
+        )
+    });
+}
+
+fn check_bias(w: &Matrix<'_>, epilogue: Epilogue<'_>) {
+    if let Some(b) = epilogue.bias {
+        assert_eq!(b.len(), w.rows, "a bias holds one value a row");
+    }
 }
 
 thread_local! {
@@ -84,6 +184,7 @@ thread_local! {
 }
 
 /// One task's rows: their panels a block at a time, each swept by every token.
+#[allow(clippy::too_many_arguments)]
 fn task(
     level: crate::isa::Level,
     w: &Matrix<'_>,
@@ -91,8 +192,12 @@ fn task(
     n_tokens: usize,
     rows: std::ops::Range<usize>,
     out: Out,
+    epilogue: Epilogue<'_>,
     buf: &mut Vec<f32>,
 ) {
+    if rows.is_empty() || n_tokens == 0 {
+        return;
+    }
     let cols = w.cols;
     let block = (ROW_BLOCK_BYTES / (4 * cols) / PANEL * PANEL)
         .max(PANEL)
@@ -123,7 +228,7 @@ fn task(
                     let dst = unsafe {
                         std::slice::from_raw_parts_mut(out.0.add((t0 + t) * w.rows + r0), live)
                     };
-                    dst.copy_from_slice(&vals[..live]);
+                    epilogue.store(r0, vals, dst);
                 });
             }
         }
@@ -288,7 +393,7 @@ mod tests {
             let mut row = vec![0.0; cols];
             for level in crate::isa::Level::supported() {
                 let mut out = vec![0.0; n * rows];
-                matmul_fused_at(level, &w, &x, n, &mut out, &pool(2));
+                matmul_fused_at(level, &w, &x, n, &mut out, Epilogue::default(), &pool(2));
                 for r in 0..rows {
                     w.dequantize_row(r, &mut row);
                     for k in 0..n {
@@ -304,6 +409,43 @@ mod tests {
         }
     }
 
+    /// The epilogue is the pass it replaces, bit for bit, and the serial
+    /// product is the parallel one.
+    #[test]
+    fn the_epilogue_is_its_pass_and_the_serial_product_the_parallel_one() {
+        let (rows, cols, n) = (70, 40, 27);
+        let bytes = quantize(DType::F16, &values(rows * cols, 4)).unwrap();
+        let w = Matrix::new(DType::F16, rows, cols, &bytes).unwrap();
+        let x = values(n * cols, 6);
+        let bias = values(rows, 8);
+        let mut plain = vec![0.0; n * rows];
+        matmul_fused(&w, &x, n, &mut plain, Epilogue::default(), &pool(2));
+        let mut serial = vec![0.0; n * rows];
+        matmul_fused_serial(&w, &x, n, &mut serial);
+        assert!(
+            plain
+                .iter()
+                .zip(&serial)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        let mut want = plain.clone();
+        for row in want.chunks_exact_mut(rows) {
+            row.iter_mut().zip(&bias).for_each(|(v, &c)| *v += c);
+            super::super::activation::gelu_tanh_each(row);
+        }
+        let mut got = vec![0.0; n * rows];
+        let epilogue = Epilogue {
+            bias: Some(&bias),
+            gelu: true,
+        };
+        matmul_fused(&w, &x, n, &mut got, epilogue, &pool(2));
+        assert!(
+            want.iter()
+                .zip(&got)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+    }
+
     #[test]
     fn a_token_gets_the_same_bits_alone_or_in_a_batch_on_any_thread_count() {
         let (rows, cols, n) = (37, 48, 15);
@@ -311,12 +453,12 @@ mod tests {
         let w = Matrix::new(DType::F16, rows, cols, &bytes).unwrap();
         let x = values(n * cols, 17);
         let mut batched = vec![0.0; n * rows];
-        matmul_fused(&w, &x, n, &mut batched, &pool(2));
+        matmul_fused(&w, &x, n, &mut batched, Epilogue::default(), &pool(2));
         for t in 0..n {
             for threads in [1, 3] {
                 let mut alone = vec![0.0; rows];
                 let xt = &x[t * cols..(t + 1) * cols];
-                matmul_fused(&w, xt, 1, &mut alone, &pool(threads));
+                matmul_fused(&w, xt, 1, &mut alone, Epilogue::default(), &pool(threads));
                 let same = alone
                     .iter()
                     .zip(&batched[t * rows..(t + 1) * rows])
@@ -333,7 +475,7 @@ mod tests {
         let w = Matrix::new(DType::F32, rows, cols, &bytes).unwrap();
         let x = values(n * cols, 9);
         let mut out = vec![0.0; n * rows];
-        matmul_fused(&w, &x, n, &mut out, &pool(1));
+        matmul_fused(&w, &x, n, &mut out, Epilogue::default(), &pool(1));
         let wf = values(rows * cols, 2);
         for t in 0..n {
             for r in 0..rows {

@@ -158,8 +158,8 @@ pub fn start_with_draft(
 }
 
 /// An encoder's engine: its sequences run whole, in one pass each (a pass
-/// holds a whole context), and never from the prefix cache (a position's
-/// state depends on the tokens after it).
+/// holds a whole context, and at least `ENCODER_PASS_TOKENS`), and never from
+/// the prefix cache (a position's state depends on the tokens after it).
 fn whole_sequences(mut config: EngineConfig, decoder: &dyn Decoder) -> EngineConfig {
     if decoder.is_encoder() {
         let hp = decoder.hyper_params();
@@ -168,7 +168,10 @@ fn whole_sequences(mut config: EngineConfig, decoder: &dyn Decoder) -> EngineCon
             .unwrap_or(hp.context_length)
             .min(hp.context_length);
         config.prefix_cache = false;
-        config.prefill_chunk = config.prefill_chunk.max(context);
+        config.prefill_chunk = config
+            .prefill_chunk
+            .max(context)
+            .max(crate::kv_plan::defaults::ENCODER_PASS_TOKENS);
     }
     config
 }
