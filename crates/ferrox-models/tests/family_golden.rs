@@ -31,7 +31,7 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::{ActivationPath, Architecture, HyperParams, Transformer};
 use ferrox_testkit::family::{Family, Variant};
 use ferrox_testkit::golden::{Rounding, exact_bar, score};
-use ferrox_testkit::{family_vocab, golden_dir, golden_rows};
+use ferrox_testkit::{TEST_THREADS, family_vocab, golden_dir, golden_rows};
 use ferrox_text::Tokenizer;
 use sha2::{Digest, Sha256};
 
@@ -133,7 +133,7 @@ fn check_family(name: &str) {
         for path in [ActivationPath::F32, ActivationPath::Int16] {
             let load = |hp: HyperParams| {
                 let file = GgufFile::from_bytes(bytes.clone()).unwrap();
-                Transformer::with_hyper_params(file, hp, 2, path).unwrap()
+                Transformer::with_hyper_params(file, hp, TEST_THREADS, path).unwrap()
             };
             let own = hyper_params(&bytes);
             let m = load(own.clone());

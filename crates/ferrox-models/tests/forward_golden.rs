@@ -11,13 +11,13 @@
 use ferrox_gguf::GgufFile;
 use ferrox_models::{ActivationPath, Transformer};
 use ferrox_testkit::golden::{exact_bar, score};
-use ferrox_testkit::{golden_rows, real_model};
+use ferrox_testkit::{TEST_THREADS, golden_rows, real_model};
 
 fn check(model: &str, golden: &str, path: ActivationPath) {
     let (Some(file), Some(rows)) = (real_model(model), golden_rows(golden)) else {
         return;
     };
-    let m = Transformer::with_path(GgufFile::open(file).unwrap(), 2, path).unwrap();
+    let m = Transformer::with_path(GgufFile::open(file).unwrap(), TEST_THREADS, path).unwrap();
     let label = format!("{model} ({path} activations)");
     let (identical, error) = exact_bar(path);
     let s = score(&m, &rows, &label);

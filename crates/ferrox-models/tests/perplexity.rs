@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use ferrox_gguf::GgufFile;
 use ferrox_models::perplexity::{Chunking, perplexity};
 use ferrox_models::{ActivationPath, Transformer};
-use ferrox_testkit::{golden_rows, real_model};
+use ferrox_testkit::{TEST_THREADS, golden_rows, real_model};
 use ferrox_text::Tokenizer;
 
 /// How far llama-perplexity's figure may sit from ferrox's (relative).
@@ -28,7 +28,7 @@ fn running(model: &str, text: &str, ctx: usize, path: ActivationPath) -> Option<
         chunks: None,
         bos: tok.adds_bos().then(|| tok.bos()).flatten(),
     };
-    let m = Transformer::with_path(file, 2, path).unwrap();
+    let m = Transformer::with_path(file, TEST_THREADS, path).unwrap();
     Some(
         perplexity(&m, &tokens, chunking, |_, _| {})
             .unwrap()
