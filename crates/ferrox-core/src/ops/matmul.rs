@@ -267,6 +267,20 @@ fn register_tiles<'a, const R: usize, const T: usize>(
     t0
 }
 
+/// Panics unless `x` is `n_tokens x cols` and `out` `n_tokens x rows`.
+pub(super) fn check_shapes(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &[f32]) {
+    assert_eq!(
+        x.len(),
+        n_tokens * w.cols,
+        "activations must be n_tokens x cols"
+    );
+    assert_eq!(
+        out.len(),
+        n_tokens * w.rows,
+        "output must be n_tokens x rows"
+    );
+}
+
 /// Checks a product's shapes (panics unless `x` is `n_tokens x cols` and `out`
 /// `n_tokens x rows`) and splits its rows into tasks for `pool`: enough to
 /// balance, each a whole number of `unit` rows. `(rows per task, tasks)`, or
@@ -279,16 +293,7 @@ pub(super) fn split(
     pool: &rayon::ThreadPool,
     unit: usize,
 ) -> Option<(usize, usize)> {
-    assert_eq!(
-        x.len(),
-        n_tokens * w.cols,
-        "activations must be n_tokens x cols"
-    );
-    assert_eq!(
-        out.len(),
-        n_tokens * w.rows,
-        "output must be n_tokens x rows"
-    );
+    check_shapes(w, x, n_tokens, out);
     if n_tokens == 0 || w.rows == 0 {
         return None;
     }

@@ -24,7 +24,7 @@
 use rayon::prelude::*;
 
 use super::activation::gelu_tanh;
-use super::matmul::{Matrix, Out, split};
+use super::matmul::{Matrix, Out, check_shapes, split};
 
 /// Weight rows per panel: two AVX-512 registers, four AVX2 ones.
 pub const PANEL: usize = 32;
@@ -48,14 +48,14 @@ const TOKEN_BLOCK_BYTES: usize = 128 * 1024;
 pub struct Epilogue<'a> {
     /// Added to row `r`'s chain: `bias[r]` (`rows` values).
     pub bias: Option<&'a [f32]>,
-    /// Then `gelu_tanh` of the element (the same bits as
-    /// [`super::activation::gelu_tanh_each`]'s pass).
+    /// Then `gelu_tanh` of the element (the same bits as a pass of
+    /// [`super::activation::gelu_tanh_each`]).
     pub gelu: bool,
 }
 
 impl Epilogue<'_> {
-    /// `vals` (rows `r0..`) into `dst`, finished.
-    fn store(&self, r0: usize, vals: &[f32; PANEL], dst: &mut [f32]) {
+    /// `vals` (rows `r0..`) into `dst`, finished on `level`'s build.
+    fn store(&self, level: crate::isa::Level, r0: usize, vals: &[f32; PANEL], dst: &mut [f32]) {
         let live = dst.len();
         if self.bias.is_none() && !self.gelu {
             dst.copy_from_slice(&vals[..live]);
@@ -64,10 +64,10 @@ impl Epilogue<'_> {
         const ZERO: [f32; PANEL] = [0.0; PANEL];
         let bias = self.bias.map(|b| &b[r0..(r0 + PANEL).min(b.len())]);
         match (<&mut [f32; PANEL]>::try_from(&mut *dst), bias) {
-            (Ok(whole), None) => finish(whole, vals, &ZERO, self.gelu),
+            (Ok(whole), None) => finish::run(level, whole, vals, &ZERO, self.gelu),
             (Ok(whole), Some(b)) => {
                 let b = b.try_into().expect("a whole panel's rows have their bias");
-                finish(whole, vals, b, self.gelu)
+                finish::run(level, whole, vals, b, self.gelu)
             }
             // The matrix's last panel, part padding.
             (Err(_), bias) => {
@@ -75,7 +75,7 @@ impl Epilogue<'_> {
                 if let Some(bias) = bias {
                     b[..live].copy_from_slice(&bias[..live]);
                 }
-                finish(&mut whole, vals, &b, self.gelu);
+                finish::run(level, &mut whole, vals, &b, self.gelu);
                 dst.copy_from_slice(&whole[..live]);
             }
         }
@@ -142,16 +142,7 @@ pub fn matmul_fused_at(
 /// [`matmul_fused`] of every row on the calling thread (for callers that run
 /// many small products in parallel themselves): the same bits.
 pub fn matmul_fused_serial(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32]) {
-    assert_eq!(
-        x.len(),
-        n_tokens * w.cols,
-        "activations must be n_tokens x cols"
-    );
-    assert_eq!(
-        out.len(),
-        n_tokens * w.rows,
-        "output must be n_tokens x rows"
-    );
+    check_shapes(w, x, n_tokens, out);
     let ptr = Out(out.as_mut_ptr());
     let level = crate::isa::active();
     // `task` makes no parallel call, and this is not called inside one of its
@@ -228,7 +219,7 @@ fn task(
                     let dst = unsafe {
                         std::slice::from_raw_parts_mut(out.0.add((t0 + t) * w.rows + r0), live)
                     };
-                    epilogue.store(r0, vals, dst);
+                    epilogue.store(level, r0, vals, dst);
                 });
             }
         }
@@ -368,6 +359,10 @@ mod tests {
             .collect()
     }
 
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
     /// The chain of one row and token, written out as the definition says.
     fn chain_of(row: &[f32], x: &[f32]) -> f32 {
         row.iter()
@@ -409,10 +404,11 @@ mod tests {
         }
     }
 
-    /// The epilogue is the pass it replaces, bit for bit, and the serial
-    /// product is the parallel one.
+    /// The epilogue is the pass it replaces, bit for bit at every level, and
+    /// the serial product is the parallel one.
     #[test]
     fn the_epilogue_is_its_pass_and_the_serial_product_the_parallel_one() {
+        // 70 rows: two whole panels and a part one.
         let (rows, cols, n) = (70, 40, 27);
         let bytes = quantize(DType::F16, &values(rows * cols, 4)).unwrap();
         let w = Matrix::new(DType::F16, rows, cols, &bytes).unwrap();
@@ -422,28 +418,23 @@ mod tests {
         matmul_fused(&w, &x, n, &mut plain, Epilogue::default(), &pool(2));
         let mut serial = vec![0.0; n * rows];
         matmul_fused_serial(&w, &x, n, &mut serial);
-        assert!(
-            plain
-                .iter()
-                .zip(&serial)
-                .all(|(a, b)| a.to_bits() == b.to_bits())
-        );
-        let mut want = plain.clone();
-        for row in want.chunks_exact_mut(rows) {
-            row.iter_mut().zip(&bias).for_each(|(v, &c)| *v += c);
-            super::super::activation::gelu_tanh_each(row);
+        assert!(same_bits(&plain, &serial));
+        for gelu in [false, true] {
+            let want: Vec<f32> = plain
+                .chunks_exact(rows)
+                .flat_map(|row| row.iter().zip(&bias).map(|(&v, &c)| v + c))
+                .map(|v| if gelu { gelu_tanh(v) } else { v })
+                .collect();
+            let epilogue = Epilogue {
+                bias: Some(&bias),
+                gelu,
+            };
+            for level in crate::isa::Level::supported() {
+                let mut got = vec![0.0; n * rows];
+                matmul_fused_at(level, &w, &x, n, &mut got, epilogue, &pool(2));
+                assert!(same_bits(&want, &got), "{level:?}, gelu {gelu}");
+            }
         }
-        let mut got = vec![0.0; n * rows];
-        let epilogue = Epilogue {
-            bias: Some(&bias),
-            gelu: true,
-        };
-        matmul_fused(&w, &x, n, &mut got, epilogue, &pool(2));
-        assert!(
-            want.iter()
-                .zip(&got)
-                .all(|(a, b)| a.to_bits() == b.to_bits())
-        );
     }
 
     #[test]
@@ -459,10 +450,7 @@ mod tests {
                 let mut alone = vec![0.0; rows];
                 let xt = &x[t * cols..(t + 1) * cols];
                 matmul_fused(&w, xt, 1, &mut alone, Epilogue::default(), &pool(threads));
-                let same = alone
-                    .iter()
-                    .zip(&batched[t * rows..(t + 1) * rows])
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                let same = same_bits(&alone, &batched[t * rows..(t + 1) * rows]);
                 assert!(same, "token {t} differs alone on {threads} threads");
             }
         }
