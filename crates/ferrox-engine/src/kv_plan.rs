@@ -59,7 +59,7 @@ pub mod defaults {
     pub const PREFILL_CHUNK: usize = 512;
     /// An encoder's least token budget a step: its passes hold whole
     /// sequences and keep no KV, so a larger pass costs only activations
-    /// (about 25 MB at bge-small's width) and spreads each product's weight
+    /// (about 50 MB at bge-small's width) and spreads each product's weight
     /// unpacking over more tokens (16 clients on bge-small: 1.63x ->
     /// 1.68x llama-server by medians of three rounds).
     pub const ENCODER_PASS_TOKENS: usize = 2048;
