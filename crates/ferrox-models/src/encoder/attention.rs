@@ -95,18 +95,18 @@ fn blocks<'a>(
     lens: &[usize],
     o: &'a mut [f32],
 ) -> Vec<(usize, usize, &'a mut [f32])> {
-    let mut rest = o;
-    let mut at = 0;
-    let mut out = Vec::with_capacity(lens.len() * heads.n_heads);
-    for &n in lens {
-        for _ in 0..heads.n_heads {
-            let (b, r) = std::mem::take(&mut rest).split_at_mut(n * heads.head_dim);
-            out.push((at, n, b));
-            rest = r;
-            at += n * heads.head_dim;
-        }
-    }
-    out
+    let (d, hd) = (heads.width, heads.head_dim);
+    by_sequence(o, lens, d)
+        .into_iter()
+        .zip(starts(lens))
+        .zip(lens)
+        .filter(|(_, n)| **n > 0)
+        .flat_map(|((seq, first), &n)| {
+            seq.chunks_exact_mut(n * hd)
+                .enumerate()
+                .map(move |(h, b)| (first * d + h * n * hd, n, b))
+        })
+        .collect()
 }
 
 /// Each sequence's rows of `x` (`d` wide) as mutable chunks, in order.
@@ -275,7 +275,7 @@ mod tests {
             n_heads: 3,
             head_dim: 8,
         };
-        let lens = [5, 1, 17, 40, QUERY_ROWS + 9];
+        let lens = [5, 0, 1, 17, 40, QUERY_ROWS + 9];
         let total: usize = lens.iter().sum();
         let (q, k, v) = (
             values(total * 24, 1),
