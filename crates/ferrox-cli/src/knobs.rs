@@ -227,9 +227,10 @@ pub struct EngineArgs {
     #[arg(long, env = "FERROX_PREFIX_CACHE", action = clap::ArgAction::Set, value_parser = prefix_cache_off, default_value = "on", num_args = 0, default_missing_value = NO_PREFIX_CACHE_FLAG)]
     pub no_prefix_cache: bool,
     /// Recurrent-state slots of a hybrid model (Qwen3.5), three per request: its
-    /// live state and two page-boundary checkpoints [default: three per
-    /// --max-seqs]. Fewer makes requests wait for slots (refusal reason
-    /// "recurrent budget"); one snapshot per three slots is kept for prefix hits.
+    /// live state and two page-boundary checkpoints, and with speculation a
+    /// fourth, the state before a draft [default: that many per --max-seqs].
+    /// Fewer makes requests wait for slots (refusal reason "recurrent budget");
+    /// one snapshot per request's slots is kept for prefix hits.
     #[arg(long, env = "FERROX_CB_RECURRENT_SLOTS", value_parser = count_knob("FERROX_CB_RECURRENT_SLOTS"), value_name = "N")]
     pub recurrent_slots: Option<usize>,
 }

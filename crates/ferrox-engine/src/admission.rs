@@ -13,9 +13,6 @@
 
 use crate::ledger::PageNeed;
 
-/// Recurrent-state slots one request of a recurrent model holds (SPEC S20).
-pub const RECURRENT_SLOTS_PER_REQUEST: u64 = 3;
-
 /// Why a request is not admitted in this pass (it waits; nothing was taken).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -39,7 +36,9 @@ pub enum Refusal {
 pub struct PassCapacity {
     pub slots: usize,
     pub kv_pages: Option<u64>,
-    pub recurrent_slots: Option<u64>,
+    /// Requests the recurrent-state pool can still seat
+    /// ([`crate::states::slots_per_request`] slots each).
+    pub recurrent_seqs: Option<u64>,
     pub window_pages: Option<u64>,
 }
 
@@ -158,11 +157,7 @@ impl PrefillPass {
             None => Ok(None),
         };
         let kv = take(self.left.kv_pages, c.need.kv_pages, Refusal::KvBudget)?;
-        let recurrent = take(
-            self.left.recurrent_slots,
-            RECURRENT_SLOTS_PER_REQUEST,
-            Refusal::RecurrentBudget,
-        )?;
+        let recurrent = take(self.left.recurrent_seqs, 1, Refusal::RecurrentBudget)?;
         let window = take(
             self.left.window_pages,
             c.need.window_pages,
@@ -185,7 +180,7 @@ impl PrefillPass {
         self.left = PassCapacity {
             slots: self.left.slots - 1,
             kv_pages: kv,
-            recurrent_slots: recurrent,
+            recurrent_seqs: recurrent,
             window_pages: window,
         };
         self.budget -= first_chunk;

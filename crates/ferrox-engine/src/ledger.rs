@@ -52,8 +52,10 @@ pub struct LedgerConfig {
 /// Sizes of a hybrid model's recurrent-state pools ([`StateLedger`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct StatePools {
-    /// Slots for requests, [`crate::admission::RECURRENT_SLOTS_PER_REQUEST`] each.
+    /// Slots for requests, [`crate::states::slots_per_request`] each.
     pub request_slots: u32,
+    /// Each request also holds a spare slot (speculation).
+    pub spare: bool,
     /// Snapshots kept for prefix hits.
     pub snapshots: u32,
 }
@@ -148,7 +150,7 @@ impl KvLedger {
         };
         let states = cfg
             .states
-            .map(|p| StateLedger::new(p.request_slots, p.snapshots));
+            .map(|p| StateLedger::new(p.request_slots, p.snapshots, p.spare));
         KvLedger {
             full: PagePool::new(cfg.full_pages),
             window: PagePool::new(window_cap),
@@ -179,10 +181,21 @@ impl KvLedger {
         self.index.hashes().collect()
     }
 
-    /// Recurrent-state slots admission can still promise (`None`: the model has
-    /// no recurrent layers).
+    /// Free recurrent-state slots (`None`: the model has no recurrent layers).
     pub fn recurrent_available(&self) -> Option<u64> {
         self.states.as_ref().map(StateLedger::available)
+    }
+
+    /// Requests the recurrent-state pool can still seat (`None`: the model
+    /// has no recurrent layers).
+    pub fn recurrent_seqs(&self) -> Option<u64> {
+        self.states.as_ref().map(StateLedger::seats)
+    }
+
+    /// Sequence `id`'s spare recurrent-state slot, where the state before a
+    /// verified draft is kept (with speculation on a hybrid model).
+    pub fn spare_state(&self, id: RequestId) -> Option<u32> {
+        self.states.as_ref().and_then(|s| s.spare(id))
     }
 
     /// Recurrent-state snapshots kept for prefix hits.
@@ -296,7 +309,7 @@ impl KvLedger {
     /// and on a hybrid model its recurrent-state slots: the copy returned (the
     /// hit's snapshot into its live slot) must be made before it runs. The caller
     /// checked `need` against [`Self::kv_available`], [`Self::window_available`]
-    /// and [`Self::recurrent_available`].
+    /// and [`Self::recurrent_seqs`].
     pub fn admit(
         &mut self,
         id: RequestId,

@@ -100,7 +100,7 @@ mod tests {
         let cap = PassCapacity {
             slots,
             kv_pages: Some(pages),
-            recurrent_slots: None,
+            recurrent_seqs: None,
             window_pages: None,
         };
         PrefillPass::new(budget, cap, 16, Chunking::Free)
@@ -135,7 +135,7 @@ mod tests {
             PassCapacity {
                 slots: 8,
                 kv_pages: None,
-                recurrent_slots: None,
+                recurrent_seqs: None,
                 window_pages: None,
             },
             16,

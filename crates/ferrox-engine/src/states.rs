@@ -3,9 +3,10 @@
 //! Pure: slot ids only; `ferrox_models::kv_store` holds the state at each id.
 //!
 //! * Requests' slots: a fixed pool. Each sequence holds
-//!   [`RECURRENT_SLOTS_PER_REQUEST`] (SPEC S20): its live state, and two
-//!   checkpoints, copies of the live state at the last two page boundaries it
-//!   reached whose page the prefix cache holds.
+//!   [`slots_per_request`] (SPEC S20): its live state, and two checkpoints,
+//!   copies of the live state at the last two page boundaries it reached whose
+//!   page the prefix cache holds; with speculation also a spare, where the
+//!   state before a draft is kept while the draft is verified.
 //! * Snapshots: a second fixed pool. When a sequence ends, its newest
 //!   checkpoint whose page is still cached becomes that page's snapshot (the
 //!   state after every position up to the end of the page), trading its slot id
@@ -23,8 +24,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::admission::RECURRENT_SLOTS_PER_REQUEST;
 use crate::request::RequestId;
+
+/// Recurrent-state slots one request of a hybrid model holds (SPEC S20):
+/// three, and a spare with speculation.
+pub fn slots_per_request(spare: bool) -> u64 {
+    3 + u64::from(spare)
+}
 
 /// A state copy the KV store must make: `from`'s state into `to`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -46,6 +52,8 @@ struct SeqStates {
     checkpoints: [Checkpoint; 2],
     /// The checkpoint the next boundary overwrites (the other is the newest).
     next: usize,
+    /// Where the state before a verified draft is kept.
+    spare: Option<u32>,
 }
 
 /// Every slot and who holds it.
@@ -53,6 +61,8 @@ struct SeqStates {
 pub struct StateLedger {
     /// Free request slots, the last given back first.
     free: Vec<u32>,
+    /// Each sequence holds a spare slot.
+    spare: bool,
     seqs: BTreeMap<RequestId, SeqStates>,
     /// Free snapshot slots.
     snapshot_free: Vec<u32>,
@@ -69,10 +79,12 @@ pub struct StateLedger {
 pub struct OutOfSlots(pub RequestId);
 
 impl StateLedger {
-    /// `request_slots` slots for requests (ids from 0), then `snapshots`.
-    pub fn new(request_slots: u32, snapshots: u32) -> StateLedger {
+    /// `request_slots` slots for requests (ids from 0), then `snapshots`;
+    /// each request holds a `spare` one too when asked.
+    pub fn new(request_slots: u32, snapshots: u32, spare: bool) -> StateLedger {
         StateLedger {
             free: (0..request_slots).rev().collect(),
+            spare,
             seqs: BTreeMap::new(),
             snapshot_free: (request_slots..request_slots + snapshots).rev().collect(),
             by_page: BTreeMap::new(),
@@ -81,9 +93,19 @@ impl StateLedger {
         }
     }
 
-    /// Request slots admission can still promise.
+    /// Free request slots.
     pub fn available(&self) -> u64 {
         self.free.len() as u64
+    }
+
+    /// Requests whose slots admission can still promise.
+    pub fn seats(&self) -> u64 {
+        self.available() / slots_per_request(self.spare)
+    }
+
+    /// Sequence `id`'s spare slot, if it holds one.
+    pub fn spare(&self, id: RequestId) -> Option<u32> {
+        self.seqs.get(&id).and_then(|s| s.spare)
     }
 
     /// Snapshots kept.
@@ -104,12 +126,12 @@ impl StateLedger {
         id: RequestId,
         from_page: Option<u32>,
     ) -> Result<(u32, Option<StateCopy>), OutOfSlots> {
-        let n = RECURRENT_SLOTS_PER_REQUEST as usize;
-        if self.free.len() < n {
+        if self.seats() == 0 {
             return Err(OutOfSlots(id));
         }
         let from = from_page.and_then(|p| self.touch(p));
         let (live, a, b) = (self.take(), self.take(), self.take());
+        let spare = self.spare.then(|| self.take());
         let at = |slot| Checkpoint { slot, page: None };
         let old = self.seqs.insert(
             id,
@@ -117,6 +139,7 @@ impl StateLedger {
                 live,
                 checkpoints: [at(a), at(b)],
                 next: 0,
+                spare,
             },
         );
         assert!(old.is_none(), "request {id} admitted twice");
@@ -163,6 +186,7 @@ impl StateLedger {
                 .map(|p| (c.slot, p))
         });
         let mut back = vec![s.live, s.checkpoints[0].slot, s.checkpoints[1].slot];
+        back.extend(s.spare);
         if let Some((slot, page)) = keep
             && let Some(traded) = self.snapshot_slot()
         {
@@ -200,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_request_holds_three_slots_and_a_full_pool_refuses() {
-        let mut s = StateLedger::new(7, 2);
+        let mut s = StateLedger::new(7, 2, false);
         let (live, copy) = s.admit(1, None).unwrap();
         assert_eq!((live, copy), (0, None));
         s.admit(2, None).unwrap();
@@ -209,11 +233,26 @@ mod tests {
         assert_eq!(s.available(), 1, "a refusal takes nothing");
         s.release(1, |_| false);
         assert_eq!(s.available(), 4);
+        assert_eq!(s.spare(2), None);
+    }
+
+    #[test]
+    fn with_speculation_a_request_holds_a_spare_fourth_slot() {
+        let mut s = StateLedger::new(9, 0, true);
+        assert_eq!(s.seats(), 2);
+        let (live, _) = s.admit(1, None).unwrap();
+        let spare = s.spare(1).unwrap();
+        assert_ne!(spare, live);
+        s.admit(2, None).unwrap();
+        assert_eq!((s.available(), s.seats()), (1, 0));
+        assert_eq!(s.admit(3, None), Err(OutOfSlots(3)));
+        s.release(1, |_| false);
+        assert_eq!((s.available(), s.seats(), s.spare(1)), (5, 1, None));
     }
 
     #[test]
     fn the_newest_cached_checkpoint_becomes_a_snapshot_that_restores() {
-        let mut s = StateLedger::new(6, 1);
+        let mut s = StateLedger::new(6, 1, false);
         let (live, _) = s.admit(1, None).unwrap();
         let c1 = s.checkpoint(1, 40).unwrap();
         let c2 = s.checkpoint(1, 41).unwrap();

@@ -91,6 +91,10 @@ struct Active {
     accepted: usize,
     /// Most tokens the next draft may hold ([`crate::speculation::next_budget`]).
     draft_budget: usize,
+    /// The last `replay` of `tokens` are in the KV but not in the recurrent
+    /// state, which was taken back to before them when a draft was refused
+    /// (hybrid models): the next decode row runs them again first.
+    replay: usize,
     reply: tokio::sync::mpsc::UnboundedSender<Event>,
 }
 
@@ -353,6 +357,7 @@ impl Worker {
                 drafted: 0,
                 accepted: 0,
                 draft_budget: self.config.speculation.map_or(0, |s| s.first_budget()),
+                replay: 0,
                 reply,
             },
         );
@@ -399,7 +404,7 @@ impl Worker {
         let capacity = PassCapacity {
             slots: self.slots.free(),
             kv_pages: self.ledger.kv_available(),
-            recurrent_slots: self.ledger.recurrent_available(),
+            recurrent_seqs: self.ledger.recurrent_seqs(),
             window_pages: self.ledger.window_available(),
         };
         let mut pass = PrefillPass::new(
@@ -446,11 +451,14 @@ impl Worker {
                     if let Some(c) = a.constraint.as_mut().filter(|_| run.len() > 1) {
                         run.truncate(1 + c.valid_prefix(&run[1..]));
                     }
+                    let start = a.tokens.len() - a.replay;
+                    run.splice(0..0, a.tokens[start..].iter().copied());
                     Some(Row {
                         id,
-                        start: a.tokens.len(),
+                        start,
                         len: run.len(),
                         decode: true,
+                        replay: a.replay,
                         run,
                     })
                 }
@@ -466,6 +474,7 @@ impl Worker {
                 start: prefilled,
                 len,
                 decode: false,
+                replay: 0,
                 run: Vec::new(),
             });
         }
@@ -528,7 +537,10 @@ impl Worker {
             return;
         };
         match a.phase {
-            Phase::Decoding { pending } => a.tokens.push(pending),
+            Phase::Decoding { pending } => {
+                a.tokens.push(pending);
+                a.replay = 0;
+            }
             Phase::Prefilling { prefilled } => {
                 EngineStats::add(&self.stats.prefill_chunks, 1);
                 EngineStats::add(&self.stats.prefill_tokens, r.len as u64);

@@ -17,6 +17,12 @@ pub enum Want {
     Last,
     /// Every token's (prompt log-probabilities).
     All,
+    /// The logits of tokens `from..`: a decode row's pending token and its
+    /// draft, after the tokens it runs again. A model with recurrent layers
+    /// also copies the sequence's state after token `from` (the pending one,
+    /// which is always kept) into slot `keep`, so that a refused draft can be
+    /// taken back ([`crate::kv_store::KvStore::copy_state`]).
+    Verify { from: usize, keep: Option<u32> },
     /// No logits, but every token's hidden state after the output norm
     /// ([`Output::hidden`]: what embeddings pool).
     Hidden,

@@ -46,6 +46,30 @@ pub struct Projections<'a> {
     pub alpha: &'a [f32],
 }
 
+impl<'a> Projections<'a> {
+    /// The projections of tokens `..at` and of tokens `at..`.
+    pub fn split_at(&self, p: &DeltaNetParams, at: usize) -> (Projections<'a>, Projections<'a>) {
+        let (c, v, h) = (p.conv_channels(), p.value_dim(), p.n_v_heads);
+        let (mixed, mixed2) = self.mixed.split_at(at * c);
+        let (z, z2) = self.z.split_at(at * v);
+        let (beta, beta2) = self.beta.split_at(at * h);
+        let (alpha, alpha2) = self.alpha.split_at(at * h);
+        let head = Projections {
+            mixed,
+            z,
+            beta,
+            alpha,
+        };
+        let tail = Projections {
+            mixed: mixed2,
+            z: z2,
+            beta: beta2,
+            alpha: alpha2,
+        };
+        (head, tail)
+    }
+}
+
 /// `log(1 + e^x)`, as ggml computes it (`x` itself past 20).
 pub fn softplus(x: f32) -> f32 {
     if x > 20.0 { x } else { (1.0 + exp(x)).ln() }

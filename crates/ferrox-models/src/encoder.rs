@@ -248,7 +248,7 @@ impl Encoder {
                     self.hp.context_length
                 ));
             }
-            if matches!(s.want, Want::Last | Want::All) {
+            if !matches!(s.want, Want::Nothing | Want::Hidden) {
                 return fail("an encoder has no output head: it gives hidden states only".into());
             }
             if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= self.hp.vocab_size) {

@@ -463,6 +463,24 @@ impl KvStore {
         self.set_state_at(to, at);
     }
 
+    /// Copies recurrent layer `index`'s state from `table`'s slot into slot
+    /// `to`, mid-span ([`crate::decoder::Want::Verify`]); once every layer's
+    /// is copied, [`Self::state_copied`] records the position.
+    pub fn copy_layer_state(&mut self, table: &PageTable, index: usize, to: u32) {
+        let from = table
+            .state
+            .expect("a recurrent model's table names a state slot");
+        let f = self.layout.state_floats;
+        let (src, dst) = self.states.pair_mut(from, to);
+        dst[index * f..(index + 1) * f].copy_from_slice(&src[index * f..(index + 1) * f]);
+    }
+
+    /// Records that slot `slot` holds the state at `pos` (every recurrent
+    /// layer's copied there by [`Self::copy_layer_state`]).
+    pub fn state_copied(&mut self, slot: u32, pos: usize) {
+        self.set_state_at(slot, pos);
+    }
+
     /// Recurrent layer `index`'s state in `table`'s slot: `[state_floats]`.
     /// Panics without a slot (checked by [`Self::check_state`]).
     pub fn state_mut(&mut self, table: &PageTable, index: usize) -> &mut [f32] {

@@ -133,6 +133,7 @@ impl<'a> Batch<'a> {
                 match span.want {
                     Want::Nothing | Want::Hidden => false,
                     Want::All => true,
+                    Want::Verify { from, .. } => s.index >= from,
                     Want::Last => s.index + 1 == span.tokens.len(),
                 }
             })
@@ -506,6 +507,15 @@ impl Transformer {
                     "span {i}: another span of this call runs on the same recurrent state"
                 )));
             }
+            if let Want::Verify { from, keep } = s.want
+                && (from >= s.tokens.len() || (keep.is_some() && keep == s.pages.state))
+            {
+                return Err(ModelError::Forward(format!(
+                    "span {i}: logits from token {from} of {}, the state kept in slot {keep:?} (its own is {:?})",
+                    s.tokens.len(),
+                    s.pages.state
+                )));
+            }
             if let Err(p) = store.check_covers(s.pages, s.start, end) {
                 return Err(ModelError::Forward(format!(
                     "span {i}: position {p} of positions {}..{end} has no KV page",
@@ -603,6 +613,14 @@ impl Transformer {
         let x = self.hidden(cache, &batch, &mut scratch);
         for s in spans {
             cache.state_reached(s.pages, s.start + s.tokens.len());
+            if let Want::Verify {
+                from,
+                keep: Some(slot),
+            } = s.want
+                && cache.layout().n_recurrent > 0
+            {
+                cache.state_copied(slot, s.start + from + 1);
+            }
         }
         let wanted = batch.wanted();
         if !wanted.is_empty() {

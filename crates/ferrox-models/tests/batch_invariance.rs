@@ -194,6 +194,72 @@ fn window_layers_see_only_their_window() {
     assert_ne!(last(&near), want, "a token inside the window had no effect");
 }
 
+/// A verified draft on a hybrid model (Qwen3.5): `Want::Verify` gives the
+/// logits from its pending token on, bit for bit those of `Want::All`, and
+/// keeps the recurrent state after the pending token; restored, that state
+/// continues exactly as a sequence that never ran the draft.
+#[test]
+fn a_verify_span_keeps_the_state_after_its_pending_token() {
+    let m = TinyModel::new(Architecture::Qwen35).load(2);
+    let prompt: Vec<u32> = (0..11).map(|j| (j * 29 % 94 + 2) as u32).collect();
+    let (n, run, next) = (prompt.len(), [5u32, 9, 14, 3], [41u32, 7]);
+    fn span<'a>(pages: &'a PageTable, start: usize, tokens: &'a [u32], want: Want) -> Span<'a> {
+        Span {
+            pages,
+            start,
+            tokens,
+            want,
+        }
+    }
+    let prefill = |cache: &mut KvStore, seq: &PageTable| {
+        m.forward(cache, &[span(seq, 0, &prompt, Want::Nothing)])
+            .unwrap();
+    };
+    // The draft run with every row's logits, on a store of its own.
+    let mut plain = KvStore::new(m.kv_layout(), 4);
+    let seq = plain.fresh_table(n + 6);
+    prefill(&mut plain, &seq);
+    let all = m
+        .forward(&mut plain, &[span(&seq, n, &run, Want::All)])
+        .unwrap();
+    // The same run verified: one token run again, then the pending one.
+    let mut cache = KvStore::new(m.kv_layout(), 4);
+    let seq = cache.fresh_table(n + 6);
+    let spare = cache.fresh_table(1).state.unwrap();
+    prefill(&mut cache, &seq);
+    let verify = Want::Verify {
+        from: 1,
+        keep: Some(spare),
+    };
+    let out = m
+        .forward(&mut cache, &[span(&seq, n, &run, verify)])
+        .unwrap();
+    let rows: Vec<_> = out.logits.rows_of(0).map(|(j, r)| (j, bits(r))).collect();
+    let want: Vec<_> = (1..4)
+        .map(|j| (j, bits(all.logits.of(0, j).unwrap())))
+        .collect();
+    assert_eq!(rows, want);
+    // Taken back to the kept state, the sequence goes on from position n + 2.
+    cache.copy_state(spare, seq.state.unwrap());
+    let after = m
+        .forward(&mut cache, &[span(&seq, n + 2, &next, Want::All)])
+        .unwrap();
+    let mut fresh = KvStore::new(m.kv_layout(), 4);
+    let seq = fresh.fresh_table(n + 6);
+    prefill(&mut fresh, &seq);
+    m.forward(&mut fresh, &[span(&seq, n, &run[..2], Want::Nothing)])
+        .unwrap();
+    let direct = m
+        .forward(&mut fresh, &[span(&seq, n + 2, &next, Want::All)])
+        .unwrap();
+    assert_eq!(bits(&after.logits.data), bits(&direct.logits.data));
+    // The live state moved past the draft: it cannot go on from n + 2.
+    let e = m
+        .forward(&mut cache, &[span(&seq, n + 2, &next, Want::Last)])
+        .unwrap_err();
+    assert!(e.to_string().contains("recurrent-state slot"), "{e}");
+}
+
 #[test]
 fn forward_refuses_tokens_outside_the_vocabulary_and_spans_past_their_kv() {
     let m = TinyModel::new(Architecture::Llama).load(1);

@@ -6,7 +6,7 @@ fn cap(slots: usize, kv: u64, recurrent: Option<u64>, window: Option<u64>) -> Pa
     PassCapacity {
         slots,
         kv_pages: Some(kv),
-        recurrent_slots: recurrent,
+        recurrent_seqs: recurrent,
         window_pages: window,
     }
 }
@@ -57,31 +57,32 @@ fn checks_run_in_order_and_a_refusal_leaves_no_trace() {
     assert_eq!(reason(cap(0, 0, Some(0), Some(0))), Err(Refusal::NoSlot));
     assert_eq!(reason(cap(1, 0, Some(0), Some(0))), Err(Refusal::KvBudget));
     assert_eq!(
-        reason(cap(1, 50, Some(2), Some(0))),
+        reason(cap(1, 50, Some(0), Some(0))),
         Err(Refusal::RecurrentBudget)
     );
     assert_eq!(
-        reason(cap(1, 50, Some(3), Some(49))),
+        reason(cap(1, 50, Some(1), Some(49))),
         Err(Refusal::WindowBudget)
     );
     assert_eq!(
-        reason(cap(1, 50, Some(3), Some(50))),
+        reason(cap(1, 50, Some(1), Some(50))),
         Ok(Admitted { first_chunk: 10 })
     );
 
-    let mut pass = PrefillPass::new(100, cap(2, 50, Some(3), Some(49)), 16, Chunking::Pages);
+    let mut pass = PrefillPass::new(100, cap(2, 50, Some(1), Some(49)), 16, Chunking::Pages);
     let before = (pass.budget_left(), pass.capacity_left());
     assert_eq!(pass.admit(&everything_short), Err(Refusal::WindowBudget));
     assert_eq!((pass.budget_left(), pass.capacity_left()), before);
 }
 
-/// SPEC S20: a recurrent model's request holds three recurrent-state slots.
+/// SPEC S20: a recurrent model's request takes a seat of recurrent-state
+/// slots.
 #[test]
-fn a_recurrent_request_holds_three_state_slots() {
-    let mut pass = PrefillPass::new(100, cap(4, 50, Some(7), None), 16, Chunking::Free);
+fn a_recurrent_request_takes_a_seat_of_state_slots() {
+    let mut pass = PrefillPass::new(100, cap(4, 50, Some(2), None), 16, Chunking::Free);
     assert!(pass.admit(&cand(5, 0, 1, 0)).is_ok());
     assert!(pass.admit(&cand(5, 0, 1, 0)).is_ok());
-    assert_eq!(pass.capacity_left().recurrent_slots, Some(1));
+    assert_eq!(pass.capacity_left().recurrent_seqs, Some(0));
     assert_eq!(pass.admit(&cand(5, 0, 1, 0)), Err(Refusal::RecurrentBudget));
 }
 

@@ -3,8 +3,8 @@
 use crate::kv_plan::defaults;
 use ferrox_models::kv_store::KvElement;
 
-use crate::admission::RECURRENT_SLOTS_PER_REQUEST;
 use crate::ledger::StatePools;
+use crate::states::slots_per_request;
 
 /// Engine knobs (SPEC "Knobs").
 #[derive(Clone, Debug)]
@@ -24,8 +24,9 @@ pub struct EngineConfig {
     pub max_context: Option<usize>,
     /// Share written KV pages between requests with a common prompt prefix.
     pub prefix_cache: bool,
-    /// Recurrent-state slots of a hybrid model's pool, three per request
-    /// (`None`: three per request row, so the slots never bind first).
+    /// Recurrent-state slots of a hybrid model's pool, three per request, four
+    /// with speculation ([`crate::states::slots_per_request`]; `None`: that
+    /// many per request row, so the slots never bind first).
     pub recurrent_slots: Option<usize>,
     /// The KV cache's element type.
     pub kv_element: KvElement,
@@ -77,12 +78,6 @@ pub enum StartError {
     Plan(#[from] crate::kv_plan::KvPlanError),
     #[error(transparent)]
     KvElement(#[from] ferrox_models::kv_store::KvElementUnfit),
-    /// A model whose layers keep a recurrent state cannot take back the
-    /// positions of a rejected draft.
-    #[error(
-        "--spec: this model has recurrent layers, whose state cannot take back rejected draft tokens; serve it without speculation"
-    )]
-    SpeculationUnsupported,
     /// A draft model proposes token ids: they must mean the same tokens.
     #[error(
         "--draft-model: the draft's vocabulary differs from the model's ({draft} tokens against {target}; first at token id {at}); a draft model must share the model's tokenizer"
@@ -114,9 +109,10 @@ pub(super) fn check_knobs(config: &EngineConfig) -> Result<(), StartError> {
     Ok(())
 }
 
-/// The recurrent-state pools of a hybrid model: its request slots (three per
-/// request row unless set) and one snapshot per three of them with the prefix
-/// cache (`None` without recurrent layers).
+/// The recurrent-state pools of a hybrid model: its request slots
+/// ([`slots_per_request`] per request row unless set) and one snapshot per
+/// request's worth of them with the prefix cache (`None` without recurrent
+/// layers).
 pub(super) fn state_pools(
     config: &EngineConfig,
     recurrent: bool,
@@ -124,7 +120,8 @@ pub(super) fn state_pools(
     if !recurrent {
         return Ok(None);
     }
-    let need = RECURRENT_SLOTS_PER_REQUEST;
+    let spare = config.speculation.is_some();
+    let need = slots_per_request(spare);
     let slots = config
         .recurrent_slots
         .unwrap_or(config.max_seqs * need as usize);
@@ -138,6 +135,7 @@ pub(super) fn state_pools(
     };
     Ok(Some(StatePools {
         request_slots: slots as u32,
+        spare,
         snapshots: snapshots as u32,
     }))
 }

@@ -14,20 +14,24 @@ pub(super) struct Row {
     pub(super) start: usize,
     pub(super) len: usize,
     pub(super) decode: bool,
-    /// A decode row's tokens: its pending one, then its draft
-    /// ([`crate::speculation`]); empty for a prompt chunk.
+    /// A decode row's tokens run again first (`Active::replay`).
+    pub(super) replay: usize,
+    /// A decode row's tokens: those it runs again, its pending one, then its
+    /// draft ([`crate::speculation`]); empty for a prompt chunk.
     pub(super) run: Vec<u32>,
 }
 
 impl Row {
     /// A decode row's drafted tokens.
     pub(super) fn draft(&self) -> &[u32] {
-        self.run.get(1..).unwrap_or_default()
+        self.run.get(self.replay + 1..).unwrap_or_default()
     }
 }
 
-/// The span of `r`: its pending token (and its draft, each row's logits
-/// wanted), or its prompt chunk.
+/// The span of `r`: its pending token (after the tokens it runs again, and
+/// before its draft, each drafted row's logits wanted and on a hybrid model
+/// the state after the pending token kept in the sequence's spare slot), or
+/// its prompt chunk.
 pub(super) fn span<'a>(
     running: &'a BTreeMap<RequestId, Active>,
     ledger: &'a KvLedger,
@@ -43,7 +47,10 @@ pub(super) fn span<'a>(
             want: if r.draft().is_empty() {
                 Want::Last
             } else {
-                Want::All
+                Want::Verify {
+                    from: r.replay,
+                    keep: ledger.spare_state(r.id),
+                }
             },
         };
     }

@@ -43,7 +43,9 @@ impl Worker {
     /// A drafted decode row is run: its pending token is in the KV, and each
     /// row is sampled in turn as plain decoding would sample it; a draft
     /// token is kept while it equals the token sampled before it, and the
-    /// first sampled token that is not kept is the new pending one.
+    /// first sampled token that is not kept is the new pending one. On a
+    /// hybrid model a refused draft takes the recurrent state back to the one
+    /// kept after the pending token; the kept draft tokens run again next.
     pub(super) fn verify(&mut self, i: usize, r: &Row, logits: &Rows) {
         let Some(a) = self.running.get_mut(&r.id) else {
             return;
@@ -61,7 +63,7 @@ impl Worker {
             let Some(a) = self.running.get_mut(&r.id) else {
                 break;
             };
-            match (a.phase, draft.get(j)) {
+            match (a.phase, draft.get(j - r.replay)) {
                 (Phase::Decoding { pending }, Some(&d)) if pending == d => {
                     a.tokens.push(d);
                     a.accepted += 1;
@@ -76,6 +78,19 @@ impl Worker {
                 a.draft_budget = next_budget(a.draft_budget, draft.len(), kept as usize, s);
             }
             self.ledger.advance(r.id, &a.tokens);
+            a.replay = 0;
+            let live = self.ledger.table(r.id).and_then(|t| t.state);
+            if let (Some(spare), Some(live)) = (self.ledger.spare_state(r.id), live)
+                && (kept as usize) < draft.len()
+            {
+                self.store.copy_state(spare, live);
+                a.replay = kept as usize;
+            }
+            if a.replay == 0
+                && let Some(c) = self.ledger.checkpoint(r.id, a.tokens.len())
+            {
+                self.store.copy_state(c.from, c.to);
+            }
             if let Some(d) = &mut self.draft {
                 d.cut_back(r.id, a.tokens.len());
             }

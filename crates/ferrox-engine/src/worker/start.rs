@@ -75,9 +75,6 @@ pub fn start_with_draft(
     // The model computes for the context it serves (LongRoPE's factor set).
     decoder.limit_context(max_context as usize);
     let layout = decoder.kv_layout().with_element(config.kv_element);
-    if config.speculation.is_some() && layout.n_recurrent > 0 {
-        return Err(StartError::SpeculationUnsupported);
-    }
     if layout.window().is_some() && config.prefill_chunk < config.block_size {
         return Err(StartError::ChunkBelowPage {
             chunk: config.prefill_chunk,

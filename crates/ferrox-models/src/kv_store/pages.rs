@@ -33,6 +33,18 @@ impl<T: Copy + Default> PageBuffers<T> {
         self.pages[i].get_or_insert_with(|| vec![T::default(); self.floats].into_boxed_slice())
     }
 
+    /// Pages `a` and `b`, two distinct ids, both allocated.
+    pub(super) fn pair_mut(&mut self, a: u32, b: u32) -> (&mut [T], &mut [T]) {
+        assert_ne!(a, b, "a pair of pages is two pages");
+        self.page_mut(a);
+        self.page_mut(b);
+        let (lo, hi) = (a.min(b) as usize, a.max(b) as usize);
+        let (left, right) = self.pages.split_at_mut(hi);
+        let low = left[lo].as_deref_mut().expect("allocated");
+        let high = right[0].as_deref_mut().expect("allocated");
+        if a < b { (low, high) } else { (high, low) }
+    }
+
     pub(super) fn page(&self, id: u32) -> &[T] {
         self.pages
             .get(id as usize)

@@ -4,6 +4,7 @@
 use ferrox_core::ops::norm::rms_norm;
 
 use super::{Batch, Scratch, Transformer, add_residual};
+use crate::decoder::Want;
 use crate::delta_net::{self, Projections};
 use crate::kv_store::{KvStore, LayerSlot};
 use crate::weights::{DeltaNetWeights, LayerWeights};
@@ -53,8 +54,26 @@ impl Transformer {
                 beta: &beta[t0 * heads..t1 * heads],
                 alpha: &alpha[t0 * heads..t1 * heads],
             };
-            let state = cache.state_mut(span.pages, index);
-            delta_net::run(&p, dn, hp.rms_eps, state, &x, &mut out[t0 * v..t1 * v]);
+            let o = &mut out[t0 * v..t1 * v];
+            let run = |cache: &mut KvStore, x: &Projections<'_>, o: &mut [f32]| {
+                let state = cache.state_mut(span.pages, index);
+                delta_net::run(&p, dn, hp.rms_eps, state, x, o);
+            };
+            match span.want {
+                // The state after token `from` is kept: the span runs in two
+                // parts, which gives the same bits (the recurrence is per token).
+                Want::Verify {
+                    from,
+                    keep: Some(slot),
+                } => {
+                    let (head, tail) = x.split_at(&p, from + 1);
+                    let (o_head, o_tail) = o.split_at_mut((from + 1) * v);
+                    run(cache, &head, o_head);
+                    cache.copy_layer_state(span.pages, index, slot);
+                    run(cache, &tail, o_tail);
+                }
+                _ => run(cache, &x, o),
+            }
             t0 += m;
         }
         let input = self.input(&out, n, v, &[&dn.out], &mut s.quantized);
