@@ -198,6 +198,20 @@ impl KvLedger {
         self.states.as_ref().and_then(|s| s.spare(id))
     }
 
+    /// Sequence `id`'s draft was refused: its spare slot, holding the state
+    /// kept before the draft, becomes its live one (and the live one its
+    /// spare). Whether it had one.
+    pub fn take_back_state(&mut self, id: RequestId) -> bool {
+        let live = self.states.as_mut().and_then(|s| s.swap_spare(id));
+        match (live, self.seqs.get_mut(&id)) {
+            (Some(live), Some(s)) => {
+                s.table.state = Some(live);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Recurrent-state snapshots kept for prefix hits.
     pub fn state_snapshots(&self) -> usize {
         self.states.as_ref().map_or(0, StateLedger::snapshots)

@@ -160,6 +160,16 @@ impl StateLedger {
         self.free.pop().expect("checked")
     }
 
+    /// Sequence `id`'s spare slot, holding the state kept before a refused
+    /// draft, becomes its live one, and the live one its spare (the state
+    /// taken back without a copy). Returns the new live slot.
+    pub fn swap_spare(&mut self, id: RequestId) -> Option<u32> {
+        let s = self.seqs.get_mut(&id)?;
+        let spare = s.spare.as_mut()?;
+        std::mem::swap(&mut s.live, spare);
+        Some(s.live)
+    }
+
     /// Sequence `id`'s live state has just reached the end of cached page
     /// `page`: it is copied into its older checkpoint (the copy returned).
     pub fn checkpoint(&mut self, id: RequestId, page: u32) -> Option<StateCopy> {
@@ -246,6 +256,9 @@ mod tests {
         s.admit(2, None).unwrap();
         assert_eq!((s.available(), s.seats()), (1, 0));
         assert_eq!(s.admit(3, None), Err(OutOfSlots(3)));
+        assert_eq!(s.swap_spare(1), Some(spare));
+        assert_eq!(s.spare(1), Some(live));
+        assert_eq!(s.checkpoint(1, 3).map(|c| c.from), Some(spare));
         s.release(1, |_| false);
         assert_eq!((s.available(), s.seats(), s.spare(1)), (5, 1, None));
     }

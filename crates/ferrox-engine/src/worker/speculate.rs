@@ -79,11 +79,7 @@ impl Worker {
             }
             self.ledger.advance(r.id, &a.tokens);
             a.replay = 0;
-            let live = self.ledger.table(r.id).and_then(|t| t.state);
-            if let (Some(spare), Some(live)) = (self.ledger.spare_state(r.id), live)
-                && (kept as usize) < draft.len()
-            {
-                self.store.copy_state(spare, live);
+            if (kept as usize) < draft.len() && self.ledger.take_back_state(r.id) {
                 a.replay = kept as usize;
             }
             if a.replay == 0
