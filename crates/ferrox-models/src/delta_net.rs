@@ -25,7 +25,8 @@
 //! State layout (f32): `[conv_kernel - 1][conv_channels]` oldest input first,
 //! then `[n_v_heads][head_dim][head_dim]`.
 
-use ferrox_core::ops::activation::silu;
+use ferrox_core::ops::activation::{Gate, gated, silu_each};
+use ferrox_core::ops::delta_rule;
 use ferrox_core::ops::exp::exp;
 use ferrox_core::ops::norm::rms_norm;
 use ferrox_core::ops::vector::dot;
@@ -125,16 +126,19 @@ pub fn run(
                 let v = &row[qk + h * dk..qk + (h + 1) * dk];
                 let g = softplus(x.alpha[t * nv + h] + w.dt_bias[h]) * w.a[h];
                 let b = sigmoid(x.beta[t * nv + h]);
-                step(s, q, k, v, exp(g), b, &mut o[t * dk..(t + 1) * dk]);
+                delta_rule::step(s, q, k, v, (exp(g), b), &mut o[t * dk..(t + 1) * dk]);
             }
         });
+    let mut gate = vec![0.0f32; dk];
     for t in 0..n {
         for h in 0..nv {
             let o = &mut out[(t * nv + h) * dk..(t * nv + h + 1) * dk];
             o.copy_from_slice(&by_head[(h * n + t) * dk..(h * n + t + 1) * dk]);
             rms_norm(o, &w.norm, eps);
-            let z = &x.z[(t * nv + h) * dk..(t * nv + h + 1) * dk];
-            o.iter_mut().zip(z).for_each(|(v, &zi)| *v *= silu(zi));
+            // `silu(z) * o`: the product's bits are `o * silu(z)`'s.
+            gate.copy_from_slice(&x.z[(t * nv + h) * dk..(t * nv + h + 1) * dk]);
+            gated(&mut gate, o, Gate::Silu);
+            o.copy_from_slice(&gate);
         }
     }
 }
@@ -161,8 +165,9 @@ fn convolve(
             for (j, &wj) in tap[..taps - 1].iter().enumerate() {
                 acc += conv_state[j * c + ch] * wj;
             }
-            *out = silu(acc + input[ch] * tap[taps - 1]);
+            *out = acc + input[ch] * tap[taps - 1];
         }
+        silu_each(yt);
         conv_state.copy_within(c.., 0);
         conv_state[(taps - 2) * c..].copy_from_slice(input);
         for head in yt[..2 * p.n_k_heads * dk].chunks_exact_mut(dk) {
@@ -170,20 +175,6 @@ fn convolve(
         }
     }
     y
-}
-
-/// One token's delta rule on one head's state `s` (`[head_dim][head_dim]`, a
-/// row per value dimension): decay, write `beta (v - S k)` along `k`, read
-/// along the query scaled by `1 / sqrt(head_dim)`.
-fn step(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], decay: f32, beta: f32, o: &mut [f32]) {
-    let dk = k.len();
-    let scale = 1.0 / (dk as f32).sqrt();
-    for (j, row) in s.chunks_exact_mut(dk).enumerate() {
-        row.iter_mut().for_each(|m| *m *= decay);
-        let d = beta * (v[j] - dot(row, k));
-        row.iter_mut().zip(k).for_each(|(m, &ki)| *m += d * ki);
-        o[j] = dot(row, q) * scale;
-    }
 }
 
 #[cfg(test)]

@@ -205,6 +205,9 @@ const N_EMBD: usize = 64;
 /// Qwen3.5's delta-net key and value heads on these shapes (more value heads
 /// than key heads, as the real models have).
 const QWEN35_SSM_HEADS: (usize, usize) = (2, 4);
+/// Qwen3.5 0.8B's delta-net: key heads, value heads, and their size (its
+/// attention heads are twice as wide).
+const QWEN35_REAL_SSM: (usize, usize, usize) = (16, 16, 128);
 const N_FF: usize = 128;
 const N_LAYERS: usize = 2;
 /// Embedding values are uniform in `[-EMBD_SCALE, EMBD_SCALE)` (standard
@@ -574,30 +577,39 @@ impl Family {
                     .set(k("rope.scaling.attn_factor"), Value::F32(attn as f32));
             }
             Architecture::Qwen35 => {
-                let (n_k, n_v) = QWEN35_SSM_HEADS;
                 let rope = shape.head_dim / 4;
+                // Pairs per section: the real [11, 11, 10, 0] at 64 rotated
+                // dimensions, a quarter, an eighth and an eighth otherwise.
+                let sections = match self.size {
+                    Some(_) => vec![11, 11, 10, 0],
+                    None => vec![(rope / 4) as i32, (rope / 8) as i32, (rope / 8) as i32, 0],
+                };
+                let (n_k, n_v, state) = match self.size {
+                    Some(_) => QWEN35_REAL_SSM,
+                    None => (QWEN35_SSM_HEADS.0, QWEN35_SSM_HEADS.1, shape.head_dim),
+                };
+                // Every fourth layer is full attention; the tiny files' two
+                // layers are one of each. The list wins over the interval, as
+                // in the converted files.
+                let recurrent: Vec<bool> = match self.size {
+                    Some(size) => (0..size.n_layers).map(|i| (i + 1) % 4 != 0).collect(),
+                    None => vec![true, false],
+                };
                 w.set(k("attention.key_length"), u(shape.head_dim))
                     .set(k("attention.value_length"), u(shape.head_dim))
                     .set(k("rope.dimension_count"), u(rope))
                     .set(
                         k("rope.dimension_sections"),
-                        Value::Array(ferrox_gguf::Array::I32(vec![
-                            (rope / 4) as i32,
-                            (rope / 8) as i32,
-                            (rope / 8) as i32,
-                            0,
-                        ])),
+                        Value::Array(ferrox_gguf::Array::I32(sections)),
                     )
                     .set(k("ssm.conv_kernel"), u(4))
-                    .set(k("ssm.state_size"), u(shape.head_dim))
+                    .set(k("ssm.state_size"), u(state))
                     .set(k("ssm.group_count"), u(n_k))
                     .set(k("ssm.time_step_rank"), u(n_v))
-                    .set(k("ssm.inner_size"), u(n_v * shape.head_dim))
-                    // The list wins over the interval (which alone would make
-                    // both layers recurrent), as in the converted files.
+                    .set(k("ssm.inner_size"), u(n_v * state))
                     .set(
                         k("attention.recurrent_layers"),
-                        Value::Array(ferrox_gguf::Array::Bool(vec![true, false])),
+                        Value::Array(ferrox_gguf::Array::Bool(recurrent)),
                     )
                     .set(k("full_attention_interval"), u(4));
             }

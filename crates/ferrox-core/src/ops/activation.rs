@@ -85,6 +85,17 @@ dispatched!(
 );
 
 #[inline(always)]
+fn silu_body(values: &mut [f32]) {
+    values.iter_mut().for_each(|v| *v = silu(*v));
+}
+
+dispatched!(
+    /// `values[i] = silu(values[i])` (Qwen3.5's delta-net convolution),
+    /// vectorized where the CPU allows (same bits).
+    pub fn silu_each / silu_each_at = silu_body(values: &mut [f32]) -> ()
+);
+
+#[inline(always)]
 fn gelu_tanh_body(values: &mut [f32]) {
     values.iter_mut().for_each(|v| *v = gelu_tanh(*v));
 }
@@ -141,6 +152,16 @@ mod tests {
             assert!(
                 a.iter().zip(&g).all(|(x, y)| x.to_bits() == y.to_bits()),
                 "{level:?}"
+            );
+        }
+        for level in crate::isa::Level::supported() {
+            let mut a = xs.clone();
+            silu_each_at(level, &mut a);
+            assert!(
+                a.iter()
+                    .zip(&xs)
+                    .all(|(y, &x)| y.to_bits() == silu(x).to_bits()),
+                "silu, {level:?}"
             );
         }
         let mut b = xs.clone();

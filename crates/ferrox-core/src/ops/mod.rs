@@ -10,6 +10,7 @@
 //! build too).
 
 pub mod activation;
+pub mod delta_rule;
 pub mod exp;
 pub mod matmul;
 pub mod matmul_fused;

@@ -23,7 +23,7 @@ pub(crate) fn fold(acc: [f32; LANES]) -> f32 {
 }
 
 #[inline(always)]
-fn dot_body(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_body(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0.0f32; LANES];

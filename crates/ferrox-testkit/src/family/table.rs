@@ -112,6 +112,23 @@ const GPT_OSS: Family = Family {
 };
 
 /// Every family, one per supported architecture shape.
+const QWEN35: Family = Family {
+    name: "qwen35",
+    like: "Qwen3.5 0.8B (gated delta-net layers with listed recurrent layers, gated \
+           attention with QK-norm and partial M-RoPE, tied head)",
+    arch: Architecture::Qwen35,
+    vocab: VocabSource::VocabFile("qwen35"),
+    n_heads: 4,
+    n_kv_heads: 2,
+    head_dim: 32,
+    context_length: 262_144,
+    rope_base: 10_000_000.0,
+    rms_eps: 1e-6,
+    experts: None,
+    gemma4: None,
+    ..PLAIN
+};
+
 pub const FAMILIES: [Family; 14] = [
     LLAMA3,
     Family {
@@ -136,22 +153,7 @@ pub const FAMILIES: [Family; 14] = [
     QWEN3,
     QWEN3_MOE,
     GPT_OSS,
-    Family {
-        name: "qwen35",
-        like: "Qwen3.5 0.8B (gated delta-net layers with listed recurrent layers, gated \
-               attention with QK-norm and partial M-RoPE, tied head)",
-        arch: Architecture::Qwen35,
-        vocab: VocabSource::VocabFile("qwen35"),
-        n_heads: 4,
-        n_kv_heads: 2,
-        head_dim: 32,
-        context_length: 262_144,
-        rope_base: 10_000_000.0,
-        rms_eps: 1e-6,
-        experts: None,
-        gemma4: None,
-        ..PLAIN
-    },
+    QWEN35,
     Family {
         name: "phi3",
         like: "Phi-3.5 mini instruct (fused QKV and gate-up, LongRoPE)",
@@ -313,7 +315,7 @@ pub const FAMILIES: [Family; 14] = [
 /// The benchmark models: random weights at a real model's widths (or a layer
 /// subset of it), with its keys, tensor names and vocabulary, for `ferrox bench
 /// --compare` against llama.cpp (`examples/bench_model.rs`).
-pub const BENCH_MODELS: [Family; 4] = [
+pub const BENCH_MODELS: [Family; 5] = [
     Family {
         name: "llama32-1b",
         like: "Llama-3.2-1B Instruct (16 layers, 32 query and 8 KV heads of 64, tied head)",
@@ -392,5 +394,22 @@ pub const BENCH_MODELS: [Family; 4] = [
             vocab_rows: Some(201_088),
         }),
         ..GPT_OSS
+    },
+    Family {
+        name: "qwen35-0.8b",
+        like: "Qwen3.5 0.8B (24 layers, 18 gated delta-net of 16 heads of 128, 6 gated \
+               attention of 8 query and 2 KV heads of 256, tied head)",
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: 256,
+        size: Some(RealSize {
+            n_embd: 1024,
+            n_ff: 3584,
+            expert_ff: 0,
+            n_layers: 24,
+            real_layers: 24,
+            vocab_rows: None,
+        }),
+        ..QWEN35
     },
 ];
