@@ -22,19 +22,23 @@ pub(super) fn q4_k_m_type(name: &str, n_layers: usize, n_experts: usize, tied: b
     };
     if name == "output.weight" || (tied && name == "token_embd.weight") {
         DType::Q6_K
-    } else if name.contains("attn_v.weight") || name.contains("attn_k.weight") {
+    } else if name.contains("attn_v.weight")
+        || name.contains("attn_qkv.weight")
+        || name.contains("attn_k.weight")
+    {
+        // A fused `attn_qkv` is "attn_v-like" to llama-quantize (its
+        // `category_is_attn_v`), counted with the `attn_v`s: one a layer.
+        let v_like = !name.contains("attn_k.weight");
         if n_experts == 8 {
             DType::Q8_0
-        } else if name.contains("attn_v.weight") && use_more_bits(layer()) {
+        } else if v_like && use_more_bits(layer()) {
             DType::Q6_K
         } else {
             DType::Q4_K
         }
     } else if name.contains("ffn_down") && use_more_bits(layer()) {
         DType::Q6_K
-    } else if (name.contains("attn_output.weight") && n_experts == 8)
-        || name.contains("attn_qkv.weight")
-    {
+    } else if name.contains("attn_output.weight") && n_experts == 8 {
         DType::Q5_K
     } else {
         DType::Q4_K
