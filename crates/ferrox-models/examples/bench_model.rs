@@ -6,8 +6,8 @@
 //! cargo run --release -p ferrox-models --example bench_model -- NAME OUT.gguf [LAYERS [VARIANT]]
 //! ```
 //!
-//! NAME is `llama32-1b` (Q4_K_M), `qwen3-8b` (Q4_K_M), `qwen3-30b-a3b` (Q4_K_M) or
-//! `gpt-oss-20b` (MXFP4_MOE); LAYERS overrides the layer subset and VARIANT the
+//! NAME is `llama32-1b` (Q4_K_M), `qwen3-8b` (Q4_K_M), `qwen3-30b-a3b` (Q4_K_M),
+//! `gpt-oss-20b` (MXFP4_MOE) or `qwen35-0.8b` (Q4_K_M); LAYERS overrides the layer subset and VARIANT the
 //! quant mix (`q8_0`, `kquants`, ...: a Q8_0 file shows, requantized by
 //! `llama-quantize --allow-requantize`, which type llama.cpp picks for each
 //! tensor). Needs `scripts/fetch-llama-refs` for the vocabularies.
