@@ -91,15 +91,16 @@ pub fn packed_matmul_each(
             let mut tile = [[0.0f32; GROUP_ROWS]; TOKEN_TILE];
             for chunk in (0..n).step_by(TOKEN_CHUNK) {
                 let end = (chunk + TOKEN_CHUNK).min(n);
+                // The chunk's tokens, sliced once for all its groups.
+                let toks: Vec<TokenActs<'_>> = (chunk..end).map(|t| acts.token(t)).collect();
                 for g in groups.clone() {
                     let r0 = g * GROUP_ROWS;
                     let valid = (w.rows - r0).min(GROUP_ROWS);
                     let mut t0 = chunk;
                     while t0 < end {
                         let k = (end - t0).min(TOKEN_TILE);
-                        let toks: [TokenActs<'_>; TOKEN_TILE] =
-                            std::array::from_fn(|i| acts.token((t0 + i).min(n - 1)));
-                        group(w.format, w.group(g), nb, &toks[..k], &mut tile[..k]);
+                        let tile_toks = &toks[t0 - chunk..t0 - chunk + k];
+                        group(w.format, w.group(g), nb, tile_toks, &mut tile[..k]);
                         for (i, row) in tile[..k].iter().enumerate() {
                             // SAFETY: (t0 + i, r0..r0 + valid) is inside this job's
                             // output and these rows belong to this task alone.
