@@ -540,6 +540,10 @@ impl Worker {
             Phase::Decoding { pending } => {
                 a.tokens.push(pending);
                 a.replay = 0;
+                // Guesses a grammar cut from the row are not kept.
+                if let Some(d) = &mut self.draft {
+                    d.cut_back(r.id, a.tokens.len());
+                }
             }
             Phase::Prefilling { prefilled } => {
                 EngineStats::add(&self.stats.prefill_chunks, 1);

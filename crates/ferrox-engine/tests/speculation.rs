@@ -2,8 +2,8 @@
 //! gives the tokens it gives without speculation (greedy and seeded sampling,
 //! stops and `max_tokens`, beside other requests), drafts are run and some
 //! are kept (on a hybrid model too, whose recurrent state a refused draft
-//! takes back), and a draft with another vocabulary or recurrent layers is
-//! refused at start.
+//! takes back, as a hybrid draft takes back its own), and a draft with
+//! another vocabulary is refused at start.
 
 use std::sync::Arc;
 
@@ -181,9 +181,12 @@ fn drafted(
     tokenizer: Tokenizer,
 ) -> Result<EngineHandle, StartError> {
     let t = Arc::new(Tokenizer::from_metadata(&target().header().metadata).unwrap());
+    // Every guess run is as long as the draft budget, so that guesses past
+    // a refused one are taken back.
     let config = EngineConfig {
         speculation: Some(Speculation {
             max_batch: 16,
+            draft_p_min: 0.0,
             ..Speculation::default()
         }),
         ..EngineConfig::default()
@@ -205,12 +208,24 @@ fn drafted(
 /// the draft is the target itself and fewer when it is another model.
 #[test]
 fn a_draft_model_gives_every_request_the_tokens_it_gives_without() {
-    for arch in [Architecture::Llama, Architecture::Gemma3] {
+    // Qwen3.5 drafts for itself too: a refused guess takes the draft's
+    // recurrent state back as well as the target's.
+    for arch in [
+        Architecture::Llama,
+        Architecture::Gemma3,
+        Architecture::Qwen35,
+    ] {
         let target = || GgufFile::from_bytes(TinyModel::new(arch).gguf()).unwrap();
+        // Another model: a Llama, or for Qwen3.5 another Qwen3.5, whose
+        // refused guesses take the draft's own recurrent state back.
         let other = || {
+            let like = match arch {
+                Architecture::Qwen35 => arch,
+                _ => Architecture::Llama,
+            };
             let tiny = TinyModel {
                 seed: 77,
-                ..TinyModel::new(Architecture::Llama)
+                ..TinyModel::new(like)
             };
             GgufFile::from_bytes(tiny.gguf()).unwrap()
         };
@@ -229,9 +244,17 @@ fn a_draft_model_gives_every_request_the_tokens_it_gives_without() {
             assert_eq!(run(&h, &jobs()), plain, "{arch:?} together");
             let before = h.stats();
             assert!(before.drafted_tokens > 0, "{arch:?}: nothing drafted");
-            run(&h, &greedy);
+            let answers = run(&h, &greedy);
             let s = h.stats();
             let drafted = s.drafted_tokens - before.drafted_tokens;
+            // Every step drafts a whole budget (`draft_p_min` 0), k >= 1
+            // guesses for at most k + 1 tokens: a draft model that failed
+            // mid-run would draft nothing after.
+            let generated: usize = answers.iter().map(|a| a.0.len()).sum();
+            assert!(
+                2 * drafted as usize >= generated,
+                "{arch:?}: {drafted} drafted for {generated} tokens"
+            );
             kept.push((s.accepted_tokens - before.accepted_tokens) as f64 / drafted as f64);
         }
         // Greedy requests keep (almost) every guess of the target itself (a

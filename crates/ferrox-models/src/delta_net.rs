@@ -108,6 +108,9 @@ pub fn run(
             && out.len() == n * p.value_dim(),
         "delta-net buffers of {n} tokens"
     );
+    if n == 0 {
+        return;
+    }
     let (conv_state, heads) = state.split_at_mut((p.conv_kernel - 1) * c);
     let qkv = convolve(p, w, eps, conv_state, x.mixed);
     let qk = 2 * p.n_k_heads * dk;

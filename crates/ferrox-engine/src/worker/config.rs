@@ -87,11 +87,6 @@ pub enum StartError {
         draft: usize,
         at: u32,
     },
-    /// A draft's recurrent state cannot be cut back to the kept tokens.
-    #[error(
-        "--draft-model: the draft has recurrent layers, whose state cannot take back rejected draft tokens; choose a transformer draft"
-    )]
-    DraftRecurrent,
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
 }

@@ -8,7 +8,11 @@
 //! The draft keeps its own KV: pages from its own pool, never shared, given
 //! back when the request ends. After verification a request's draft KV is cut
 //! back to the tokens that were kept; the positions past it are written again
-//! before they are read.
+//! before they are read. A draft with recurrent layers (Qwen3.5) keeps its
+//! state after each step's first pass (the request's new tokens) in a spare
+//! slot, as the target keeps its own ([`Want::Verify`]); when guesses are
+//! refused, the spare becomes the live state and the kept guesses are run
+//! again with the next step's new tokens.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,11 +43,15 @@ fn first_difference(a: &Tokenizer, b: &Tokenizer) -> Option<u32> {
         .or((a.len() != b.len()).then_some(n))
 }
 
-/// One request's draft KV: its pages and how many positions hold its tokens.
+/// One request's draft KV: its pages, how many positions hold its tokens,
+/// and with recurrent layers its spare state slot and the position of the
+/// state kept there this step.
 #[derive(Default)]
 struct DraftSeq {
     table: PageTable,
     written: usize,
+    spare: Option<u32>,
+    kept_at: Option<usize>,
 }
 
 /// The draft model in the worker.
@@ -65,7 +73,7 @@ struct Want1 {
 
 impl DraftState {
     /// The draft model of an engine whose tokenizer is `target`, checked: the
-    /// same vocabulary, and no recurrent layers (whose state cannot be cut back).
+    /// same vocabulary.
     pub(super) fn new(
         d: Drafter,
         target: &Tokenizer,
@@ -79,9 +87,6 @@ impl DraftState {
             });
         }
         let layout = d.decoder.kv_layout();
-        if layout.n_recurrent > 0 {
-            return Err(StartError::DraftRecurrent);
-        }
         Ok(DraftState {
             store: KvStore::new(layout, block_size),
             decoder: d.decoder,
@@ -114,10 +119,12 @@ impl DraftState {
             })
             .collect();
         let mut out: BTreeMap<RequestId, Vec<u32>> = BTreeMap::new();
+        let mut first = true;
         while !wants.is_empty() {
-            let Some(guesses) = self.pass(&wants) else {
+            let Some(guesses) = self.pass(&wants, first) else {
                 return BTreeMap::new();
             };
+            first = false;
             for (w, (g, p)) in wants.iter_mut().zip(guesses) {
                 // An unlikely guess ends the request's draft; it is kept only
                 // as the first (one guess a step is always tried).
@@ -135,11 +142,20 @@ impl DraftState {
     }
 
     /// One batched pass: each request's feed run, its next token guessed
-    /// (greedy), with the guess's probability under the draft.
-    fn pass(&mut self, wants: &[Want1]) -> Option<Vec<(u32, f32)>> {
+    /// (greedy), with the guess's probability under the draft. The `first`
+    /// pass of a step keeps a recurrent state after the feed.
+    fn pass(&mut self, wants: &[Want1], first: bool) -> Option<Vec<(u32, f32)>> {
         let ps = self.store.page_size();
+        let recurrent = self.store.layout().n_recurrent > 0;
         for w in wants {
             let q = self.seqs.entry(w.id).or_default();
+            if recurrent && q.table.state.is_none() {
+                q.table.state = Some(self.pool.take().expect("an unbounded pool").id);
+                q.spare = Some(self.pool.take().expect("an unbounded pool").id);
+            }
+            if first {
+                q.kept_at = q.spare.map(|_| q.written + w.feed.len());
+            }
             let end = q.written + w.feed.len();
             while q.table.full.len() * ps < end {
                 let id = self.pool.take().expect("an unbounded pool").id;
@@ -154,11 +170,18 @@ impl DraftState {
             .iter()
             .map(|w| {
                 let q = &self.seqs[&w.id];
+                let want = match q.spare {
+                    Some(keep) if first => Want::Verify {
+                        from: w.feed.len() - 1,
+                        keep: Some(keep),
+                    },
+                    _ => Want::Last,
+                };
                 Span {
                     pages: &q.table,
                     start: q.written,
                     tokens: &w.feed,
-                    want: Want::Last,
+                    want,
                 }
             })
             .collect();
@@ -173,17 +196,27 @@ impl DraftState {
     }
 
     /// Request `id` kept its first `kept` tokens: the draft's KV past them is
-    /// stale.
+    /// stale, and a recurrent state past them goes back to the one kept.
     pub(super) fn cut_back(&mut self, id: RequestId, kept: usize) {
-        if let Some(q) = self.seqs.get_mut(&id) {
-            q.written = q.written.min(kept);
+        let Some(q) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        match (q.kept_at, &mut q.spare) {
+            (Some(at), Some(spare)) if q.written > kept => {
+                debug_assert!(at <= kept, "the step's new tokens are kept");
+                let live = q.table.state.as_mut().expect("a recurrent draft's slot");
+                std::mem::swap(live, spare);
+                q.written = at;
+            }
+            _ => q.written = q.written.min(kept),
         }
+        q.kept_at = None;
     }
 
-    /// Request `id` ended: its pages go back.
+    /// Request `id` ended: its pages and state slots go back.
     pub(super) fn forget(&mut self, id: RequestId) {
         if let Some(q) = self.seqs.remove(&id) {
-            for p in q.table.full {
+            for p in q.table.full.into_iter().chain(q.table.state).chain(q.spare) {
                 self.pool.release(p);
             }
         }
