@@ -7,103 +7,31 @@
 
 use super::vector::{LANES, dot_body, fold};
 
-/// `s` is `[v.len()][k.len()]`, a row per value dimension. Per row `j`:
-/// `row *= decay`; `d = beta (v[j] - row·k)`; `row += d k`;
-/// `o[j] = (row·q) / sqrt(k.len())`.
-pub fn step(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    (decay, beta): (f32, f32),
-    o: &mut [f32],
-) {
-    step_run(crate::isa::active(), s, q, k, v, decay, beta, o)
-}
+dispatched!(
+    /// `s` is `[v.len()][k.len()]`, a row per value dimension; `gates` is
+    /// `(decay, beta)`. Per row `j`: `row *= decay`; `d = beta (v[j] - row·k)`;
+    /// `row += d k`; `o[j] = (row·q) / sqrt(k.len())`.
+    pub fn step / step_at = step_body(
+        s: &mut [f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        gates: (f32, f32),
+        o: &mut [f32]
+    ) -> ()
+);
 
-/// [`step`] on the build of `level` (panics if this CPU cannot run it).
-pub fn step_at(
-    level: crate::isa::Level,
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    (decay, beta): (f32, f32),
-    o: &mut [f32],
-) {
-    level.assert_runs_here();
-    step_run(level, s, q, k, v, decay, beta, o)
-}
-
-#[allow(clippy::too_many_arguments)]
+/// Rows run four at a time: their reductions are independent chains, which
+/// the core overlaps; each row's arithmetic is the one-row form's.
 #[inline(always)]
-fn step_run(
-    level: crate::isa::Level,
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    decay: f32,
-    beta: f32,
-    o: &mut [f32],
-) {
+fn step_body(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], gates: (f32, f32), o: &mut [f32]) {
+    let (decay, beta) = gates;
     let dk = k.len();
     assert!(
         dk > 0 && q.len() == dk && s.len() == v.len() * dk && o.len() == v.len(),
         "a delta-rule step on a {}-value state of rows of {dk}",
         s.len()
     );
-    #[cfg(target_arch = "x86_64")]
-    {
-        if level.has_avx512() {
-            // SAFETY: the feature was detected on this CPU (`level` runs here).
-            return unsafe { step_avx512(s, q, k, v, decay, beta, o) };
-        }
-        if level.has_avx2() {
-            // SAFETY: as above.
-            return unsafe { step_avx2(s, q, k, v, decay, beta, o) };
-        }
-    }
-    let _ = level;
-    step_body(s, q, k, v, decay, beta, o)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f")]
-unsafe fn step_avx512(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    decay: f32,
-    beta: f32,
-    o: &mut [f32],
-) {
-    step_body(s, q, k, v, decay, beta, o)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2")]
-unsafe fn step_avx2(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    decay: f32,
-    beta: f32,
-    o: &mut [f32],
-) {
-    step_body(s, q, k, v, decay, beta, o)
-}
-
-/// Rows run four at a time: their reductions are independent chains, which
-/// the core overlaps; each row's arithmetic is the one-row form's.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn step_body(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], decay: f32, beta: f32, o: &mut [f32]) {
-    let dk = k.len();
     let scale = 1.0 / (dk as f32).sqrt();
     let mut rows = s.chunks_exact_mut(4 * dk);
     let (mut vs, mut os) = (v.chunks_exact(4), o.chunks_exact_mut(4));
@@ -174,7 +102,7 @@ mod tests {
                 let (mut s, mut o) = (s0.clone(), vec![0.0f32; dv]);
                 match level {
                     Some(l) => step_at(l, &mut s, &q, &k, &v, (0.9, 0.4), &mut o),
-                    None => step_body(&mut s, &q, &k, &v, 0.9, 0.4, &mut o),
+                    None => step_body(&mut s, &q, &k, &v, (0.9, 0.4), &mut o),
                 }
                 (s, o)
             };
