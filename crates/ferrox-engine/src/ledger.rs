@@ -81,6 +81,16 @@ impl PrefixHit {
     }
 }
 
+/// A prompt in prefill after [`KvLedger::catch_up`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CatchUp {
+    /// Prompt tokens now in the KV.
+    pub prefilled: usize,
+    /// On a hybrid model that took pages, the state to copy into its live
+    /// slot before it runs.
+    pub copy: Option<StateCopy>,
+}
+
 /// What one request asks of the pools at admission.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct PageNeed {
@@ -380,24 +390,40 @@ impl KvLedger {
     /// the cached pages that continue it, written meanwhile by another sequence
     /// with the same prompt start ("late hits": requests that arrive together
     /// compute a shared prefix once). Only on models without window layers and
-    /// at a page boundary; returns the prompt tokens now in the KV.
-    pub fn catch_up(&mut self, id: RequestId, prompt: &[u32], prefilled: usize) -> usize {
+    /// at a page boundary. On a hybrid model the hit ends where a slot holds
+    /// the state after its last page (a snapshot, or another sequence's
+    /// checkpoint), copied into the sequence's live slot by the caller.
+    pub fn catch_up(&mut self, id: RequestId, prompt: &[u32], prefilled: usize) -> CatchUp {
         let ps = self.cfg.page_size;
-        // A hybrid model's state cannot take pages mid-prompt (no snapshot there).
-        let late_hits = self.cfg.prefix_cache && self.cfg.window.is_none() && self.states.is_none();
+        let none = CatchUp {
+            prefilled,
+            copy: None,
+        };
+        let late_hits = self.cfg.prefix_cache && self.cfg.window.is_none();
         if !late_hits || !prefilled.is_multiple_of(ps) {
-            return prefilled;
+            return none;
         }
         let k = prefilled / ps;
         let Some(s) = self.seqs.get(&id) else {
-            return prefilled;
+            return none;
         };
         if s.table.full.len() != k || s.registered != k || prompt.is_empty() {
-            return prefilled;
+            return none;
         }
-        let matched = self.index.matched(prompt, ps, (prompt.len() - 1) / ps);
+        let mut matched = self.index.matched(prompt, ps, (prompt.len() - 1) / ps);
+        let mut copy = None;
+        if let (Some(states), Some(live)) = (&mut self.states, s.table.state) {
+            let restorable = (k + 1..=matched.len())
+                .rev()
+                .find_map(|m| states.state_after(matched[m - 1].0).map(|from| (m, from)));
+            let Some((m, from)) = restorable else {
+                return none;
+            };
+            matched.truncate(m);
+            copy = Some(StateCopy { from, to: live });
+        }
         if matched.len() <= k {
-            return prefilled;
+            return none;
         }
         let s = self.seqs.get_mut(&id).expect("checked");
         for &(page, _) in &matched[k..] {
@@ -409,7 +435,10 @@ impl KvLedger {
         let last = matched.last().expect("longer than k").0;
         s.tail = (self.index.entry(last).expect("matched").hash, Some(last));
         s.registered = matched.len();
-        matched.len() * ps
+        CatchUp {
+            prefilled: matched.len() * ps,
+            copy,
+        }
     }
 
     /// Takes the pages sequence `id` needs to write positions `start..end` and to

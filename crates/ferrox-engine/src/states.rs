@@ -17,7 +17,9 @@
 //!   at the start of a pass is still restorable at its end.
 //! * A hybrid model's prefix hit is cut back to the longest cached prefix whose
 //!   last page has a snapshot (KV pages alone cannot restore a recurrent state);
-//!   the sequence's live slot starts as a copy of it.
+//!   the sequence's live slot starts as a copy of it. A prompt in prefill that
+//!   catches up on pages another running sequence wrote (a late hit) may also
+//!   start from that sequence's checkpoint at the hit's end.
 //!
 //! Invariant: every slot id is a request slot (free or held) or a snapshot slot
 //! (free or holding a snapshot), and each pool keeps its size.
@@ -116,6 +118,19 @@ impl StateLedger {
     /// Whether the state after cached page `page` can be restored.
     pub fn has_snapshot(&self, page: u32) -> bool {
         self.by_page.contains_key(&page)
+    }
+
+    /// A slot holding the state after cached page `page`: its snapshot (now
+    /// the most recently used), or a running sequence's checkpoint there.
+    pub fn state_after(&mut self, page: u32) -> Option<u32> {
+        if self.by_page.contains_key(&page) {
+            return self.touch(page);
+        }
+        self.seqs
+            .values()
+            .flat_map(|s| s.checkpoints)
+            .find(|c| c.page == Some(page))
+            .map(|c| c.slot)
     }
 
     /// Takes sequence `id`'s slots; its live state starts as a copy of the

@@ -388,9 +388,13 @@ impl Worker {
             if a.whole {
                 continue;
             }
-            let now = self
+            let caught = self
                 .ledger
                 .catch_up(id, &a.tokens[..a.prompt_len], prefilled);
+            if let Some(c) = caught.copy {
+                self.store.copy_state(c.from, c.to);
+            }
+            let now = caught.prefilled;
             if now > prefilled {
                 a.phase = Phase::Prefilling { prefilled: now };
                 a.cached_tokens += now - prefilled;

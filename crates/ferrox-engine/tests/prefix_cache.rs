@@ -325,45 +325,66 @@ fn a_window_model_refuses_a_prefill_chunk_below_a_page() {
 
 /// With the prefix cache, a long prompt still progresses when the step budget is
 /// below a page (chunks then end anywhere), and two identical prompts submitted
-/// together share what the first wrote.
+/// together share what the first wrote: on a hybrid model (Qwen3.5) too, whose
+/// late hit starts from the other sequence's checkpoint. Both answers are the
+/// prompt's answer alone.
 #[test]
 fn small_chunks_still_progress_and_prompts_in_prefill_catch_up() {
-    let bytes = TinyModel::new(Architecture::Llama).gguf();
-    for chunk in [5, 32] {
-        let e = engine(
-            GgufFile::from_bytes(bytes.clone()).unwrap(),
-            true,
-            EngineConfig {
-                prefill_chunk: chunk,
-                kv_blocks: Some(64),
-                ..Default::default()
-            },
-        );
+    for arch in [Architecture::Llama, Architecture::Qwen35] {
+        let bytes = TinyModel::new(arch).gguf();
         let p = tokens(200, 4, 96);
-        let streams: Vec<_> = (0..2)
-            .map(|_| {
-                e.handle
-                    .submit(p.clone(), GenerationParams::greedy(2))
-                    .unwrap()
-            })
-            .collect();
-        let usages: Vec<Usage> = streams
-            .into_iter()
-            .map(|s| match s.collect_blocking().last() {
-                Some(Event::Finished { usage, .. }) => *usage,
-                other => panic!("no finish: {other:?}"),
-            })
-            .collect();
-        wait_idle(&e.handle);
-        let ran = e.handle.stats().prefill_tokens;
-        if chunk == 32 {
-            // They leapfrog: each runs a chunk, then takes the other's.
-            let cached = usages[0].cached_tokens + usages[1].cached_tokens;
-            assert!(cached >= 176, "{usages:?}");
-            assert_eq!(ran as usize, 400 - cached);
-            assert!(ran < 260, "the shared prompt ran about once: {ran}");
-        } else {
-            assert_eq!(ran, 400, "5-token chunks end anywhere: no late hits");
+        let solo = engine(
+            GgufFile::from_bytes(bytes.clone()).unwrap(),
+            false,
+            EngineConfig::default(),
+        );
+        let (_, want) = run(&solo, &p, 2);
+        for chunk in [5, 32] {
+            let e = engine(
+                GgufFile::from_bytes(bytes.clone()).unwrap(),
+                true,
+                EngineConfig {
+                    prefill_chunk: chunk,
+                    kv_blocks: Some(64),
+                    ..Default::default()
+                },
+            );
+            let streams: Vec<_> = (0..2)
+                .map(|_| {
+                    e.handle
+                        .submit(p.clone(), GenerationParams::greedy(2))
+                        .unwrap()
+                })
+                .collect();
+            let usages: Vec<Usage> = streams
+                .into_iter()
+                .map(|s| match s.collect_blocking().last() {
+                    Some(Event::Finished { usage, .. }) => *usage,
+                    other => panic!("no finish: {other:?}"),
+                })
+                .collect();
+            wait_idle(&e.handle);
+            let ran = e.handle.stats().prefill_tokens;
+            // Each request's rows (its last prompt row and one decode row)
+            // are its solo run's.
+            let rows = e.rows.lock().unwrap().clone();
+            assert_eq!(rows.len(), 2 * want.len(), "{arch:?}");
+            assert!(
+                want.iter()
+                    .all(|r| rows.iter().filter(|x| *x == r).count() == 2),
+                "{arch:?}, chunks of {chunk}: an answer differs from its solo run"
+            );
+            if chunk == 32 {
+                // They leapfrog: each runs a chunk, then takes the other's.
+                let cached = usages[0].cached_tokens + usages[1].cached_tokens;
+                assert_eq!(ran as usize, 400 - cached, "{arch:?}: {usages:?}");
+                assert!(
+                    ran < 260,
+                    "{arch:?}: the shared prompt ran about once: {ran}"
+                );
+            } else {
+                assert_eq!(ran, 400, "5-token chunks end anywhere: no late hits");
+            }
         }
     }
 }

@@ -278,13 +278,25 @@ fn a_prompt_in_prefill_catches_up_with_pages_written_meanwhile() {
     }
     l.prepare(1, 0, 24).unwrap();
     l.advance(1, &p[..24]);
-    assert_eq!(l.catch_up(2, &p, 0), 24, "six pages written by request 1");
+    assert_eq!(
+        l.catch_up(2, &p, 0).prefilled,
+        24,
+        "six pages written by request 1"
+    );
     assert_eq!(l.table(2).unwrap().full, l.table(1).unwrap().full);
-    assert_eq!(l.catch_up(2, &p, 24), 24, "nothing new");
-    assert_eq!(l.catch_up(1, &p, 24), 24, "its own pages are no news");
+    assert_eq!(l.catch_up(2, &p, 24).prefilled, 24, "nothing new");
+    assert_eq!(
+        l.catch_up(1, &p, 24).prefilled,
+        24,
+        "its own pages are no news"
+    );
     l.prepare(2, 24, 40).unwrap();
     l.advance(2, &p[..40]);
-    assert_eq!(l.catch_up(1, &p, 24), 36, "and back: request 2 went ahead");
+    assert_eq!(
+        l.catch_up(1, &p, 24).prefilled,
+        36,
+        "and back: request 2 went ahead"
+    );
     l.release(1);
     l.release(2);
     assert_eq!((l.kv_available(), l.full_in_use()), (Some(64), 0));
@@ -292,5 +304,5 @@ fn a_prompt_in_prefill_catches_up_with_pages_written_meanwhile() {
     let mut w = ledger(64, Some((6, 64)));
     let hit = w.lookup(&p);
     w.admit(3, w.need(44, &hit), &hit).unwrap();
-    assert_eq!(w.catch_up(3, &p, 0), 0);
+    assert_eq!(w.catch_up(3, &p, 0).prefilled, 0);
 }
