@@ -568,10 +568,11 @@ impl KvLedger {
         s.registered = s.registered.max(full_pages);
     }
 
-    /// Sequence `id` of a hybrid model has written positions `..written`: at a
-    /// page boundary whose page the prefix cache holds, its live state is to be
-    /// checkpointed (the copy returned, to make at once).
-    pub fn checkpoint(&mut self, id: RequestId, written: usize) -> Option<StateCopy> {
+    /// Sequence `id` of a hybrid model has written positions `..written` (in
+    /// its `answer`, or its prompt): at a page boundary whose page the prefix
+    /// cache holds, its live state is to be checkpointed (the copy returned,
+    /// to make at once).
+    pub fn checkpoint(&mut self, id: RequestId, written: usize, answer: bool) -> Option<StateCopy> {
         let ps = self.cfg.page_size;
         let states = self.states.as_mut()?;
         let s = self.seqs.get(&id)?;
@@ -580,7 +581,7 @@ impl KvLedger {
         }
         // `tail` is the cached page at the end of the registered prefix.
         let page = s.tail.1.filter(|_| s.registered == written / ps)?;
-        states.checkpoint(id, page)
+        states.checkpoint(id, page, answer)
     }
 
     /// Sequence `id` ends: every page reference goes back (deepest pages first, so

@@ -41,19 +41,27 @@ pub struct StateCopy {
     pub to: u32,
 }
 
-/// A checkpoint slot and the cached page its state ends with, once written.
+/// A checkpoint slot and the cached page its state ends with, once written,
+/// and when it was written (the sequence's count of checkpoints then).
 #[derive(Copy, Clone, Debug)]
 struct Checkpoint {
     slot: u32,
     page: Option<u32>,
+    order: u64,
 }
 
 #[derive(Clone, Debug)]
 struct SeqStates {
     live: u32,
     checkpoints: [Checkpoint; 2],
-    /// The checkpoint the next boundary overwrites (the other is the newest).
+    /// The checkpoint the next boundary overwrites (the other is the newest,
+    /// or once the answer is checkpointed, the prompt's last).
     next: usize,
+    /// Checkpoints written so far.
+    written: u64,
+    /// The answer has reached a boundary: the prompt's last checkpoint is
+    /// kept, and the answer's go to the other slot.
+    answering: bool,
     /// Where the state before a verified draft is kept.
     spare: Option<u32>,
 }
@@ -147,13 +155,19 @@ impl StateLedger {
         let from = from_page.and_then(|p| self.touch(p));
         let (live, a, b) = (self.take(), self.take(), self.take());
         let spare = self.spare.then(|| self.take());
-        let at = |slot| Checkpoint { slot, page: None };
+        let at = |slot| Checkpoint {
+            slot,
+            page: None,
+            order: 0,
+        };
         let old = self.seqs.insert(
             id,
             SeqStates {
                 live,
                 checkpoints: [at(a), at(b)],
                 next: 0,
+                written: 0,
+                answering: false,
                 spare,
             },
         );
@@ -186,39 +200,52 @@ impl StateLedger {
     }
 
     /// Sequence `id`'s live state has just reached the end of cached page
-    /// `page`: it is copied into its older checkpoint (the copy returned).
-    pub fn checkpoint(&mut self, id: RequestId, page: u32) -> Option<StateCopy> {
+    /// `page` (in its `answer`, or its prompt): it is copied into its older
+    /// checkpoint (the copy returned). Once the answer reaches a boundary the
+    /// prompt's last checkpoint stays (the state other prompts can share),
+    /// and the answer's boundaries take the other slot.
+    pub fn checkpoint(&mut self, id: RequestId, page: u32, answer: bool) -> Option<StateCopy> {
         let s = self.seqs.get_mut(&id)?;
+        s.answering |= answer;
+        s.written += 1;
         let c = &mut s.checkpoints[s.next];
         c.page = Some(page);
-        s.next = 1 - s.next;
-        Some(StateCopy {
-            from: s.live,
-            to: c.slot,
-        })
+        c.order = s.written;
+        let to = c.slot;
+        if !s.answering {
+            s.next = 1 - s.next;
+        }
+        Some(StateCopy { from: s.live, to })
     }
 
-    /// Sequence `id` ends: its slots go back, its newest checkpoint whose page
-    /// `cached` still holds (and has none) first becoming that page's snapshot.
+    /// Sequence `id` ends: its slots go back, its checkpoints whose pages
+    /// `cached` still holds (and have none) becoming those pages' snapshots,
+    /// the newest first (the second only without evicting the first).
     pub fn release(&mut self, id: RequestId, cached: impl Fn(u32) -> bool) {
         let Some(s) = self.seqs.remove(&id) else {
             return;
         };
-        let newest_first = [s.checkpoints[1 - s.next], s.checkpoints[s.next]];
-        let keep = newest_first.into_iter().find_map(|c| {
-            c.page
-                .filter(|&p| cached(p) && !self.by_page.contains_key(&p))
-                .map(|p| (c.slot, p))
-        });
+        let mut newest_first = s.checkpoints;
+        newest_first.sort_by_key(|c| std::cmp::Reverse(c.order));
         let mut back = vec![s.live, s.checkpoints[0].slot, s.checkpoints[1].slot];
         back.extend(s.spare);
-        if let Some((slot, page)) = keep
-            && let Some(traded) = self.snapshot_slot()
-        {
-            back.retain(|&b| b != slot);
+        for (i, c) in newest_first.into_iter().enumerate() {
+            let Some(page) = c
+                .page
+                .filter(|&p| cached(p) && !self.by_page.contains_key(&p))
+            else {
+                continue;
+            };
+            if i > 0 && self.snapshot_free.is_empty() && self.made.len() < 2 {
+                break;
+            }
+            let Some(traded) = self.snapshot_slot() else {
+                break;
+            };
+            back.retain(|&b| b != c.slot);
             back.push(traded);
             self.tick += 1;
-            self.by_page.insert(page, (slot, self.tick));
+            self.by_page.insert(page, (c.slot, self.tick));
             self.made.insert(self.tick, page);
         }
         self.free.extend(back);
@@ -261,6 +288,29 @@ mod tests {
         assert_eq!(s.spare(2), None);
     }
 
+    /// The prompt's last checkpoint outlives the answer's boundaries, and a
+    /// request that ends leaves both as snapshots: the state other prompts
+    /// share, and the state the next turn of its chat starts from.
+    #[test]
+    fn the_prompts_last_checkpoint_stays_and_both_become_snapshots() {
+        let mut s = StateLedger::new(6, 2, false);
+        s.admit(1, None).unwrap();
+        for (page, answer) in [(10, false), (11, false), (12, true), (13, true)] {
+            s.checkpoint(1, page, answer).unwrap();
+        }
+        s.release(1, |_| true);
+        let kept: Vec<bool> = (10..14).map(|p| s.has_snapshot(p)).collect();
+        assert_eq!(kept, [false, true, false, true]);
+        assert_eq!(s.available(), 6);
+        // With one snapshot slot, only the newest is kept.
+        let mut s = StateLedger::new(3, 1, false);
+        s.admit(1, None).unwrap();
+        s.checkpoint(1, 20, false).unwrap();
+        s.checkpoint(1, 21, true).unwrap();
+        s.release(1, |_| true);
+        assert!(s.has_snapshot(21) && !s.has_snapshot(20));
+    }
+
     #[test]
     fn with_speculation_a_request_holds_a_spare_fourth_slot() {
         let mut s = StateLedger::new(9, 0, true);
@@ -273,7 +323,7 @@ mod tests {
         assert_eq!(s.admit(3, None), Err(OutOfSlots(3)));
         assert_eq!(s.swap_spare(1), Some(spare));
         assert_eq!(s.spare(1), Some(live));
-        assert_eq!(s.checkpoint(1, 3).map(|c| c.from), Some(spare));
+        assert_eq!(s.checkpoint(1, 3, false).map(|c| c.from), Some(spare));
         s.release(1, |_| false);
         assert_eq!((s.available(), s.seats(), s.spare(1)), (5, 1, None));
     }
@@ -282,9 +332,9 @@ mod tests {
     fn the_newest_cached_checkpoint_becomes_a_snapshot_that_restores() {
         let mut s = StateLedger::new(6, 1, false);
         let (live, _) = s.admit(1, None).unwrap();
-        let c1 = s.checkpoint(1, 40).unwrap();
-        let c2 = s.checkpoint(1, 41).unwrap();
-        let c3 = s.checkpoint(1, 42).unwrap();
+        let c1 = s.checkpoint(1, 40, false).unwrap();
+        let c2 = s.checkpoint(1, 41, false).unwrap();
+        let c3 = s.checkpoint(1, 42, false).unwrap();
         assert_eq!((c1.from, c2.from, c3.from), (live, live, live));
         assert_eq!(c3.to, c1.to, "the older checkpoint is overwritten");
         // Page 42 (newest) left the cache: page 41's checkpoint is kept.
@@ -300,7 +350,7 @@ mod tests {
             })
         );
         // Request 2 reaches page 43; its snapshot takes the only snapshot slot.
-        s.checkpoint(2, 43).unwrap();
+        s.checkpoint(2, 43, false).unwrap();
         s.release(2, |_| true);
         assert!(s.has_snapshot(43) && !s.has_snapshot(41));
         s.page_evicted(43);

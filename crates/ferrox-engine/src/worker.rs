@@ -559,7 +559,10 @@ impl Worker {
         }
         let written = r.start + r.len;
         self.ledger.advance(r.id, &a.tokens[..written]);
-        if let Some(c) = self.ledger.checkpoint(r.id, written) {
+        if let Some(c) = self
+            .ledger
+            .checkpoint(r.id, written, written > a.prompt_len)
+        {
             self.store.copy_state(c.from, c.to);
         }
     }

@@ -83,7 +83,7 @@ impl Worker {
                 a.replay = kept as usize;
             }
             if a.replay == 0
-                && let Some(c) = self.ledger.checkpoint(r.id, a.tokens.len())
+                && let Some(c) = self.ledger.checkpoint(r.id, a.tokens.len(), true)
             {
                 self.store.copy_state(c.from, c.to);
             }
