@@ -113,7 +113,9 @@ fn check_cached_equals_cold(file: impl Fn() -> GgufFile, base_len: usize, shared
     // base prompt's last page at least, and pages where later prompts' own
     // checkpoints were (checked by the logits alone).
     let expected = |k: usize, cached: usize| match k / 16 * 16 {
-        whole if hybrid && whole != base_len / 16 * 16 => cached % 16 == 0 && cached <= whole,
+        whole if hybrid && whole != base_len / 16 * 16 => {
+            cached.is_multiple_of(16) && cached <= whole
+        }
         whole => cached == whole,
     };
     let warm = engine(file(), true, config.clone());
