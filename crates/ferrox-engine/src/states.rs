@@ -7,11 +7,12 @@
 //!   copies of the live state at the last two page boundaries it reached whose
 //!   page the prefix cache holds; with speculation also a spare, where the
 //!   state before a draft is kept while the draft is verified.
-//! * Snapshots: a second fixed pool. When a sequence ends, its newest
-//!   checkpoint whose page is still cached becomes that page's snapshot (the
-//!   state after every position up to the end of the page), trading its slot id
-//!   with a snapshot slot, the least recently made or restored one if none is
-//!   free. A
+//! * Snapshots: a second fixed pool. When a sequence ends, its checkpoints
+//!   whose pages are still cached become those pages' snapshots (the state
+//!   after every position up to the end of the page), newest first, each
+//!   trading its slot id with a snapshot slot, the least recently made or
+//!   restored one if none is free (never the one just made). Once its answer
+//!   reaches a boundary a sequence keeps its prompt's last checkpoint. A
 //!   snapshot goes when its page leaves the prefix cache. Snapshots are made
 //!   only when a request ends, never during an admission pass, so a hit found
 //!   at the start of a pass is still restorable at its end.
