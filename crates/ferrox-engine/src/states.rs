@@ -230,14 +230,16 @@ impl StateLedger {
         newest_first.sort_by_key(|c| std::cmp::Reverse(c.order));
         let mut back = vec![s.live, s.checkpoints[0].slot, s.checkpoints[1].slot];
         back.extend(s.spare);
-        for (i, c) in newest_first.into_iter().enumerate() {
+        let mut made_one = false;
+        for c in newest_first {
             let Some(page) = c
                 .page
                 .filter(|&p| cached(p) && !self.by_page.contains_key(&p))
             else {
                 continue;
             };
-            if i > 0 && self.snapshot_free.is_empty() && self.made.len() < 2 {
+            // The only snapshot slot left holds the one just made.
+            if made_one && self.snapshot_free.is_empty() && self.made.len() < 2 {
                 break;
             }
             let Some(traded) = self.snapshot_slot() else {
@@ -248,6 +250,7 @@ impl StateLedger {
             self.tick += 1;
             self.by_page.insert(page, (c.slot, self.tick));
             self.made.insert(self.tick, page);
+            made_one = true;
         }
         self.free.extend(back);
     }
@@ -310,6 +313,13 @@ mod tests {
         s.checkpoint(1, 21, true).unwrap();
         s.release(1, |_| true);
         assert!(s.has_snapshot(21) && !s.has_snapshot(20));
+        // Its newest page gone, the older checkpoint takes the full pool's
+        // least recently used snapshot.
+        s.admit(2, None).unwrap();
+        s.checkpoint(2, 30, false).unwrap();
+        s.checkpoint(2, 31, true).unwrap();
+        s.release(2, |p| p != 31);
+        assert!(s.has_snapshot(30) && !s.has_snapshot(21));
     }
 
     #[test]

@@ -578,22 +578,23 @@ impl Family {
             }
             Architecture::Qwen35 => {
                 let rope = shape.head_dim / 4;
-                // Pairs per section: the real [11, 11, 10, 0] at 64 rotated
-                // dimensions, a quarter, an eighth and an eighth otherwise.
-                let sections = match self.size {
-                    Some(_) => vec![11, 11, 10, 0],
-                    None => vec![(rope / 4) as i32, (rope / 8) as i32, (rope / 8) as i32, 0],
-                };
-                let (n_k, n_v, state) = match self.size {
-                    Some(_) => QWEN35_REAL_SSM,
-                    None => (QWEN35_SSM_HEADS.0, QWEN35_SSM_HEADS.1, shape.head_dim),
-                };
-                // Every fourth layer is full attention; the tiny files' two
-                // layers are one of each. The list wins over the interval, as
-                // in the converted files.
-                let recurrent: Vec<bool> = match self.size {
-                    Some(size) => (0..size.n_layers).map(|i| (i + 1) % 4 != 0).collect(),
-                    None => vec![true, false],
+                // Pairs per section (the real [11, 11, 10, 0] at 64 rotated
+                // dimensions; a quarter, an eighth and an eighth on the test
+                // shapes), the delta-net's heads and their size, and which
+                // layers are recurrent: every fourth is full attention, the
+                // test files' two layers are one of each. The list wins over
+                // the interval, as in the converted files.
+                let (sections, (n_k, n_v, state), recurrent) = match self.size {
+                    Some(size) => (
+                        vec![11, 11, 10, 0],
+                        QWEN35_REAL_SSM,
+                        (0..size.n_layers).map(|i| (i + 1) % 4 != 0).collect(),
+                    ),
+                    None => (
+                        vec![(rope / 4) as i32, (rope / 8) as i32, (rope / 8) as i32, 0],
+                        (QWEN35_SSM_HEADS.0, QWEN35_SSM_HEADS.1, shape.head_dim),
+                        vec![true, false],
+                    ),
                 };
                 w.set(k("attention.key_length"), u(shape.head_dim))
                     .set(k("attention.value_length"), u(shape.head_dim))

@@ -111,7 +111,7 @@ const GPT_OSS: Family = Family {
     ..PLAIN
 };
 
-/// Every family, one per supported architecture shape.
+/// Qwen3.5's test shape (the base of its benchmark model too).
 const QWEN35: Family = Family {
     name: "qwen35",
     like: "Qwen3.5 0.8B (gated delta-net layers with listed recurrent layers, gated \
@@ -129,6 +129,7 @@ const QWEN35: Family = Family {
     ..PLAIN
 };
 
+/// Every family, one per supported architecture shape.
 pub const FAMILIES: [Family; 14] = [
     LLAMA3,
     Family {
