@@ -64,7 +64,9 @@ class Model:
         if a not in WRITTEN:
             sys.exit(f"reference.py: {a} is not written here (only {', '.join(sorted(WRITTEN))})")
         g = lambda k, d=None: m.get(f"{a}.{k}", d)
-        self.n_layer = g("block_count")
+        # Multi-token-prediction blocks follow the trunk (Qwen3.5's MTP head).
+        self.n_draft = g("nextn_predict_layers", 0)
+        self.n_layer = g("block_count") - self.n_draft
         self.d = g("embedding_length")
         self.nh = g("attention.head_count")
         self.nkv = g("attention.head_count_kv", self.nh)
@@ -438,6 +440,42 @@ class Model:
         return self.norm(x, self.t["output_norm.weight"])
 
 
+    def mtp_step(self, token, h_prev, pos, cache):
+        """The MTP head (llama.cpp's qwen35 graph_mtp) at `pos`: `token` beside
+        `h_prev`, the trunk's hidden state after the output norm at `pos - 1`.
+        Returns its logits (the token after next) and its own normed hidden
+        state."""
+        p = f"blk.{self.n_layer}."
+        e = self.t.get(p + "nextn.embed_tokens.weight", self.t["token_embd.weight"])[token]
+        both = np.concatenate([self.norm(e, self.t[p + "nextn.enorm.weight"]),
+                               self.norm(h_prev, self.t[p + "nextn.hnorm.weight"])])
+        x = self.lin(p + "nextn.eh_proj", both)
+        h = self.norm(x, self.t[p + "attn_norm.weight"])
+        qg = self.lin(p + "attn_q", h).reshape(self.nh, 2 * self.dk)
+        q, gate = qg[:, : self.dk].reshape(-1), qg[:, self.dk :].reshape(-1)
+        k, v = self.lin(p + "attn_k", h), self.lin(p + "attn_v", h)
+        q = np.stack([self.norm(r, self.t[p + "attn_q_norm.weight"]) for r in q.reshape(self.nh, self.dk)])
+        k = np.stack([self.norm(r, self.t[p + "attn_k_norm.weight"]) for r in k.reshape(self.nkv, self.dk)])
+        v = v.reshape(self.nkv, self.dv)
+        q, k = self.rope(q, pos), self.rope(k, pos)
+        cache.append((k, v))
+        ks, vs = np.stack([c[0] for c in cache]), np.stack([c[1] for c in cache])
+        group = self.nh // self.nkv
+        out = np.zeros((self.nh, self.dv))
+        for hd in range(self.nh):
+            sc = ks[:, hd // group, :] @ q[hd] * self.scale
+            w = np.exp(sc - sc.max())
+            out[hd] = (w / w.sum()) @ vs[:, hd // group, :]
+        out = out.reshape(-1) / (1 + np.exp(-gate))
+        x = x + self.lin(p + "attn_output", out)
+        hf = self.norm(x, self.t[p + "post_attention_norm.weight"])
+        x = x + self.lin(p + "ffn_down", self.glu(self.lin(p + "ffn_gate", hf), self.lin(p + "ffn_up", hf)))
+        hn = self.norm(x, self.t.get(p + "nextn.shared_head_norm.weight", self.t["output_norm.weight"]))
+        head = self.t.get(p + "nextn.shared_head_head.weight",
+                          self.t.get("output.weight", self.t["token_embd.weight"]))
+        return head @ hn, hn
+
+
 def log_softmax(z):
     m = z.max()
     return z - m - math.log(np.exp(z - m).sum())
@@ -603,8 +641,32 @@ def perplexity_main(args):
         o.write("\n")
 
 
+def mtp_main(args):
+    """`--mtp FILE GOLDEN OUT`: the MTP head's top-5 at every position of each
+    golden row's prompt and greedy continuation, each token beside the trunk's
+    hidden state at the position before it (zeros before the first)."""
+    path, golden, out = [a for a in args if a != "--mtp"]
+    model = Model(path)
+    with open(golden) as f, open(out, "w") as o:
+        for line in f:
+            row = json.loads(line)
+            tokens = row["prompt_ids"] + row["ids"]
+            cache = [[] for _ in range(model.n_layer)]
+            hidden = [model.trunk(t, pos, cache) for pos, t in enumerate(tokens)]
+            head_cache, top5 = [], []
+            for pos, t in enumerate(tokens):
+                h_prev = hidden[pos - 1] if pos > 0 else np.zeros(model.d)
+                logits, _ = model.mtp_step(t, h_prev, pos, head_cache)
+                lp = log_softmax(logits)
+                order = np.argsort(-lp, kind="stable")[:5]
+                top5.append([{"id": int(i), "logprob": float(lp[i])} for i in order])
+            o.write(json.dumps({"tokens": tokens, "top5": top5}) + "\n")
+
+
 def main():
     args = sys.argv[1:]
+    if "--mtp" in args:
+        return mtp_main(args)
     if "--perplexity" in args:
         return perplexity_main(args)
     if "--embed" in args:

@@ -28,17 +28,29 @@ pub fn threads_or_all(threads: Option<usize>) -> usize {
     threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// A `--spec` type.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SpecType {
+    None,
+    /// Prompt lookup.
+    Ngram,
+    /// The model's multi-token-prediction head.
+    Mtp,
+}
+
 /// Speculative decoding (`serve` and `run`).
 #[derive(Args, Debug, Clone)]
 pub struct SpecArgs {
-    /// Speculative decoding: `ngram` drafts the tokens that followed the last
-    /// earlier occurrence of the text's last few tokens (prompt lookup,
-    /// llama-server's `--spec-type ngram-simple`), checked in one step; the
-    /// output is the output without it, token for token. It helps where the
-    /// answer copies its input (edits, quotes, code), and turns itself off
-    /// while more requests decode than --spec-max-batch. `none` is off.
-    #[arg(long, visible_alias = "spec-type", env = "FERROX_SPEC", action = clap::ArgAction::Set, value_parser = parse_spec, default_value = "none", value_name = "none|ngram")]
-    pub spec: bool,
+    /// Speculative decoding, checked in one step: the output is the output
+    /// without it, token for token. `ngram` drafts the tokens that followed
+    /// the last earlier occurrence of the text's last few tokens (prompt
+    /// lookup, llama-server's `--spec-type ngram-simple`); it helps where the
+    /// answer copies its input (edits, quotes, code). `mtp` drafts with the
+    /// model's own multi-token-prediction head (llama-server's `draft-mtp`;
+    /// Qwen3.5 files carry one). Either turns itself off while more requests
+    /// decode than --spec-max-batch. `none` is off.
+    #[arg(long, visible_alias = "spec-type", env = "FERROX_SPEC", value_parser = parse_spec, default_value = "none", value_name = "none|ngram|mtp")]
+    pub spec: SpecType,
     /// Most tokens drafted a step (llama-server's `--draft-max`). Each
     /// request's drafts start at 8 tokens (or this, if fewer), double while a
     /// whole draft is kept, and fall back to one past the tokens kept when one
@@ -73,13 +85,14 @@ fn probability(s: &str) -> Result<f32, String> {
     }
 }
 
-/// `--spec`'s names, llama-server's included, as "on".
-fn parse_spec(v: &str) -> Result<bool, String> {
+/// `--spec`'s names, llama-server's included.
+fn parse_spec(v: &str) -> Result<SpecType, String> {
     match v {
-        "none" | "off" => Ok(false),
-        "ngram" | "ngram-simple" => Ok(true),
+        "none" | "off" => Ok(SpecType::None),
+        "ngram" | "ngram-simple" => Ok(SpecType::Ngram),
+        "mtp" | "draft-mtp" => Ok(SpecType::Mtp),
         _ => Err(format!(
-            "{v:?} is not a speculation type here: none, or ngram (llama-server's ngram-simple); a draft model is given with --draft-model (-md); MTP heads are not supported"
+            "{v:?} is not a speculation type here: none, ngram (llama-server's ngram-simple) or mtp (draft-mtp); a draft model is given with --draft-model (-md)"
         )),
     }
 }
@@ -87,30 +100,36 @@ fn parse_spec(v: &str) -> Result<bool, String> {
 impl SpecArgs {
     /// The engine's speculation, if on (a draft model turns it on).
     pub fn speculation(&self) -> Option<ferrox_engine::speculation::Speculation> {
-        (self.spec || self.draft_model.is_some()).then(|| ferrox_engine::speculation::Speculation {
-            max_draft: self.draft_max,
-            max_batch: self.spec_max_batch,
-            draft_p_min: self.draft_p_min,
-            ..Default::default()
+        (self.spec != SpecType::None || self.draft_model.is_some()).then(|| {
+            ferrox_engine::speculation::Speculation {
+                max_draft: self.draft_max,
+                max_batch: self.spec_max_batch,
+                draft_p_min: self.draft_p_min,
+                ..Default::default()
+            }
         })
     }
 }
 
 impl SpecArgs {
-    /// The draft model, loaded, if one is named.
+    /// The drafter: the draft model, loaded, if one is named, or the model's
+    /// own head with `--spec mtp`.
     pub fn drafter(
         &self,
         threads: usize,
         activations: ActivationPath,
     ) -> Result<Option<ferrox_engine::Drafter>> {
         let Some(name) = &self.draft_model else {
-            return Ok(None);
+            return Ok((self.spec == SpecType::Mtp).then_some(ferrox_engine::Drafter::Mtp));
         };
+        if self.spec == SpecType::Mtp {
+            anyhow::bail!("--spec mtp drafts with the model's own head: it takes no --draft-model");
+        }
         let path = ferrox_hub::model_ref::resolve(Some(name)).context("--draft-model")?;
         let model = ferrox_models::model::Model::load_with(&path, threads, activations)
             .with_context(|| format!("--draft-model {}", path.display()))?;
         let decoder = model.net.generator().context("--draft-model")?;
-        Ok(Some(ferrox_engine::Drafter {
+        Ok(Some(ferrox_engine::Drafter::Model {
             decoder: Box::new(decoder),
             tokenizer: std::sync::Arc::new(model.tokenizer),
         }))

@@ -710,14 +710,68 @@ fn llama_cpp_flags_are_understood() {
     }
 }
 
-/// `--spec` takes `ngram` (and llama-server's `ngram-simple`); the other
-/// speculation types llama-server has are refused by name.
+/// `--spec` takes `ngram` and `mtp` (and llama-server's `ngram-simple` and
+/// `draft-mtp`); the other speculation types llama-server has are refused by
+/// name.
 #[test]
-fn speculation_types_other_than_ngram_are_refused_by_name() {
-    let o = ferrox(&["serve", "--spec-type", "draft-mtp", "--port", "1"], &[]);
+fn speculation_types_other_than_ngram_and_mtp_are_refused_by_name() {
+    let o = ferrox(&["serve", "--spec-type", "ngram-map-k", "--port", "1"], &[]);
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("draft-mtp") && e.contains("ngram"), "{e}");
+    assert!(
+        e.contains("ngram-map-k") && e.contains("ngram") && e.contains("mtp"),
+        "{e}"
+    );
+}
+
+/// `--spec mtp` drafts with the model's own head: `run` prints the same
+/// greedy text as without it; a model without a head is refused, naming the
+/// flag.
+#[test]
+fn run_with_the_model_s_mtp_head_prints_the_same_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = |draft_blocks| ferrox_testkit::TinyModel {
+        draft_blocks,
+        ..ferrox_testkit::TinyModel::new(ferrox_models::Architecture::Qwen35)
+    };
+    for (name, blocks) in [("head.gguf", 1), ("headless.gguf", 0)] {
+        std::fs::write(dir.path().join(name), tiny(blocks).gguf()).unwrap();
+    }
+    let run = |name: &str, spec: &str| {
+        let p = dir.path().join(name);
+        let args = [
+            "run",
+            "-m",
+            p.to_str().unwrap(),
+            "-p",
+            "abcabcabc",
+            "-n",
+            "24",
+            "--temp",
+            "0",
+            "--no-cnv",
+            "--spec",
+            spec,
+        ];
+        ferrox(&args, &[])
+    };
+    let plain = run("head.gguf", "none");
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let drafted = run("head.gguf", "draft-mtp");
+    assert!(drafted.status.success(), "{}", stderr(&drafted));
+    assert_eq!(drafted.stdout, plain.stdout);
+    assert!(
+        stderr(&drafted).contains("speculation:"),
+        "{}",
+        stderr(&drafted)
+    );
+    let refused = run("headless.gguf", "mtp");
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("--spec mtp"),
+        "{}",
+        stderr(&refused)
+    );
 }
 
 /// `-md` (`--draft-model`) drafts with a second model: `run` prints the same

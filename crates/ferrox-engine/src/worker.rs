@@ -28,6 +28,7 @@ use ferrox_text::tokenizer::Tokenizer;
 
 mod config;
 mod draft;
+mod mtp;
 mod prompt_rows;
 mod rows;
 mod speculate;
@@ -124,8 +125,8 @@ struct Worker {
     chunking: Chunking,
     /// The handle's health flag, cleared if this worker ends unasked.
     healthy: Arc<AtomicBool>,
-    /// The draft model, when speculation drafts with one.
-    draft: Option<draft::DraftState>,
+    /// The draft model or head, when speculation drafts with one.
+    draft: Option<draft::Draft>,
 }
 
 /// Most remembered cancellations of requests not yet seen (oldest forgotten first).
@@ -515,6 +516,9 @@ impl Worker {
         };
         if rows.iter().any(|r| r.decode) {
             EngineStats::add(&self.stats.decode_steps, 1);
+        }
+        if let Some(d) = &mut self.draft {
+            d.observe(&self.running, &rows, &out.hidden);
         }
         for (i, r) in rows.iter().enumerate() {
             if !r.draft().is_empty() {

@@ -191,7 +191,7 @@ fn drafted(
         }),
         ..EngineConfig::default()
     };
-    let drafter = Drafter {
+    let drafter = Drafter::Model {
         decoder: Box::new(Transformer::new(draft, 1).unwrap()),
         tokenizer: Arc::new(tokenizer),
     };
@@ -311,5 +311,61 @@ fn a_draft_with_another_vocabulary_is_refused_at_start() {
             );
         }
         Ok(_) => panic!("a draft with another vocabulary started"),
+    }
+}
+
+/// An engine drafting with the model's own multi-token-prediction head.
+fn with_head(file: impl Fn() -> GgufFile) -> Result<EngineHandle, StartError> {
+    let t = Arc::new(Tokenizer::from_metadata(&file().header().metadata).unwrap());
+    let config = EngineConfig {
+        speculation: Some(Speculation {
+            max_batch: 16,
+            draft_p_min: 0.0,
+            ..Speculation::default()
+        }),
+        ..EngineConfig::default()
+    };
+    let m = Transformer::new(file(), 2).unwrap();
+    start_with_draft(Box::new(m), t, config, Some(Drafter::Mtp))
+}
+
+/// Qwen3.5's MTP head drafts from the target's hidden states: every request
+/// gives its tokens without speculation, alone and beside others, while the
+/// head guesses a whole budget every step (prompt chunks fill its KV, refused
+/// guesses take the target's recurrent state back).
+#[test]
+fn an_mtp_head_gives_every_request_the_tokens_it_gives_without() {
+    let tiny = TinyModel {
+        draft_blocks: 1,
+        ..TinyModel::new(Architecture::Qwen35)
+    };
+    let file = || GgufFile::from_bytes(tiny.gguf()).unwrap();
+    let plain = run(&engine(file, None), &jobs());
+    let h = with_head(file).unwrap();
+    for (job, want) in jobs().into_iter().zip(&plain) {
+        assert_eq!(&run(&h, &[job])[0], want, "alone");
+    }
+    assert_eq!(run(&h, &jobs()), plain, "together");
+    let s = h.stats();
+    let generated: usize = plain.iter().map(|p| p.0.len()).sum();
+    eprintln!(
+        "MTP: {} kept of {} drafted for {generated} tokens",
+        s.accepted_tokens, s.drafted_tokens
+    );
+    assert!(
+        2 * s.drafted_tokens as usize >= 2 * generated,
+        "{} drafted for {generated} tokens",
+        s.drafted_tokens
+    );
+    assert!(s.accepted_tokens > 0, "{s:?}");
+}
+
+/// `--spec mtp` on a model without a head is refused at start, naming it.
+#[test]
+fn an_mtp_head_is_refused_on_a_model_without_one() {
+    let file = || GgufFile::from_bytes(TinyModel::new(Architecture::Qwen35).gguf()).unwrap();
+    match with_head(file) {
+        Err(e) => assert!(e.to_string().contains("--spec mtp"), "{e}"),
+        Ok(_) => panic!("a model without a head drafted with one"),
     }
 }

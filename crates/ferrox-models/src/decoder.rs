@@ -128,6 +128,14 @@ pub trait Decoder: Send + Sync {
         false
     }
 
+    /// The model's multi-token-prediction head (its first draft block), if
+    /// the file has one. From this call on, every forward also returns every
+    /// token's hidden state after the output norm ([`Output::hidden`]): the
+    /// head's input.
+    fn draft_head(&mut self) -> Result<Option<Box<dyn DraftHead>>, ModelError> {
+        Ok(None)
+    }
+
     /// A relevance score (or several labels' scores) from the model's
     /// classification head on a pooled hidden state, if it has such a head
     /// (rerankers).
@@ -135,4 +143,25 @@ pub trait Decoder: Send + Sync {
         let _ = pooled;
         None
     }
+}
+
+/// A draft head that runs on its target's hidden states: a
+/// multi-token-prediction block (Qwen3.5's `nextn`), which guesses the token
+/// after next from a token and the hidden state before it. It keeps its own
+/// KV, one attention layer.
+pub trait DraftHead: Send {
+    /// Runs `spans`, each token beside its row of `hidden` (`[tokens][n_embd]`
+    /// in span order): the target's hidden state after the output norm at the
+    /// position before the token's, or for a token the head guessed, the
+    /// head's own hidden row of the step that guessed it. Returns the logits
+    /// the spans want, and every token's hidden row (after the head's norm).
+    fn forward(
+        &self,
+        store: &mut KvStore,
+        spans: &[Span<'_>],
+        hidden: &[f32],
+    ) -> Result<Output, ModelError>;
+
+    /// The KV storage the head needs.
+    fn kv_layout(&self) -> KvLayout;
 }

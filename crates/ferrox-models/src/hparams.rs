@@ -39,8 +39,8 @@ pub struct HyperParams {
     pub name: Option<String>,
     /// Layers of the main pass.
     pub n_layers: usize,
-    /// Multi-token-prediction blocks after them (`nextn_predict_layers`), which
-    /// ferrox loads past and does not run.
+    /// Multi-token-prediction blocks after them (`nextn_predict_layers`): a
+    /// draft head the main pass does not run ([`HyperParams::draft_block`]).
     pub n_draft_layers: usize,
     pub n_embd: usize,
     /// The widest feed-forward of any layer.
@@ -329,6 +329,45 @@ impl HyperParams {
     /// The architecture's table.
     pub fn spec(&self) -> ArchSpec {
         self.architecture.spec()
+    }
+
+    /// The attention shape of layer `i`, a draft block's included (`i >=
+    /// n_layers`: a full-attention layer with its own KV).
+    pub fn layer_attention(&self, i: usize) -> LayerAttention {
+        self.attention.get(i).copied().unwrap_or(LayerAttention {
+            n_kv_heads: self.n_kv_heads,
+            head_dim_k: self.head_dim_k,
+            head_dim_v: self.head_dim_v,
+            rope_dim: self.rope_dim,
+            kv_layer: i,
+        })
+    }
+
+    /// The feed-forward width of layer `i`, a draft block's included (the
+    /// model's widest).
+    pub fn ff_of(&self, i: usize) -> usize {
+        self.layer_ff.get(i).copied().unwrap_or(self.n_ff)
+    }
+
+    /// The hyper-parameters of draft block `j` run alone, as a model of one
+    /// full-attention layer (its KV is its own); `None` past the file's draft
+    /// blocks.
+    pub fn draft_block(&self, j: usize) -> Option<HyperParams> {
+        (j < self.n_draft_layers).then(|| {
+            let i = self.n_layers + j;
+            HyperParams {
+                n_layers: 1,
+                n_draft_layers: 0,
+                n_ff: self.ff_of(i),
+                layer_ff: vec![self.ff_of(i)],
+                layers: vec![AttentionKind::Full],
+                attention: vec![LayerAttention {
+                    kv_layer: 0,
+                    ..self.layer_attention(i)
+                }],
+                ..self.clone()
+            }
+        })
     }
 
     /// The sliding window, if any layer has one.

@@ -32,6 +32,8 @@
 //! reads KV in runs that end at page boundaries only, so a position's numbers do
 //! not depend on which pages (shared or private) hold its history.
 
+use std::sync::Arc;
+
 use ferrox_core::ops::activation;
 use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::rms_norm;
@@ -40,13 +42,16 @@ use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_mat
 use ferrox_gguf::GgufFile;
 
 mod attention;
+mod draft_head;
 mod ffn;
 mod per_layer;
 mod recurrent;
 
+pub use draft_head::MtpHead;
+
 use crate::activation_path::ActivationPath;
 use crate::arch::ArchSpec;
-use crate::decoder::{Decoder, Output, Rows, Span, Want};
+use crate::decoder::{Decoder, DraftHead, Output, Rows, Span, Want};
 use crate::error::ModelError;
 use crate::hparams::{AttentionKind, HyperParams};
 use crate::kv_store::KvStore;
@@ -54,15 +59,18 @@ use crate::weights::{LayerWeights, Linear, Mixer, Weights};
 
 /// A loaded model, ready to run.
 pub struct Transformer {
-    file: GgufFile,
+    file: Arc<GgufFile>,
     hp: HyperParams,
     spec: ArchSpec,
     weights: Weights,
-    pool: rayon::ThreadPool,
+    pool: Arc<rayon::ThreadPool>,
     path: ActivationPath,
     /// RoPE of full-attention layers, and of window layers when they differ.
     rope_global: RopeFreqs,
     rope_local: Option<RopeFreqs>,
+    /// Every token's hidden state after the output norm is returned, not only
+    /// those of spans that want [`Want::Hidden`] (the input of a draft head).
+    all_hidden: bool,
 }
 
 /// An input of the matrix products: `n` rows of f32, and their quantized form on
@@ -140,10 +148,10 @@ impl<'a> Batch<'a> {
             .collect()
     }
 
-    /// Tokens whose hidden states the spans want.
-    fn wanted_hidden(&self) -> Vec<usize> {
+    /// Tokens whose hidden states the spans want (`all`: every token's).
+    fn wanted_hidden(&self, all: bool) -> Vec<usize> {
         (0..self.len())
-            .filter(|&t| self.spans[self.slots[t].span].want == Want::Hidden)
+            .filter(|&t| all || self.spans[self.slots[t].span].want == Want::Hidden)
             .collect()
     }
 
@@ -342,7 +350,8 @@ impl Transformer {
                 let start = l.weight.byte_range().start;
                 l.packed = PackedMatrix::pack_releasing(&l.weight.matrix(&file), &pool, |rows| {
                     file.release(start + rows.start..start + rows.end)
-                });
+                })
+                .map(Arc::new);
             };
             for layer in &mut weights.layers {
                 layer.linears_mut().into_iter().for_each(&mut pack);
@@ -352,13 +361,14 @@ impl Transformer {
         let (rope_global, rope_local) = ropes(&hp, &weights, hp.context_length);
         Ok(Transformer {
             spec: hp.spec(),
-            file,
+            file: Arc::new(file),
             hp,
             weights,
-            pool,
+            pool: Arc::new(pool),
             path,
             rope_global,
             rope_local,
+            all_hidden: false,
         })
     }
 
@@ -381,7 +391,7 @@ impl Transformer {
             .flat_map(LayerWeights::linears)
             .chain([&self.weights.output])
             .filter_map(|l| l.packed.as_ref())
-            .map(PackedMatrix::byte_len)
+            .map(|p| p.byte_len())
             .sum()
     }
 
@@ -393,7 +403,7 @@ impl Transformer {
         self.weight_bytes(|l| {
             l.packed
                 .as_ref()
-                .map_or(l.weight.byte_range().len(), PackedMatrix::byte_len)
+                .map_or(l.weight.byte_range().len(), |p| p.byte_len())
         })
     }
 
@@ -465,7 +475,7 @@ impl Transformer {
             Some(q) if jobs.iter().all(|j| j.0.packed.is_some()) => {
                 let mut packed: Vec<(&PackedMatrix, &mut [f32])> = jobs
                     .iter_mut()
-                    .filter_map(|(l, out)| l.packed.as_ref().map(|p| (p, &mut **out)))
+                    .filter_map(|(l, out)| l.packed.as_deref().map(|p| (p, &mut **out)))
                     .collect();
                 packed_matmul_many(&mut packed, q, &self.pool);
             }
@@ -541,10 +551,15 @@ impl Transformer {
         x
     }
 
-    /// The hidden states after the last layer: `[tokens][n_embd]`, token by token
-    /// in span order, before the output norm.
-    fn hidden(&self, cache: &mut KvStore, batch: &Batch<'_>, scratch: &mut Scratch) -> Vec<f32> {
-        let mut x = self.embed(batch);
+    /// The hidden states after the last layer of the layers' input `x`:
+    /// `[tokens][n_embd]`, token by token in span order, before the output norm.
+    fn hidden(
+        &self,
+        cache: &mut KvStore,
+        batch: &Batch<'_>,
+        mut x: Vec<f32>,
+        scratch: &mut Scratch,
+    ) -> Vec<f32> {
         let per_layer = self.per_layer_inputs(&x, batch, &mut scratch.quantized);
         let global = Angles::new(&self.rope_global, batch);
         let local = self.rope_local.as_ref().map(|f| Angles::new(f, batch));
@@ -589,10 +604,18 @@ impl Transformer {
         logits
     }
 
-    /// Runs every span. Returns the logits and hidden states they want, in
-    /// slot order (span by span, token by token).
+    /// Runs every span from its tokens' embeddings.
     fn round(&self, cache: &mut KvStore, spans: &[Span<'_>]) -> Output {
         let batch = Batch::new(spans);
+        let x = self.embed(&batch);
+        self.round_from(cache, &batch, x)
+    }
+
+    /// Runs every span of `batch` from the layers' input `x`. Returns the
+    /// logits and hidden states they want, in slot order (span by span, token
+    /// by token).
+    fn round_from(&self, cache: &mut KvStore, batch: &Batch<'_>, x: Vec<f32>) -> Output {
+        let spans = batch.spans;
         let mut out = Output {
             logits: Rows {
                 width: self.hp.vocab_size,
@@ -610,7 +633,7 @@ impl Transformer {
         for s in spans.iter().filter(|s| s.start == 0) {
             cache.reset_state(s.pages);
         }
-        let x = self.hidden(cache, &batch, &mut scratch);
+        let x = self.hidden(cache, batch, x, &mut scratch);
         for s in spans {
             cache.state_reached(s.pages, s.start + s.tokens.len());
             if let Want::Verify {
@@ -627,7 +650,7 @@ impl Transformer {
             out.logits.index = batch.keys(&wanted);
             out.logits.data = self.head(&x, &wanted, &mut scratch.quantized);
         }
-        let hidden = batch.wanted_hidden();
+        let hidden = batch.wanted_hidden(self.all_hidden);
         if !hidden.is_empty() {
             out.hidden.index = batch.keys(&hidden);
             out.hidden.data = self.output_normed(&x, &hidden);
@@ -650,5 +673,11 @@ impl Decoder for Transformer {
 
     fn limit_context(&mut self, context: usize) {
         Transformer::limit_context(self, context);
+    }
+
+    fn draft_head(&mut self) -> Result<Option<Box<dyn DraftHead>>, ModelError> {
+        let head = MtpHead::new(self)?;
+        self.all_hidden |= head.is_some();
+        Ok(head.map(|h| Box::new(h) as Box<dyn DraftHead>))
     }
 }

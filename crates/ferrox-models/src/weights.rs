@@ -12,6 +12,8 @@
 //! holds something ferrox would ignore, and it is refused by name rather than
 //! run wrong.
 
+use std::sync::Arc;
+
 use ferrox_core::DType;
 use ferrox_core::kernels::reference;
 use ferrox_core::ops::matmul::Matrix;
@@ -81,11 +83,11 @@ impl TensorRef {
 }
 
 /// A linear map: a weight matrix, its repacked form for the integer path (set by
-/// the model once loaded) and an optional bias.
-#[derive(Debug)]
+/// the model once loaded; a clone shares it) and an optional bias.
+#[derive(Clone, Debug)]
 pub struct Linear {
     pub weight: TensorRef,
-    pub packed: Option<PackedMatrix>,
+    pub packed: Option<Arc<PackedMatrix>>,
     /// `[rows]`
     pub bias: Option<Vec<f32>>,
 }
@@ -339,7 +341,7 @@ pub struct Weights {
 }
 
 /// The per-pair RoPE factor tensors of a model.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RopeFactorSets {
     /// `rope_freqs` (Llama 3.1+): always applied.
     pub freqs: Option<Vec<f32>>,
@@ -510,11 +512,56 @@ impl Weights {
     }
 }
 
+/// A multi-token-prediction block's weights (llama.cpp's `nextn`): a
+/// full-attention layer, the projection of its two inputs and their norms,
+/// and what it may have of its own in place of the trunk's embeddings, output
+/// norm and head.
+#[derive(Debug)]
+pub struct DraftBlockWeights {
+    pub block: LayerWeights,
+    /// `[2 n_embd] -> [n_embd]`: the normed token embedding, then the normed
+    /// hidden state.
+    pub eh_proj: Linear,
+    pub enorm: Vec<f32>,
+    pub hnorm: Vec<f32>,
+    pub embed_tokens: Option<TensorRef>,
+    pub head_norm: Option<Vec<f32>>,
+    pub head: Option<Linear>,
+}
+
+impl DraftBlockWeights {
+    /// Draft block `j` of `file` (after the `hp.n_layers` of the trunk),
+    /// whose tensors [`Weights::load`] checked.
+    pub fn load(file: &GgufFile, hp: &HyperParams, j: usize) -> Result<Self, ModelError> {
+        assert!(j < hp.n_draft_layers, "a draft block of the file");
+        let i = hp.n_layers + j;
+        let l = Loader { file, hp };
+        let t = |name: &str| full_name(name, Some(i));
+        let optional_matrix = |name: &str| -> Result<Option<TensorRef>, ModelError> {
+            match l.has(name) {
+                true => l.matrix(name).map(Some),
+                false => Ok(None),
+            }
+        };
+        Ok(DraftBlockWeights {
+            block: layer(&l, &hp.architecture.tensors(), i)?,
+            eh_proj: l.linear(&t(n::NEXTN_EH_PROJ))?,
+            enorm: l.vector(&t(n::NEXTN_ENORM))?,
+            hnorm: l.vector(&t(n::NEXTN_HNORM))?,
+            embed_tokens: optional_matrix(&t(n::NEXTN_EMBED_TOKENS))?,
+            head_norm: l.optional_vector(&t(n::NEXTN_SHARED_HEAD_NORM))?,
+            head: optional_matrix(&t(n::NEXTN_SHARED_HEAD_HEAD))?.map(|w| Linear::new(w, None)),
+        })
+    }
+}
+
 /// The weights of layer `i`.
 fn layer(l: &Loader<'_>, manifest: &Manifest, i: usize) -> Result<LayerWeights, ModelError> {
     let t = |name: &str| full_name(name, Some(i));
     let hp = l.hp;
-    let mixer = match (hp.layers[i], hp.delta_net) {
+    // A draft block after the trunk is a full-attention layer.
+    let kind = hp.layers.get(i).copied().unwrap_or(AttentionKind::Full);
+    let mixer = match (kind, hp.delta_net) {
         (AttentionKind::Recurrent, Some(_)) => Mixer::DeltaNet(Box::new(delta_net_weights(l, i)?)),
         _ => Mixer::Attention(Box::new(attention_weights(l, i)?)),
     };
@@ -581,7 +628,7 @@ fn attention_weights(l: &Loader<'_>, i: usize) -> Result<AttentionWeights, Model
 /// allows it) the values are the keys.
 fn kv_projection(l: &Loader<'_>, i: usize) -> Result<Option<KvProjection>, ModelError> {
     let t = |name: &str| full_name(name, Some(i));
-    let shared = l.hp.attention[i].kv_layer != i;
+    let shared = l.hp.layer_attention(i).kv_layer != i;
     if shared && !l.has(&t(n::ATTN_K)) {
         return Ok(None);
     }

@@ -159,6 +159,7 @@ fn window_layers_see_only_their_window() {
         pattern: 100,
         seed: 11,
         context_length: 256,
+        draft_blocks: 0,
     };
     let m = tiny.load(2);
     let reach = 2 * (4 - 1);

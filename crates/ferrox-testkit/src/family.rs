@@ -175,6 +175,8 @@ pub struct Family {
     /// Whether the file has its own `output.weight` (else the head is the
     /// embeddings).
     pub own_head: bool,
+    /// Multi-token-prediction blocks after the trunk (`nextn_predict_layers`).
+    pub draft_blocks: usize,
     /// The real model's widths, for its benchmark files (`None`: the shrunk test
     /// shapes).
     pub size: Option<RealSize>,
@@ -373,7 +375,8 @@ impl Family {
             expert_type: variant.expert_type(),
             q4_k_m: (variant == Variant::Q4KM).then(|| {
                 let experts = self.experts.map_or(0, |e| e.n_experts);
-                (self.n_layers(), experts, !self.own_head)
+                // llama-quantize counts every block's, the draft blocks' too.
+                (self.n_layers() + self.draft_blocks, experts, !self.own_head)
             }),
         };
         self.metadata(&mut b.w, b.shape, vocab);
@@ -405,6 +408,8 @@ impl Family {
             (true, _, _) => true,
             (_, true, _) => false,
             (_, _, names::OUTPUT) => self.own_head,
+            // Qwen3.5's MTP head shares the trunk's embeddings and head.
+            (_, _, names::NEXTN_EMBED_TOKENS | names::NEXTN_SHARED_HEAD_HEAD) => false,
             (_, _, names::ATTN_V) => {
                 !self
                     .gemma4_shape(shape, t.layer.expect("a layer tensor"))
@@ -528,7 +533,7 @@ impl Family {
             )
             .set("general.file_type", Value::U32(7))
             .set("general.quantization_version", Value::U32(2))
-            .set(k("block_count"), u(self.n_layers()))
+            .set(k("block_count"), u(self.n_layers() + self.draft_blocks))
             .set(k("context_length"), u(self.context_length))
             .set(k("embedding_length"), u(shape.n_embd))
             .set(k("feed_forward_length"), u(shape.n_ff))
@@ -588,7 +593,9 @@ impl Family {
                     Some(size) => (
                         vec![11, 11, 10, 0],
                         QWEN35_REAL_SSM,
-                        (0..size.n_layers).map(|i| (i + 1) % 4 != 0).collect(),
+                        (0..size.n_layers)
+                            .map(|i| (i + 1) % 4 != 0)
+                            .collect::<Vec<_>>(),
                     ),
                     None => (
                         vec![(rope / 4) as i32, (rope / 8) as i32, (rope / 8) as i32, 0],
@@ -596,6 +603,8 @@ impl Family {
                         vec![true, false],
                     ),
                 };
+                // A draft block is not recurrent.
+                let recurrent = [recurrent, vec![false; self.draft_blocks]].concat();
                 w.set(k("attention.key_length"), u(shape.head_dim))
                     .set(k("attention.value_length"), u(shape.head_dim))
                     .set(k("rope.dimension_count"), u(rope))
@@ -624,6 +633,9 @@ impl Family {
         }
         if let Some(window) = self.sliding_window {
             w.set(k("attention.sliding_window"), u(window));
+        }
+        if self.draft_blocks > 0 {
+            w.set(k("nextn_predict_layers"), u(self.draft_blocks));
         }
         if self.arch == Architecture::GptOss {
             let scale = self.rope_scale.expect("gpt-oss's YaRN");

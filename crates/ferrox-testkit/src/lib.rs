@@ -152,6 +152,9 @@ pub struct TinyModel {
     pub seed: u64,
     /// Context length in positions.
     pub context_length: usize,
+    /// Multi-token-prediction blocks after the layers (Qwen3.5's MTP head),
+    /// full-attention layers sharing the embeddings and head.
+    pub draft_blocks: usize,
 }
 
 /// The offset and spread of an f32 tensor of the tiny models, by its role
@@ -197,6 +200,7 @@ impl TinyModel {
             pattern: 2,
             seed: 7,
             context_length: 4096,
+            draft_blocks: 0,
         }
     }
 
@@ -222,7 +226,10 @@ impl TinyModel {
         let k = |s: &str| format!("{arch}.{s}");
         w.set("general.architecture", Value::String(arch.into()))
             .set("general.name", Value::String(format!("tiny {arch}")))
-            .set(k("block_count"), Value::U32(self.n_layers as u32))
+            .set(
+                k("block_count"),
+                Value::U32((self.n_layers + self.draft_blocks) as u32),
+            )
             .set(k("context_length"), Value::U32(self.context_length as u32))
             .set(k("embedding_length"), Value::U32(d as u32))
             .set(k("feed_forward_length"), Value::U32(ff as u32))
@@ -237,6 +244,12 @@ impl TinyModel {
             self.architecture,
             ferrox_models::Architecture::Qwen3Moe | ferrox_models::Architecture::GptOss
         );
+        if self.draft_blocks > 0 {
+            w.set(
+                k("nextn_predict_layers"),
+                Value::U32(self.draft_blocks as u32),
+            );
+        }
         if moe {
             w.set(k("expert_count"), Value::U32(n_experts as u32))
                 .set(k("expert_used_count"), Value::U32(2))
@@ -264,7 +277,9 @@ impl TinyModel {
         // the others gated attention.
         let (ssm_k, ssm_v, conv) = (2usize, 4usize, 4usize);
         if self.architecture == ferrox_models::Architecture::Qwen35 {
-            let flags = (0..self.n_layers).map(|i| i == 0).collect();
+            let flags = (0..self.n_layers + self.draft_blocks)
+                .map(|i| i == 0)
+                .collect();
             w.set(k("ssm.conv_kernel"), Value::U32(conv as u32))
                 .set(k("ssm.state_size"), Value::U32(hd as u32))
                 .set(k("ssm.group_count"), Value::U32(ssm_k as u32))
@@ -382,6 +397,10 @@ impl TinyModel {
         }
         if is(names::OUTPUT) {
             return matches!(arch, A::Llama | A::Phi3 | A::GptOss);
+        }
+        // A draft block shares the embeddings and head (as Qwen3.5's does).
+        if is(names::NEXTN_EMBED_TOKENS) || is(names::NEXTN_SHARED_HEAD_HEAD) {
+            return false;
         }
         if t.role == Role::RopeFactors {
             return arch == A::Gemma4;

@@ -87,6 +87,14 @@ pub enum StartError {
         draft: usize,
         at: u32,
     },
+    /// `--spec mtp` on a model whose file has no multi-token-prediction block.
+    #[error(
+        "--spec mtp: the model's file has no multi-token-prediction head (no `nextn_predict_layers` blocks); use --spec ngram or a --draft-model"
+    )]
+    NoDraftHead,
+    /// The file's head could not be loaded.
+    #[error("--spec mtp: the model's multi-token-prediction head cannot be loaded: {0}")]
+    DraftHead(String),
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
 }

@@ -17,20 +17,99 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ferrox_models::decoder::{Decoder, Span, Want};
+use ferrox_models::decoder::{Decoder, Rows, Span, Want};
 use ferrox_models::kv_store::{KvStore, PageTable};
 use ferrox_text::Tokenizer;
 
+use super::mtp::MtpState;
+use super::rows::Row;
 use super::{Active, Phase};
 use crate::pages::PagePool;
 use crate::request::RequestId;
 use crate::speculation::Speculation;
 use crate::worker::StartError;
 
-/// A draft model and its tokenizer, as [`crate::worker::start_with_draft`] takes them.
-pub struct Drafter {
-    pub decoder: Box<dyn Decoder>,
-    pub tokenizer: Arc<Tokenizer>,
+/// What drafts, as [`crate::worker::start_with_draft`] takes it.
+pub enum Drafter {
+    /// A second, smaller model with the target's vocabulary (`--draft-model`).
+    Model {
+        decoder: Box<dyn Decoder>,
+        tokenizer: Arc<Tokenizer>,
+    },
+    /// The target's own multi-token-prediction head (`--spec mtp`).
+    Mtp,
+}
+
+/// The worker's drafter.
+pub(super) enum Draft {
+    Model(DraftState),
+    Mtp(MtpState),
+}
+
+impl Draft {
+    /// The drafter of an engine for `target` (its tokenizer `tokenizer`).
+    pub(super) fn new(
+        d: Drafter,
+        target: &mut dyn Decoder,
+        tokenizer: &Tokenizer,
+        block_size: usize,
+    ) -> Result<Draft, StartError> {
+        match d {
+            Drafter::Model {
+                decoder,
+                tokenizer: t,
+            } => DraftState::new(decoder, &t, tokenizer, block_size).map(Draft::Model),
+            Drafter::Mtp => match target.draft_head() {
+                Ok(Some(head)) => {
+                    let width = target.hyper_params().n_embd;
+                    Ok(Draft::Mtp(MtpState::new(head, width, block_size)))
+                }
+                Ok(None) => Err(StartError::NoDraftHead),
+                Err(e) => Err(StartError::DraftHead(e.to_string())),
+            },
+        }
+    }
+
+    /// Drafts for the decoding requests ([`DraftState::drafts`],
+    /// [`MtpState::drafts`]).
+    pub(super) fn drafts(
+        &mut self,
+        running: &BTreeMap<RequestId, Active>,
+        s: &Speculation,
+    ) -> BTreeMap<RequestId, Vec<u32>> {
+        match self {
+            Draft::Model(d) => d.drafts(running, s),
+            Draft::Mtp(m) => m.drafts(running, s),
+        }
+    }
+
+    /// The target ran `rows`: a head takes their hidden rows.
+    pub(super) fn observe(
+        &mut self,
+        running: &BTreeMap<RequestId, Active>,
+        rows: &[Row],
+        hidden: &Rows,
+    ) {
+        if let Draft::Mtp(m) = self {
+            m.observe(running, rows, hidden);
+        }
+    }
+
+    /// Request `id` kept its first `kept` tokens.
+    pub(super) fn cut_back(&mut self, id: RequestId, kept: usize) {
+        match self {
+            Draft::Model(d) => d.cut_back(id, kept),
+            Draft::Mtp(m) => m.cut_back(id, kept),
+        }
+    }
+
+    /// Request `id` ended.
+    pub(super) fn forget(&mut self, id: RequestId) {
+        match self {
+            Draft::Model(d) => d.forget(id),
+            Draft::Mtp(m) => m.forget(id),
+        }
+    }
 }
 
 /// The first token id whose piece differs between two vocabularies (the
@@ -72,24 +151,25 @@ struct Want1 {
 }
 
 impl DraftState {
-    /// The draft model of an engine whose tokenizer is `target`, checked: the
-    /// same vocabulary.
-    pub(super) fn new(
-        d: Drafter,
+    /// The draft model `decoder` (its tokenizer `tokenizer`) of an engine
+    /// whose tokenizer is `target`, checked: the same vocabulary.
+    fn new(
+        decoder: Box<dyn Decoder>,
+        tokenizer: &Tokenizer,
         target: &Tokenizer,
         block_size: usize,
     ) -> Result<DraftState, StartError> {
-        if let Some(at) = first_difference(target, &d.tokenizer) {
+        if let Some(at) = first_difference(target, tokenizer) {
             return Err(StartError::DraftVocabulary {
                 target: target.vocab().len(),
-                draft: d.tokenizer.vocab().len(),
+                draft: tokenizer.vocab().len(),
                 at,
             });
         }
-        let layout = d.decoder.kv_layout();
+        let layout = decoder.kv_layout();
         Ok(DraftState {
             store: KvStore::new(layout, block_size),
-            decoder: d.decoder,
+            decoder,
             pool: PagePool::new(None),
             seqs: BTreeMap::new(),
         })
@@ -97,7 +177,7 @@ impl DraftState {
 
     /// Greedy drafts for every decoding request, each within its draft budget
     /// and the positions it was promised; none if the draft model fails.
-    pub(super) fn drafts(
+    fn drafts(
         &mut self,
         running: &BTreeMap<RequestId, Active>,
         s: &Speculation,
@@ -197,7 +277,7 @@ impl DraftState {
 
     /// Request `id` kept its first `kept` tokens: the draft's KV past them is
     /// stale, and a recurrent state past them goes back to the one kept.
-    pub(super) fn cut_back(&mut self, id: RequestId, kept: usize) {
+    fn cut_back(&mut self, id: RequestId, kept: usize) {
         let Some(q) = self.seqs.get_mut(&id) else {
             return;
         };
@@ -214,7 +294,7 @@ impl DraftState {
     }
 
     /// Request `id` ended: its pages and state slots go back.
-    pub(super) fn forget(&mut self, id: RequestId) {
+    fn forget(&mut self, id: RequestId) {
         if let Some(q) = self.seqs.remove(&id) {
             for p in q.table.full.into_iter().chain(q.table.state).chain(q.spare) {
                 self.pool.release(p);
@@ -225,7 +305,7 @@ impl DraftState {
 
 /// The most likely token of a logits row (the first of equals) and its
 /// probability.
-fn most_likely(row: &[f32]) -> (u32, f32) {
+pub(super) fn most_likely(row: &[f32]) -> (u32, f32) {
     let mut best = 0;
     for (i, &x) in row.iter().enumerate() {
         if x > row[best] {

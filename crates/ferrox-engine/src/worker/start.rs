@@ -29,9 +29,9 @@ pub fn start(
     start_with_draft(decoder, tokenizer, config, None)
 }
 
-/// [`start`], speculating with a draft model when one is given (its drafts
-/// take the place of prompt lookup's; `config.speculation`'s bounds apply,
-/// its defaults if it is `None`).
+/// [`start`], speculating with a draft model or the model's own head when
+/// one is given (its drafts take the place of prompt lookup's;
+/// `config.speculation`'s bounds apply, its defaults if it is `None`).
 pub fn start_with_draft(
     mut decoder: Box<dyn Decoder>,
     tokenizer: Arc<Tokenizer>,
@@ -43,7 +43,7 @@ pub fn start_with_draft(
         config.speculation = Some(crate::speculation::Speculation::default());
     }
     let draft = drafter
-        .map(|d| draft::DraftState::new(d, &tokenizer, config.block_size))
+        .map(|d| draft::Draft::new(d, decoder.as_mut(), &tokenizer, config.block_size))
         .transpose()?;
     let encoder = decoder.is_encoder();
     let config = whole_sequences(config, decoder.as_ref());

@@ -35,5 +35,6 @@ pub const TENSORS: Manifest = Manifest {
     ],
     recurrent_layer: &[],
     after_layers: &[OUTPUT_NORM],
+    draft_layer: &[],
     ffn_norm: names::FFN_NORM,
 };

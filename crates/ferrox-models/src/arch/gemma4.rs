@@ -108,5 +108,6 @@ pub const TENSORS: Manifest = Manifest {
     ],
     recurrent_layer: &[],
     after_layers: &[OUTPUT_NORM, OWN_HEAD, ROPE_FREQS, PER_LAYER_INPUTS],
+    draft_layer: &[],
     ffn_norm: n::FFN_NORM,
 };

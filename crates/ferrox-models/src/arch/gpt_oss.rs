@@ -47,5 +47,6 @@ pub const TENSORS: Manifest = Manifest {
     layer: &[ATTN_NORM, QKV, QKV_BIASES, ATTN_OUT, SINKS, BIASED_EXPERTS],
     recurrent_layer: &[],
     after_layers: &[OUTPUT_NORM, OWN_HEAD],
+    draft_layer: &[],
     ffn_norm: n::POST_ATTENTION_NORM,
 };

@@ -35,5 +35,6 @@ pub const TENSORS: Manifest = Manifest {
     layer: &[ATTN_NORM, QKV, ATTN_OUT, FFN_NORM, DENSE_FFN],
     recurrent_layer: &[],
     after_layers: &[OUTPUT_NORM, OWN_HEAD, ROPE_FREQS],
+    draft_layer: &[],
     ffn_norm: names::FFN_NORM,
 };

@@ -39,5 +39,6 @@ pub const TENSORS: Manifest = Manifest {
     layer: &[LAYER],
     recurrent_layer: &[],
     after_layers: &[],
+    draft_layer: &[],
     ffn_norm: n::ATTN_OUTPUT_NORM,
 };

@@ -36,5 +36,6 @@ pub const TENSORS: Manifest = Manifest {
     layer: &[ATTN_NORM, FUSED_QKV, ATTN_OUT, FFN_NORM, FUSED_GATE_UP],
     recurrent_layer: &[],
     after_layers: &[OUTPUT_NORM, OWN_HEAD, LONGROPE],
+    draft_layer: &[],
     ffn_norm: n::FFN_NORM,
 };

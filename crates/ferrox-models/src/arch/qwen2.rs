@@ -17,5 +17,6 @@ pub const TENSORS: Manifest = Manifest {
     layer: &[ATTN_NORM, QKV, QKV_BIASES, ATTN_OUT, FFN_NORM, DENSE_FFN],
     recurrent_layer: &[],
     after_layers: &[OUTPUT_NORM, OWN_HEAD],
+    draft_layer: &[],
     ffn_norm: names::FFN_NORM,
 };

@@ -6,7 +6,7 @@ use ferrox_core::ops::rope::RopeStyle;
 
 use super::parts::*;
 use super::tensors::names as n;
-use super::tensors::{Dim::*, Manifest, Part, Role, req};
+use super::tensors::{Dim::*, Manifest, Part, Presence::Optional, Role, req};
 use super::{ArchSpec, llama};
 
 pub const SPEC: ArchSpec = ArchSpec {
@@ -32,11 +32,33 @@ const DELTA_NET: &[Part] = &[
     req(n::SSM_OUT, Role::Linear, &[DeltaValue, Embd]),
 ];
 
-/// The feed-forward's norm is called `post_attention_norm`.
+/// A multi-token-prediction block's own tensors (llama.cpp's `nextn.*`): the
+/// projection of its two normed inputs, their norms, and the optional
+/// embeddings, head norm and head of its own (Qwen3.5 shares the trunk's).
+const NEXTN: &[Part] = &[
+    req(n::NEXTN_EH_PROJ, Role::Linear, &[Embd2, Embd]),
+    req(n::NEXTN_ENORM, Role::Gain, &[Embd]),
+    req(n::NEXTN_HNORM, Role::Gain, &[Embd]),
+    req(n::NEXTN_EMBED_TOKENS, Role::Embedding, &[Embd, Vocab]).presence(Optional),
+    req(n::NEXTN_SHARED_HEAD_NORM, Role::Gain, &[Embd]).presence(Optional),
+    req(n::NEXTN_SHARED_HEAD_HEAD, Role::Head, &[Embd, Vocab]).presence(Optional),
+];
+
+/// The feed-forward's norm is called `post_attention_norm`. The draft block
+/// (the MTP head) is a full-attention layer with its `nextn` tensors.
 pub const TENSORS: Manifest = Manifest {
     before_layers: &[TOKEN_EMBD],
     layer: &[ATTN_NORM, QKV, QK_NORM, ATTN_OUT, POST_ATTN_NORM, DENSE_FFN],
     recurrent_layer: &[ATTN_NORM, DELTA_NET, POST_ATTN_NORM, DENSE_FFN],
     after_layers: &[OUTPUT_NORM, OWN_HEAD],
+    draft_layer: &[
+        NEXTN,
+        ATTN_NORM,
+        QKV,
+        QK_NORM,
+        ATTN_OUT,
+        POST_ATTN_NORM,
+        DENSE_FFN,
+    ],
     ffn_norm: n::POST_ATTENTION_NORM,
 };

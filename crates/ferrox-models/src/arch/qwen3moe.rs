@@ -15,5 +15,6 @@ pub const TENSORS: Manifest = Manifest {
     layer: &[ATTN_NORM, QKV, QK_NORM, ATTN_OUT, FFN_NORM, ROUTED_EXPERTS],
     recurrent_layer: &[],
     after_layers: &[OUTPUT_NORM, OWN_HEAD],
+    draft_layer: &[],
     ffn_norm: names::FFN_NORM,
 };

@@ -72,6 +72,12 @@ pub mod names {
     pub const PROJ: &str = "proj.weight";
     pub const POST_NORM: &str = "post_norm.weight";
     pub const LAYER_OUTPUT_SCALE: &str = "layer_output_scale.weight";
+    pub const NEXTN_EH_PROJ: &str = "nextn.eh_proj.weight";
+    pub const NEXTN_ENORM: &str = "nextn.enorm.weight";
+    pub const NEXTN_HNORM: &str = "nextn.hnorm.weight";
+    pub const NEXTN_EMBED_TOKENS: &str = "nextn.embed_tokens.weight";
+    pub const NEXTN_SHARED_HEAD_NORM: &str = "nextn.shared_head_norm.weight";
+    pub const NEXTN_SHARED_HEAD_HEAD: &str = "nextn.shared_head_head.weight";
 
     // Encoders (BERT).
     pub const TOKEN_TYPES: &str = "token_types.weight";
@@ -92,6 +98,8 @@ pub mod names {
 pub enum Dim {
     One,
     Embd,
+    /// Twice it: a multi-token-prediction block's two inputs side by side.
+    Embd2,
     Vocab,
     /// The layer's feed-forward width.
     Ff,
@@ -255,6 +263,9 @@ pub struct Manifest {
     /// A gated delta-net layer (architectures with recurrent layers).
     pub recurrent_layer: &'static [&'static [Part]],
     pub after_layers: &'static [&'static [Part]],
+    /// A multi-token-prediction block after the trunk (`nextn_predict_layers`
+    /// of them, numbered on from the trunk's layers).
+    pub draft_layer: &'static [&'static [Part]],
     /// Which listed norm is the one before the feed-forward.
     pub ffn_norm: &'static str,
 }
@@ -285,6 +296,7 @@ impl Manifest {
             self.layer,
             self.recurrent_layer,
             self.after_layers,
+            self.draft_layer,
         ]
         .into_iter()
         .flatten()
@@ -314,6 +326,15 @@ impl Manifest {
             );
         }
         all.extend(globals(self.after_layers));
+        // Last, so that the trunk's tensors come as they would without them.
+        for i in hp.n_layers..hp.n_layers + hp.n_draft_layers {
+            all.extend(
+                self.draft_layer
+                    .iter()
+                    .flat_map(|f| f.iter())
+                    .filter_map(|p| resolve_part(p, hp, Some(i))),
+            );
+        }
         all
     }
 }
@@ -332,7 +353,7 @@ fn resolve_part(p: &Part, hp: &HyperParams, layer: Option<usize>) -> Option<Tens
         When::Experts => hp.moe.is_some(),
         When::PerLayerInputs => hp.n_embd_per_layer > 0,
     };
-    let own_kv = layer.is_none_or(|i| hp.attention[i].kv_layer == i);
+    let own_kv = layer.is_none_or(|i| hp.layer_attention(i).kv_layer == i);
     belongs.then(|| Tensor {
         name: full_name(p.name, layer),
         role: p.role,
@@ -350,7 +371,7 @@ fn resolve_part(p: &Part, hp: &HyperParams, layer: Option<usize>) -> Option<Tens
 /// The size of dimension `d` in a file of `hp`, for layer `layer`'s tensors.
 pub fn dim(d: Dim, hp: &HyperParams, layer: Option<usize>) -> usize {
     let layer_of = || layer.expect("a layer dimension on a layer tensor");
-    let attention = || hp.attention[layer_of()];
+    let attention = || hp.layer_attention(layer_of());
     let moe = || hp.moe.expect("an expert dimension on an expert tensor");
     let delta = || {
         hp.delta_net
@@ -360,9 +381,10 @@ pub fn dim(d: Dim, hp: &HyperParams, layer: Option<usize>) -> usize {
     match d {
         Dim::One => 1,
         Dim::Embd => hp.n_embd,
+        Dim::Embd2 => 2 * hp.n_embd,
         Dim::Vocab => hp.vocab_size,
-        Dim::Ff => hp.layer_ff[layer_of()],
-        Dim::Ff2 => 2 * hp.layer_ff[layer_of()],
+        Dim::Ff => hp.ff_of(layer_of()),
+        Dim::Ff2 => 2 * hp.ff_of(layer_of()),
         Dim::QOut => gates * hp.n_heads * attention().head_dim_k,
         Dim::KOut => attention().n_kv_heads * attention().head_dim_k,
         Dim::VOut => attention().n_kv_heads * attention().head_dim_v,
@@ -392,7 +414,7 @@ pub fn dim(d: Dim, hp: &HyperParams, layer: Option<usize>) -> usize {
 
 /// A file's tensors checked against the manifest: each required one present,
 /// each present one of its listed shape (a matrix by shape, a vector by its
-/// element count), and none unlisted (a draft block after the trunk aside).
+/// element count), and none unlisted.
 pub fn check(
     listed: &[Tensor],
     file: &[ferrox_gguf::TensorInfo],
@@ -421,9 +443,10 @@ pub fn check(
                 .is_some_and(|t| t.role.may_carry_bias() && t.shape.len() == 2)
         })
     };
-    match file.iter().find(|f| {
-        !by_name.contains_key(f.name.as_str()) && !may_be_bias(&f.name) && !is_draft(&f.name, hp)
-    }) {
+    match file
+        .iter()
+        .find(|f| !by_name.contains_key(f.name.as_str()) && !may_be_bias(&f.name))
+    {
         None => Ok(()),
         Some(unlisted) => Err(ModelError::UnusedTensor {
             name: unlisted.name.clone(),
@@ -449,16 +472,4 @@ fn check_shape(t: &Tensor, info: &ferrox_gguf::TensorInfo) -> Result<(), ModelEr
             expected: t.shape.clone(),
         }),
     }
-}
-
-/// Whether `name` belongs to a multi-token-prediction block after the trunk
-/// (`blk.N.` with `N >= n_layers` when the file has draft blocks): a draft head
-/// the main pass does not run, so it is not a tensor ferrox would ignore.
-fn is_draft(name: &str, hp: &HyperParams) -> bool {
-    hp.n_draft_layers > 0
-        && name
-            .strip_prefix("blk.")
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|n| n.parse::<usize>().ok())
-            .is_some_and(|n| n >= hp.n_layers && n < hp.n_layers + hp.n_draft_layers)
 }

@@ -42,7 +42,7 @@ fn dense(l: &Loader<'_>, i: usize) -> Result<GatedFfn, ModelError> {
     let [gate, up] = match l.has(&t(n::FFN_GATE)) {
         true => [l.linear(&t(n::FFN_GATE))?, l.linear(&t(n::FFN_UP))?],
         false => {
-            let ff = l.hp.layer_ff[i];
+            let ff = l.hp.ff_of(i);
             l.split(&t(n::FFN_UP), [ff, ff])?
         }
     };

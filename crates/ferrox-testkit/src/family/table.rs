@@ -23,6 +23,7 @@ const PLAIN: Family = Family {
     rotary: (1, 1),
     sliding_window: None,
     own_head: false,
+    draft_blocks: 0,
     size: None,
 };
 
@@ -115,7 +116,7 @@ const GPT_OSS: Family = Family {
 const QWEN35: Family = Family {
     name: "qwen35",
     like: "Qwen3.5 0.8B (gated delta-net layers with listed recurrent layers, gated \
-           attention with QK-norm and partial M-RoPE, tied head)",
+           attention with QK-norm and partial M-RoPE, tied head, an MTP head)",
     arch: Architecture::Qwen35,
     vocab: VocabSource::VocabFile("qwen35"),
     n_heads: 4,
@@ -126,6 +127,8 @@ const QWEN35: Family = Family {
     rms_eps: 1e-6,
     experts: None,
     gemma4: None,
+    // The converter keeps the MTP head by default.
+    draft_blocks: 1,
     ..PLAIN
 };
 
@@ -399,7 +402,7 @@ pub const BENCH_MODELS: [Family; 5] = [
     Family {
         name: "qwen35-0.8b",
         like: "Qwen3.5 0.8B (24 layers, 18 gated delta-net of 16 heads of 128, 6 gated \
-               attention of 8 query and 2 KV heads of 256, tied head)",
+               attention of 8 query and 2 KV heads of 256, tied head, an MTP head)",
         n_heads: 8,
         n_kv_heads: 2,
         head_dim: 256,
