@@ -36,6 +36,10 @@ pub struct Speculation {
     /// likely than this (llama-server's `--draft-p-min`): an unlikely guess
     /// is seldom kept, and each guess costs a pass of the draft.
     pub draft_p_min: f32,
+    /// Most steps a request decodes without a draft model's or head's
+    /// guesses after its drafts were refused whole ([`rest_after`]); 0:
+    /// never rests.
+    pub max_rest: usize,
 }
 
 impl Default for Speculation {
@@ -47,6 +51,7 @@ impl Default for Speculation {
             min_ngram: 2,
             max_batch: 4,
             draft_p_min: 0.75,
+            max_rest: 16,
         }
     }
 }
@@ -74,6 +79,19 @@ pub fn next_budget(budget: usize, drafted: usize, kept: usize, s: &Speculation) 
         budget
     };
     next.min(s.max_draft)
+}
+
+/// Steps a request decodes without a draft model's or head's guesses after
+/// `refused` drafts in a row were refused whole: none after one, then 1, 2,
+/// 4, ... up to `max_rest`. Each guess costs a pass of the drafter, so a
+/// drafter that is not right here (text unlike its training, a head of
+/// random weights) costs a pass every few steps rather than every step; a
+/// kept guess ends the rest.
+pub fn rest_after(refused: u32, s: &Speculation) -> usize {
+    match refused {
+        0 | 1 => 0,
+        n => (1usize << (n - 2).min(16)).min(s.max_rest),
+    }
 }
 
 /// The draft for a sequence whose tokens so far are `tokens` then `pending`
@@ -164,6 +182,15 @@ mod tests {
         assert_eq!(small.first_budget(), 1);
         assert_eq!(next_budget(1, 1, 1, &small), 1);
         assert_eq!(next_budget(1, 1, 0, &small), 1);
+    }
+
+    #[test]
+    fn a_drafter_refused_whole_rests_longer_each_time_up_to_its_bound() {
+        let s = Speculation::default();
+        let rests: Vec<usize> = (0..9).map(|n| rest_after(n, &s)).collect();
+        assert_eq!(rests, [0, 0, 1, 2, 4, 8, 16, 16, 16]);
+        let never = Speculation { max_rest: 0, ..s };
+        assert_eq!(rest_after(8, &never), 0);
     }
 
     #[test]

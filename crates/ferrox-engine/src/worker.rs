@@ -92,6 +92,10 @@ struct Active {
     accepted: usize,
     /// Most tokens the next draft may hold ([`crate::speculation::next_budget`]).
     draft_budget: usize,
+    /// Drafts in a row refused whole, and the steps left that a draft model
+    /// or head does not guess for the request ([`crate::speculation::rest_after`]).
+    refused: u32,
+    rest: usize,
     /// The last `replay` of `tokens` are in the KV but not in the recurrent
     /// state, which was taken back to before them when a draft was refused
     /// (hybrid models): the next decode row runs them again first.
@@ -358,6 +362,8 @@ impl Worker {
                 drafted: 0,
                 accepted: 0,
                 draft_budget: self.config.speculation.map_or(0, |s| s.first_budget()),
+                refused: 0,
+                rest: 0,
                 replay: 0,
                 reply,
             },
@@ -438,7 +444,14 @@ impl Worker {
         let chunks = self.prefill_pass();
         let speculation = self.speculation_now();
         let mut drafted = match (&mut self.draft, &speculation) {
-            (Some(d), Some(s)) => Some(d.drafts(&self.running, s)),
+            (Some(d), Some(s)) => {
+                let drafts = d.drafts(&self.running, s);
+                // A resting request sat this draft out.
+                for a in self.running.values_mut() {
+                    a.rest = a.rest.saturating_sub(1);
+                }
+                Some(drafts)
+            }
             _ => None,
         };
         let mut rows: Vec<Row> = self

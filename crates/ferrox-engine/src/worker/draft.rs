@@ -188,6 +188,9 @@ impl DraftState {
                 let Phase::Decoding { pending } = a.phase else {
                     return None;
                 };
+                if a.rest > 0 {
+                    return None;
+                }
                 let promised = a.prompt_len + a.output.limit();
                 let left = a
                     .draft_budget

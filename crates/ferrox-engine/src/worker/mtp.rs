@@ -168,6 +168,9 @@ impl MtpState {
             let Phase::Decoding { pending } = a.phase else {
                 continue;
             };
+            if a.rest > 0 {
+                continue;
+            }
             let promised = a.prompt_len + a.output.limit();
             let left = a
                 .draft_budget

@@ -5,7 +5,7 @@
 use ferrox_models::decoder::Rows;
 
 use super::{Active, Phase, Row, Worker};
-use crate::speculation::{Speculation, next_budget};
+use crate::speculation::{Speculation, next_budget, rest_after};
 use crate::stats::EngineStats;
 
 impl Active {
@@ -76,6 +76,10 @@ impl Worker {
         if let Some(a) = self.running.get_mut(&r.id) {
             if let Some(s) = &self.config.speculation {
                 a.draft_budget = next_budget(a.draft_budget, draft.len(), kept as usize, s);
+                a.refused = if kept == 0 { a.refused + 1 } else { 0 };
+                if self.draft.is_some() {
+                    a.rest = rest_after(a.refused, s);
+                }
             }
             self.ledger.advance(r.id, &a.tokens);
             a.replay = 0;
