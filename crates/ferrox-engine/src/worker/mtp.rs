@@ -57,6 +57,24 @@ impl HeadSeq {
         self.rows_from + self.rows.len() / width
     }
 
+    /// The target's rows of positions `start..` (`[rows][width]`).
+    fn add_rows(&mut self, start: usize, rows: &[f32], width: usize) {
+        if start > self.rows_end(width) {
+            // Positions the target never ran (a late prefix hit): the head
+            // starts again from this row.
+            let table = std::mem::take(&mut self.table);
+            *self = HeadSeq::starting_at(start);
+            self.table = table;
+        } else if start < self.rows_from {
+            // Tokens run again (a hybrid's refused draft): their rows come
+            // again.
+            self.rows.clear();
+            self.rows_from = start;
+        }
+        self.truncate_rows(start, width);
+        self.rows.extend_from_slice(rows);
+    }
+
     /// Keeps the rows of positions before `end` only.
     fn truncate_rows(&mut self, end: usize, width: usize) {
         let keep = end.saturating_sub(self.rows_from) * width;
@@ -106,30 +124,20 @@ impl MtpState {
         let w = self.width;
         let mut chunks = Vec::new();
         for (i, r) in rows.iter().enumerate() {
-            let Some(a) = running.get(&r.id).filter(|a| a.embedding.is_none()) else {
+            if running.get(&r.id).is_none_or(|a| a.embedding.is_some()) {
                 continue;
-            };
+            }
             let q = self
                 .seqs
                 .entry(r.id)
                 .or_insert_with(|| HeadSeq::starting_at(r.start));
-            if r.start > q.rows_end(w) {
-                // Positions the target never ran (a late prefix hit): the head
-                // starts again from this row.
-                let table = std::mem::take(&mut q.table);
-                *q = HeadSeq::starting_at(r.start);
-                q.table = table;
-            } else if r.start < q.rows_from {
-                // Tokens run again (a hybrid's refused draft): their rows
-                // come again.
-                q.rows.clear();
-                q.rows_from = r.start;
-            }
-            q.truncate_rows(r.start, w);
-            for (_, row) in hidden.rows_of(i) {
-                q.rows.extend_from_slice(row);
-            }
-            if !r.decode && matches!(a.phase, Phase::Prefilling { .. }) {
+            let values: Vec<f32> = hidden
+                .rows_of(i)
+                .flat_map(|(_, row)| row)
+                .copied()
+                .collect();
+            q.add_rows(r.start, &values, w);
+            if !r.decode {
                 chunks.push(r.id);
             }
         }
@@ -309,4 +317,49 @@ fn take_pairs(q: &mut HeadSeq, count: usize, width: usize) -> Vec<f32> {
     q.rows.drain(..spent * width);
     q.rows_from += spent;
     pairs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One-wide rows holding their position plus one (a zero row is none).
+    fn rows(positions: std::ops::Range<usize>) -> Vec<f32> {
+        positions.map(|p| p as f32 + 1.0).collect()
+    }
+
+    #[test]
+    fn each_token_is_paired_with_the_row_of_the_position_before_it() {
+        let mut q = HeadSeq::starting_at(0);
+        // A prompt of five tokens: the first beside a zero row.
+        q.add_rows(0, &rows(0..5), 1);
+        assert_eq!(take_pairs(&mut q, 5, 1), [0.0, 1.0, 2.0, 3.0, 4.0]);
+        q.written = 5;
+        // The first draft: the pending token at 5 beside position 4's row.
+        assert_eq!(take_pairs(&mut q, 1, 1), [5.0]);
+        q.written = 6;
+        // The step ran the pending token and three guesses (5..9); two
+        // guesses were kept (tokens up to 7), so rows 5..8 stay.
+        q.add_rows(5, &rows(5..9), 1);
+        q.truncate_rows(8, 1);
+        // The next draft runs the kept guesses (6, 7) and the new pending
+        // token (8), beside rows 5, 6 and 7.
+        assert_eq!(take_pairs(&mut q, 3, 1), [6.0, 7.0, 8.0]);
+    }
+
+    #[test]
+    fn rows_run_again_replace_theirs_and_a_gap_starts_the_head_again() {
+        let mut q = HeadSeq::starting_at(0);
+        q.add_rows(0, &rows(0..4), 1);
+        let _ = take_pairs(&mut q, 4, 1);
+        q.written = 4;
+        // A hybrid runs positions 2 and 3 again before its pending token.
+        q.add_rows(2, &rows(2..5), 1);
+        assert_eq!((q.rows_from, q.rows_end(1)), (2, 5));
+        // Positions 5..9 were never run here (a late prefix hit): the head
+        // starts at 9, its first token beside a zero row.
+        q.add_rows(9, &rows(9..11), 1);
+        assert_eq!((q.base, q.written, q.rows_from), (9, 9, 9));
+        assert_eq!(take_pairs(&mut q, 2, 1), [0.0, 10.0]);
+    }
 }
