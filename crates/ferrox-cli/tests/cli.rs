@@ -710,6 +710,25 @@ fn llama_cpp_flags_are_understood() {
     }
 }
 
+/// `ferrox run -m MODEL` on a short prompt, greedy, 24 tokens, with `extra`
+/// flags.
+fn greedy_run(model: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        "-m",
+        model,
+        "-p",
+        "abcabcabc",
+        "-n",
+        "24",
+        "--temp",
+        "0",
+        "--no-cnv",
+    ];
+    args.extend_from_slice(extra);
+    ferrox(&args, &[])
+}
+
 /// `--spec` takes `ngram` and `mtp` (and llama-server's `ngram-simple` and
 /// `draft-mtp`); the other speculation types llama-server has are refused by
 /// name.
@@ -739,21 +758,7 @@ fn run_with_the_model_s_mtp_head_prints_the_same_text() {
     }
     let run = |name: &str, spec: &str| {
         let p = dir.path().join(name);
-        let args = [
-            "run",
-            "-m",
-            p.to_str().unwrap(),
-            "-p",
-            "abcabcabc",
-            "-n",
-            "24",
-            "--temp",
-            "0",
-            "--no-cnv",
-            "--spec",
-            spec,
-        ];
-        ferrox(&args, &[])
+        greedy_run(p.to_str().unwrap(), &["--spec", spec])
     };
     let plain = run("head.gguf", "none");
     assert!(plain.status.success(), "{}", stderr(&plain));
@@ -780,23 +785,9 @@ fn run_with_the_model_s_mtp_head_prints_the_same_text() {
 fn run_with_a_draft_model_prints_the_same_text_and_what_was_kept() {
     let dir = tempfile::tempdir().unwrap();
     let p = tiny_gguf(dir.path());
-    let args = [
-        "run",
-        "-m",
-        &p,
-        "-p",
-        "abcabcabc",
-        "-n",
-        "24",
-        "--temp",
-        "0",
-        "--no-cnv",
-    ];
-    let plain = ferrox(&args, &[]);
+    let plain = greedy_run(&p, &[]);
     assert!(plain.status.success(), "{}", stderr(&plain));
-    let mut with = args.to_vec();
-    with.extend(["-md", p.as_str()]);
-    let drafted = ferrox(&with, &[]);
+    let drafted = greedy_run(&p, &["-md", &p]);
     assert!(drafted.status.success(), "{}", stderr(&drafted));
     assert_eq!(drafted.stdout, plain.stdout);
     assert!(
