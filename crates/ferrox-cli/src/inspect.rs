@@ -238,6 +238,12 @@ fn features(hp: &HyperParams, has: &dyn Fn(&str) -> bool) -> Vec<String> {
     if !(tensors.lists(n::OUTPUT) && has(n::OUTPUT)) {
         f.push("output head tied to the embeddings".into());
     }
+    if hp.n_draft_layers > 0 {
+        f.push(format!(
+            "{} multi-token-prediction block(s) after the layers (drafts with --spec mtp)",
+            hp.n_draft_layers
+        ));
+    }
     f
 }
 
