@@ -72,6 +72,10 @@ pub struct PrefixHit {
     /// Full hit pages no sequence references now: sharing them takes them out of
     /// what can be evicted.
     pub evictable: u64,
+    /// Full pages of the prompt the prefix cache holds, whether or not their
+    /// hit can be taken (a hybrid model's needs a state snapshot at its end):
+    /// at least `full.len()`.
+    pub cached: usize,
 }
 
 impl PrefixHit {
@@ -291,6 +295,7 @@ impl KvLedger {
             return PrefixHit::default();
         }
         let matched = self.index.matched(prompt, ps, (prompt.len() - 1) / ps);
+        let cached = matched.len();
         let mut n = matched.len();
         let (mut from, mut window) = (0, Vec::new());
         if let Some(w) = self.cfg.window {
@@ -312,7 +317,33 @@ impl KvLedger {
             window,
             window_from: from,
             full,
+            cached,
         }
+    }
+
+    /// Where a hybrid model's prompt with prefix hit `hit` should end a chunk
+    /// so that the state there can be snapshotted ([`KvLedger::share_state`]):
+    /// the end of the pages the cache holds for it, when its hit stops short
+    /// of them for want of a snapshot. The prompts that follow with the same
+    /// prefix (a system prompt) then start there.
+    pub fn share_point(&self, hit: &PrefixHit) -> Option<usize> {
+        let has_snapshots = self.states.as_ref().is_some_and(|s| s.snapshots_kept());
+        (has_snapshots && hit.cached > hit.full.len()).then(|| hit.cached * self.cfg.page_size)
+    }
+
+    /// Sequence `id` of a hybrid model has written its prompt up to its share
+    /// point `written` ([`KvLedger::share_point`]): its live state becomes the
+    /// snapshot of the cached page ending there at once (the copy returned),
+    /// unless that page has one.
+    pub fn share_state(&mut self, id: RequestId, written: usize) -> Option<StateCopy> {
+        let states = self.states.as_mut()?;
+        let s = self.seqs.get(&id)?;
+        let page = s
+            .tail
+            .1
+            .filter(|_| written.is_multiple_of(self.cfg.page_size))
+            .filter(|_| s.registered == written / self.cfg.page_size)?;
+        states.snapshot(id, page)
     }
 
     /// What a request of `positions` positions (prompt + output budget) asks of the

@@ -11,11 +11,14 @@
 //!   whose pages are still cached become those pages' snapshots (the state
 //!   after every position up to the end of the page), newest first, each
 //!   trading its slot id with a snapshot slot, the least recently made or
-//!   restored one if none is free (never the one just made). Once its answer
+//!   restored one if none is free (never the one just made). A prompt whose
+//!   cached pages run past its hit (no snapshot at their end: a shared system
+//!   prompt) ends a chunk there, and its state there becomes that page's
+//!   snapshot at once, so the prompts after it start there. Once its answer
 //!   reaches a boundary a sequence keeps its prompt's last checkpoint. A
 //!   snapshot goes when its page leaves the prefix cache. Snapshots are made
-//!   only when a request ends, never during an admission pass, so a hit found
-//!   at the start of a pass is still restorable at its end.
+//!   after a forward or when a request ends, never during an admission pass,
+//!   so a hit found at the start of a pass is still restorable at its end.
 //! * A hybrid model's prefix hit is cut back to the longest cached prefix whose
 //!   last page has a snapshot (KV pages alone cannot restore a recurrent state);
 //!   the sequence's live slot starts as a copy of it. A prompt in prefill that
@@ -122,6 +125,30 @@ impl StateLedger {
     /// Snapshots kept.
     pub fn snapshots(&self) -> usize {
         self.by_page.len()
+    }
+
+    /// Whether the pool keeps snapshots at all.
+    pub fn snapshots_kept(&self) -> bool {
+        !self.snapshot_free.is_empty() || !self.by_page.is_empty()
+    }
+
+    /// Sequence `id`'s live state, which has just reached the end of cached
+    /// page `page`, becomes that page's snapshot now (the copy returned), in
+    /// a free snapshot slot or the least recently used one's; `None` if the
+    /// page has one.
+    pub fn snapshot(&mut self, id: RequestId, page: u32) -> Option<StateCopy> {
+        let live = self.seqs.get(&id)?.live;
+        if self.by_page.contains_key(&page) {
+            return None;
+        }
+        let slot = self.snapshot_slot()?;
+        self.tick += 1;
+        self.by_page.insert(page, (slot, self.tick));
+        self.made.insert(self.tick, page);
+        Some(StateCopy {
+            from: live,
+            to: slot,
+        })
     }
 
     /// Whether the state after cached page `page` can be restored.
@@ -320,6 +347,24 @@ mod tests {
         s.checkpoint(2, 31, true).unwrap();
         s.release(2, |p| p != 31);
         assert!(s.has_snapshot(30) && !s.has_snapshot(21));
+    }
+
+    #[test]
+    fn a_shared_prefix_state_becomes_a_snapshot_at_once_in_its_own_slot() {
+        let mut s = StateLedger::new(3, 1, false);
+        assert!(s.snapshots_kept());
+        let (live, _) = s.admit(1, None).unwrap();
+        let c = s.snapshot(1, 10).unwrap();
+        assert_eq!(c.from, live);
+        assert!(c.to >= 3, "a snapshot slot");
+        assert!(s.has_snapshot(10));
+        assert_eq!(s.snapshot(1, 10), None, "one snapshot a page");
+        // The request's own slots are untouched; the next page's snapshot
+        // takes the least recently used one's slot.
+        assert_eq!(s.available(), 0);
+        assert_eq!(s.snapshot(1, 11).map(|c| c.to), Some(c.to));
+        assert!(!s.has_snapshot(10) && s.has_snapshot(11));
+        assert!(!StateLedger::new(3, 0, false).snapshots_kept());
     }
 
     #[test]

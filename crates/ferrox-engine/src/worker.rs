@@ -96,6 +96,9 @@ struct Active {
     /// or head does not guess for the request ([`crate::speculation::rest_after`]).
     refused: u32,
     rest: usize,
+    /// Where a hybrid model's prompt ends a chunk so that its state there
+    /// becomes a snapshot ([`KvLedger::share_point`]), until it is reached.
+    share_at: Option<usize>,
     /// The last `replay` of `tokens` are in the KV but not in the recurrent
     /// state, which was taken back to before them when a draft was refused
     /// (hybrid models): the next decode row runs them again first.
@@ -275,8 +278,10 @@ impl Worker {
                 };
                 let positions = KvCeiling::positions(job.prompt.len(), job.params.max_tokens);
                 let need = self.ledger.need(positions, &hit);
+                // The first chunk stops at the share point, if any.
+                let first_stop = self.ledger.share_point(&hit).unwrap_or(prompt.len());
                 let c = Candidate {
-                    prompt: prompt.len(),
+                    prompt: first_stop.min(prompt.len()),
                     hit: hit.tokens(ps),
                     need,
                 };
@@ -313,6 +318,7 @@ impl Worker {
         } = job;
         let tokens = self.run_prompt(&prompt).into_owned();
         let cached_tokens = hit.tokens(self.ledger.page_size());
+        let share_at = self.ledger.share_point(hit).filter(|&p| p < tokens.len());
         let restore = self
             .ledger
             .admit(id, need, hit)
@@ -364,6 +370,7 @@ impl Worker {
                 draft_budget: self.config.speculation.map_or(0, |s| s.first_budget()),
                 refused: 0,
                 rest: 0,
+                share_at,
                 replay: 0,
                 reply,
             },
@@ -378,7 +385,13 @@ impl Worker {
                 Phase::Prefilling { prefilled } => Some(Prefilling {
                     id,
                     prefilled,
-                    remaining: a.prompt_len - prefilled,
+                    // A chunk ends at the share point (unless a late hit
+                    // passed it).
+                    remaining: a
+                        .share_at
+                        .filter(|&p| p > prefilled)
+                        .unwrap_or(a.prompt_len)
+                        - prefilled,
                 }),
                 Phase::Decoding { .. } => None,
             })
@@ -576,6 +589,12 @@ impl Worker {
         }
         let written = r.start + r.len;
         self.ledger.advance(r.id, &a.tokens[..written]);
+        if a.share_at == Some(written) {
+            a.share_at = None;
+            if let Some(c) = self.ledger.share_state(r.id, written) {
+                self.store.copy_state(c.from, c.to);
+            }
+        }
         if let Some(c) = self
             .ledger
             .checkpoint(r.id, written, written > a.prompt_len)

@@ -88,12 +88,13 @@ fn check_cached_equals_cold(file: impl Fn() -> GgufFile, base_len: usize, shared
     // Requests run one at a time; four slots give the window pool room to keep
     // the window pages of every page the base prompt slid past.
     // A hybrid model keeps one state snapshot per three slots: room for the
-    // base prompt's beside those of the prompts that follow it.
+    // base prompt's beside those of the prompts that follow it (up to three
+    // each: at the end of the prefix it shares, and two when it ends).
     let config = EngineConfig {
         max_seqs: 4,
         kv_blocks: Some(4096),
         prefill_chunk: 64,
-        recurrent_slots: Some(3 * 8),
+        recurrent_slots: Some(3 * 20),
         ..Default::default()
     };
     let hp_vocab = {
@@ -459,4 +460,41 @@ fn a_hybrid_model_waits_for_recurrent_state_slots() {
         err.to_string().contains("FERROX_CB_RECURRENT_SLOTS"),
         "{err}"
     );
+}
+
+/// A hybrid model's prompts that share a prefix (a system prompt) but no
+/// state at its end: the second ends a chunk there and leaves its state as a
+/// snapshot, so the third and later start there. Their logits are those of
+/// an engine without the cache, bit for bit.
+#[test]
+fn a_hybrid_model_keeps_the_state_at_the_end_of_a_shared_prefix() {
+    let tiny = TinyModel {
+        context_length: 512,
+        ..TinyModel::new(Architecture::Qwen35)
+    };
+    let bytes = tiny.gguf();
+    let file = || GgufFile::from_bytes(bytes.clone()).unwrap();
+    let config = EngineConfig {
+        max_seqs: 4,
+        kv_blocks: Some(4096),
+        prefill_chunk: 64,
+        block_size: 16,
+        ..Default::default()
+    };
+    let warm = engine(file(), true, config.clone());
+    let cold = engine(file(), false, config);
+    let system = tokens(48, 1, 96);
+    let mut cached = Vec::new();
+    for salt in 2..6 {
+        let mut p = system.clone();
+        p.extend(tokens(20 + salt as usize, salt, 96));
+        let (wu, wrows) = run(&warm, &p, 3);
+        let (_, crows) = run(&cold, &p, 3);
+        assert!(
+            wrows == crows,
+            "prompt {salt}: logits differ from the cold run"
+        );
+        cached.push(wu.cached_tokens);
+    }
+    assert_eq!(cached, [0, 0, 48, 48]);
 }
