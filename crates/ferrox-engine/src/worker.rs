@@ -417,6 +417,8 @@ impl Worker {
             let now = caught.prefilled;
             if now > prefilled {
                 a.phase = Phase::Prefilling { prefilled: now };
+                // A late hit at or past the share point has its state there.
+                a.share_at = a.share_at.filter(|&p| p > now);
                 a.cached_tokens += now - prefilled;
                 EngineStats::add(&self.stats.prefix_hit_tokens, (now - prefilled) as u64);
             }

@@ -1,5 +1,7 @@
-//! Drafting with a second, smaller model (`--draft-model`): before the step,
-//! the draft model runs each decoding request's new tokens and then its own
+//! What drafts ([`Drafter`]: a draft model, or the model's own head in
+//! [`super::mtp`]), and drafting with a second, smaller model
+//! (`--draft-model`): before the step, the draft model runs each decoding
+//! request's new tokens and then its own
 //! greedy guesses, one batched pass per drafted token, until a guess is less
 //! likely than `draft_p_min` under the draft; the step verifies the
 //! drafts as it verifies prompt-lookup ones ([`super::speculate`]), so the
