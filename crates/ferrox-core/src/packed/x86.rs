@@ -193,6 +193,18 @@ unsafe fn grid_table(format: Format) -> __m256i {
 /// How far ahead of the block being multiplied its successors are prefetched.
 const PREFETCH_BYTES: usize = 32768;
 
+/// Whether a kernel of `format` prefetches ([`prefetch_ahead`]). Not the
+/// formats whose super-blocks carry offset bases (Q4_K, Q5_K, Q2_K): on a Zen 4
+/// the hint made their one-token products slower, the hardware prefetcher
+/// alone faster (`examples/decode_stream`, a 65536 x 4096 product streaming
+/// from DRAM, medians of five: Q4_K on one thread 11.9 -> 19.8 GB/s, on two
+/// 20.4 -> 23.6-30.4; Q5_K 11.2 -> 17.6 on one), while Q4_0, Q4_1, Q5_0,
+/// IQ4_NL and MXFP4 lost 10-25 % without it, and Q6_K and Q8_0 were even on
+/// two threads (Q6_K 20.3 -> 16.9 on one, Q8_0 19.4 -> 25.1).
+const fn prefetches(format: Format) -> bool {
+    !(matches!(format.scales, Scales::Small) && format.offset)
+}
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
 unsafe fn dp(acc: __m512i, w: __m512i, pair: *const i16) -> __m512i {
@@ -280,7 +292,9 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
         let sixteen = _mm512_set1_epi16(16);
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
-            prefetch_ahead(blk, bb);
+            if prefetches(format) {
+                prefetch_ahead(blk, bb);
+            }
             let mut w = [_mm512_setzero_si512(); 16];
             if Q == IQ4 || Q == MXFP4 {
                 let table = grid_table(format);
@@ -652,7 +666,9 @@ unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     unsafe {
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
-            prefetch_ahead(blk, bb);
+            if prefetches(format) {
+                prefetch_ahead(blk, bb);
+            }
             let a = tok.qa.as_ptr().add(BLOCK * b);
             // sums[q][part]: values 16q..16q + 16, exact.
             let mut sums = [[_mm256_setzero_si256(); 2]; 2];
@@ -709,7 +725,9 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
     unsafe {
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
-            prefetch_ahead(blk, bb);
+            if prefetches(format) {
+                prefetch_ahead(blk, bb);
+            }
             for c in 0..8 {
                 let line = line_avx2::<Q, OFF, SPLIT, S>(blk, c);
                 for (e, parts) in line.into_iter().enumerate() {
