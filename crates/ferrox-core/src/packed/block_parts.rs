@@ -5,7 +5,8 @@
 
 use crate::blocks::{
     BlockIq4Nl, BlockIq4Xs, BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K,
-    BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, blocks_of, e8m0_to_f32_half, f16_le,
+    BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, ByteBlock, blocks_of, e8m0_to_f32_half,
+    f16_le,
 };
 use crate::dtype::DType;
 use crate::kernels::reference::iquants::{iq4_nl_group, iq4_xs_group, iq4_xs_scale};
@@ -63,6 +64,73 @@ impl SmallScales {
     }
 }
 
+/// A block of 32 values under one scale and offset whose packed integers are
+/// the file's own bytes ([`Stored`]): Q4_0, Q4_1, IQ4_NL, MXFP4 and Q8_0. The
+/// repack moves them as bytes (`layout::pack_group_whole`), never one value at
+/// a time.
+pub(super) trait WholeBlock: ByteBlock {
+    /// The integers as the file stores them.
+    fn stored(&self) -> Stored<'_>;
+    /// The block's scale and offset: `value = scale * w + offset`, with `w`
+    /// the integer (Q4_0, Q4_1, Q8_0) or the grid's value at the code (IQ4_NL,
+    /// MXFP4).
+    fn scale_offset(&self) -> (f32, f32);
+}
+
+/// A [`WholeBlock`]'s integers in the file.
+pub(super) enum Stored<'a> {
+    /// 4-bit codes: `qs[j] & 15` is value `j`, `qs[j] >> 4` value `j + 16`.
+    Codes(&'a [u8; 16]),
+    /// Signed bytes, one a value.
+    Bytes(&'a [i8; BLOCK]),
+}
+
+impl WholeBlock for BlockQ4_0 {
+    fn stored(&self) -> Stored<'_> {
+        Stored::Codes(&self.qs)
+    }
+    fn scale_offset(&self) -> (f32, f32) {
+        let d = f16_le(self.d);
+        (d, -8.0 * d)
+    }
+}
+
+impl WholeBlock for BlockQ4_1 {
+    fn stored(&self) -> Stored<'_> {
+        Stored::Codes(&self.qs)
+    }
+    fn scale_offset(&self) -> (f32, f32) {
+        (f16_le(self.d), f16_le(self.m))
+    }
+}
+
+impl WholeBlock for BlockIq4Nl {
+    fn stored(&self) -> Stored<'_> {
+        Stored::Codes(&self.qs)
+    }
+    fn scale_offset(&self) -> (f32, f32) {
+        (f16_le(self.d), 0.0)
+    }
+}
+
+impl WholeBlock for BlockMxfp4 {
+    fn stored(&self) -> Stored<'_> {
+        Stored::Codes(&self.qs)
+    }
+    fn scale_offset(&self) -> (f32, f32) {
+        (e8m0_to_f32_half(self.e), 0.0)
+    }
+}
+
+impl WholeBlock for BlockQ8_0 {
+    fn stored(&self) -> Stored<'_> {
+        Stored::Bytes(&self.qs)
+    }
+    fn scale_offset(&self) -> (f32, f32) {
+        (f16_le(self.d), 0.0)
+    }
+}
+
 /// The parts of block `b` (of 32 values) of a row of `dtype` stored in `row`.
 /// `dtype` must have a [`Format`](super::layout::Format) and `row` hold whole blocks.
 pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
@@ -90,17 +158,16 @@ pub(super) fn parts(dtype: DType, row: &[u8], b: usize, integers: Integers) -> B
         (scale, offset, Some(s))
     };
     let (scale, offset, small) = match dtype {
-        DType::Q4_0 => {
-            let k = &blocks_of::<BlockQ4_0>(row).expect("whole blocks")[b];
-            nibbles(&k.qs, &mut w);
-            let d = f16_le(k.d);
-            plain([d, d], [-8.0 * d; 2])
-        }
-        DType::Q4_1 => {
-            let k = &blocks_of::<BlockQ4_1>(row).expect("whole blocks")[b];
-            nibbles(&k.qs, &mut w);
-            let d = f16_le(k.d);
-            plain([d, d], [f16_le(k.m); 2])
+        DType::Q4_0 | DType::Q4_1 => {
+            let (qs, (d, m)) = if dtype == DType::Q4_0 {
+                let k = &blocks_of::<BlockQ4_0>(row).expect("whole blocks")[b];
+                (&k.qs, k.scale_offset())
+            } else {
+                let k = &blocks_of::<BlockQ4_1>(row).expect("whole blocks")[b];
+                (&k.qs, k.scale_offset())
+            };
+            nibbles(qs, &mut w);
+            plain([d, d], [m; 2])
         }
         DType::Q5_0 | DType::Q5_1 => {
             let (qs, qh, d, m) = if dtype == DType::Q5_0 {
@@ -121,8 +188,8 @@ pub(super) fn parts(dtype: DType, row: &[u8], b: usize, integers: Integers) -> B
         DType::Q8_0 => {
             let k = &blocks_of::<BlockQ8_0>(row).expect("whole blocks")[b];
             w = k.qs;
-            let d = f16_le(k.d);
-            plain([d, d], [0.0; 2])
+            let (d, m) = k.scale_offset();
+            plain([d, d], [m; 2])
         }
         DType::Q4_K | DType::Q5_K => {
             let (d, dmin, scales, qs, qh) = if dtype == DType::Q4_K {
@@ -209,14 +276,14 @@ pub(super) fn parts(dtype: DType, row: &[u8], b: usize, integers: Integers) -> B
         DType::IQ4_NL => {
             let k = &blocks_of::<BlockIq4Nl>(row).expect("whole blocks")[b];
             w = grid(integers, &k.qs, || iq4_nl_group(k));
-            let d = f16_le(k.d);
-            plain([d, d], [0.0; 2])
+            let (d, m) = k.scale_offset();
+            plain([d, d], [m; 2])
         }
         DType::MXFP4 => {
             let k = &blocks_of::<BlockMxfp4>(row).expect("whole blocks")[b];
             w = grid(integers, &k.qs, || mxfp4_group(k));
-            let d = e8m0_to_f32_half(k.e);
-            plain([d, d], [0.0; 2])
+            let (d, m) = k.scale_offset();
+            plain([d, d], [m; 2])
         }
         DType::IQ4_XS => {
             let k = &blocks_of::<BlockIq4Xs>(row).expect("whole blocks")[sub];

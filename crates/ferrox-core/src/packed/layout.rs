@@ -28,6 +28,7 @@
 //! Rows past the matrix's last (the padding of the last group) are zeros. Each
 //! group starts on a 64-byte boundary.
 
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::blocks::{IQ4_NL_VALUES, MXFP4_VALUES};
@@ -35,7 +36,8 @@ use crate::dtype::DType;
 use crate::ops::matmul::Matrix;
 
 pub use super::block_parts::{BlockParts, SmallScales, block_parts};
-use super::block_parts::{Integers, parts};
+use super::block_parts::{Integers, Stored, WholeBlock, parts};
+use crate::blocks::{BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ8_0, blocks_of};
 
 use super::storage::PackedStorage;
 use super::{BLOCK, GROUP_ROWS};
@@ -428,13 +430,7 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
                 bits[32 * c + 2 * r + 1] = hi(1) | hi(3) << 2 | hi(5) << 4 | hi(7) << 6;
             }
         }
-        Quants::Byte => {
-            // Step p: bytes 32 p + 2 r and 32 p + 2 r + 1.
-            for (p, pair) in w.chunks_exact(2).enumerate() {
-                blk[32 * p + 2 * r] = pair[0] as u8;
-                blk[32 * p + 2 * r + 1] = pair[1] as u8;
-            }
-        }
+        Quants::Byte => put_bytes(blk, r, w),
     }
 }
 
@@ -472,6 +468,19 @@ fn warm(bytes: &[u8]) {
 /// Block by block, each group-block written whole by its 16 rows while it is
 /// in L1 (row by row, a row's blocks were spread over the whole group).
 fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
+    match m.dtype {
+        DType::Q4_0 => pack_group_whole::<BlockQ4_0>(m, format, g, out),
+        DType::Q4_1 => pack_group_whole::<BlockQ4_1>(m, format, g, out),
+        DType::IQ4_NL => pack_group_whole::<BlockIq4Nl>(m, format, g, out),
+        DType::MXFP4 => pack_group_whole::<BlockMxfp4>(m, format, g, out),
+        DType::Q8_0 => pack_group_whole::<BlockQ8_0>(m, format, g, out),
+        _ => pack_group_values(m, format, g, out),
+    }
+}
+
+/// [`pack_group`] for every type: each block taken apart into its integers,
+/// scales and offsets ([`parts`]) and put together in the packed layout.
+fn pack_group_values(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
     let nb = m.cols / BLOCK;
     let (bb, size) = (format.block_bytes(), format.scale_size());
     let first = g * GROUP_ROWS;
@@ -527,10 +536,136 @@ fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool 
     exact
 }
 
+/// [`pack_group`] for the types whose packed integers are the file's bytes
+/// ([`WholeBlock`]): each row's codes or bytes move to its byte pairs of the
+/// group-block as they are, and a group-block's scales are converted together
+/// (a gpt-oss load spent most of its packing taking MXFP4 and Q8_0 blocks
+/// apart into values and putting them back, a scale at a time).
+fn pack_group_whole<B: WholeBlock>(
+    m: &Matrix<'_>,
+    format: Format,
+    g: usize,
+    out: &mut [u8],
+) -> bool {
+    let bb = format.block_bytes();
+    let first = g * GROUP_ROWS;
+    let n = GROUP_ROWS.min(m.rows - first); // padding rows stay zero
+    let rows: [&[B]; GROUP_ROWS] = std::array::from_fn(|r| {
+        if r < n {
+            let row = m.row(first + r);
+            warm(row);
+            blocks_of::<B>(row).expect("whole blocks")
+        } else {
+            &[]
+        }
+    });
+    let mut exact = true;
+    let (mut scales, mut offsets) = ([0.0; GROUP_ROWS], [0.0; GROUP_ROWS]);
+    for b in 0..m.cols / BLOCK {
+        let blk = &mut out[format.block_at(b)..][..bb];
+        for (r, row) in rows[..n].iter().enumerate() {
+            let k = &row[b];
+            match k.stored() {
+                Stored::Codes(qs) => put_codes(blk, r, qs),
+                Stored::Bytes(qs) => put_bytes(blk, r, qs),
+            }
+            (scales[r], offsets[r]) = k.scale_offset();
+        }
+        exact &= put_scales(format, &mut blk[format.scales_at()..], &scales[..n]);
+        if format.offset {
+            exact &= put_scales(format, &mut blk[format.offsets_at()..], &offsets[..n]);
+        }
+    }
+    exact
+}
+
+/// Stores the scales (or offsets) `v` of a group-block's first rows at the
+/// start of `out`, f32 or halves (converted together); false when a half is
+/// not its value exactly. Not for [`Scales::Small`].
+fn put_scales(format: Format, out: &mut [u8], v: &[f32]) -> bool {
+    match format.scales {
+        Scales::F32 => {
+            for (to, v) in out.chunks_exact_mut(4).zip(v) {
+                to.copy_from_slice(&v.to_le_bytes());
+            }
+            true
+        }
+        Scales::Half => {
+            let mut h = [half::f16::ZERO; GROUP_ROWS];
+            let mut back = [0.0f32; GROUP_ROWS];
+            let (h, back) = (&mut h[..v.len()], &mut back[..v.len()]);
+            h.convert_from_f32_slice(v);
+            h.convert_to_f32_slice(back);
+            for (to, h) in out.chunks_exact_mut(2).zip(h.iter()) {
+                to.copy_from_slice(&h.to_bits().to_le_bytes());
+            }
+            back == v
+        }
+        Scales::Small => unreachable!("small scales are stored as multipliers"),
+    }
+}
+
+/// Stores row `r`'s 32 signed bytes `w` in a [`Quants::Byte`] group-block:
+/// step `p` at bytes `32 p + 2 r` and `32 p + 2 r + 1`.
+#[inline(always)]
+fn put_bytes(blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
+    assert!(
+        r < GROUP_ROWS && blk.len() >= STEPS * 32,
+        "a group-block's byte lines"
+    );
+    for (p, pair) in w.chunks_exact(2).enumerate() {
+        blk[32 * p + 2 * r] = pair[0] as u8;
+        blk[32 * p + 2 * r + 1] = pair[1] as u8;
+    }
+}
+
+/// [`put_nibbles`] of the values whose codes are `qs` in the file's order:
+/// lines 0..4 take the low nibbles of four bytes, lines 4..8 the high.
+#[inline(always)]
+fn put_codes(blk: &mut [u8], r: usize, qs: &[u8; 16]) {
+    assert!(
+        r < GROUP_ROWS && blk.len() >= 8 * 32,
+        "a group-block's nibble lines"
+    );
+    for (c, four) in qs.chunks_exact(4).enumerate() {
+        let q = u32::from_le_bytes(four.try_into().expect("4 bytes"));
+        let low = (q & 0x0F0F) | ((q >> 12) & 0xF0F0);
+        let high = ((q >> 4) & 0x0F0F) | ((q >> 16) & 0xF0F0);
+        blk[32 * c + 2 * r..][..2].copy_from_slice(&(low as u16).to_le_bytes());
+        blk[32 * (c + 4) + 2 * r..][..2].copy_from_slice(&(high as u16).to_le_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::test_rows::random_row;
+
+    #[test]
+    fn whole_block_types_pack_the_bytes_of_the_value_by_value_path() {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::IQ4_NL,
+            DType::MXFP4,
+            DType::Q8_0,
+        ] {
+            let (rows, cols) = (GROUP_ROWS + 5, 96);
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|r| random_row(dtype, cols / BLOCK, 11 + r as u64))
+                .collect();
+            let m = Matrix::new(dtype, rows, cols, &bytes).unwrap();
+            let format = Format::for_dtype(dtype).unwrap();
+            let len = 64 * format.group_bytes(cols / BLOCK).div_ceil(64);
+            for g in 0..2 {
+                let (mut fast, mut slow) = (vec![0u8; len], vec![0u8; len]);
+                let fast_exact = pack_group(&m, format, g, &mut fast);
+                let slow_exact = pack_group_values(&m, format, g, &mut slow);
+                assert_eq!(fast_exact, slow_exact, "{dtype}");
+                assert!(fast == slow, "{dtype}: group {g} packs other bytes");
+            }
+        }
+    }
 
     #[test]
     fn scales_a_half_cannot_hold_fall_back_to_f32() {
