@@ -32,6 +32,7 @@ pub mod layout;
 pub mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+mod repack;
 mod storage;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
