@@ -5,7 +5,7 @@
 //! and offsets ([`parts`]) and puts them together again; it serves every type.
 //! The types a model's bytes are mostly in have their own path, which moves
 //! the file's bytes as they lie: [`WholeBlock`]s (Q4_0, Q4_1, IQ4_NL, MXFP4,
-//! Q8_0), Q4_K and Q6_K. Each gives the bytes of the value-by-value path
+//! Q8_0), Q4_K, Q5_K and Q6_K. Each gives the bytes of the value-by-value path
 //! (tested).
 
 use half::slice::HalfFloatSliceExt;
@@ -14,8 +14,8 @@ use super::block_parts::{Integers, Stored, WholeBlock, parts};
 use super::layout::{Format, Quants, STEPS, SUPER_BLOCK, Scales, SmallScales};
 use super::{BLOCK, GROUP_ROWS};
 use crate::blocks::{
-    BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, ByteBlock,
-    blocks_of,
+    BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0,
+    ByteBlock, blocks_of,
 };
 use crate::dtype::DType;
 use crate::kernels::reference::kquants::scale_min_k4;
@@ -53,12 +53,7 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
         Quants::Nibble | Quants::Grid(_) => put_nibbles(blk, r, &w.map(|v| v as u8)),
         Quants::Nibble5 => {
             put_nibbles(blk, r, &w.map(|v| v as u8));
-            // Step p's fifth bits: bit `lane` of a 32-bit word.
-            let bits = &mut blk[format.bits_at()..][..4 * STEPS];
-            for (i, &v) in w.iter().enumerate() {
-                let (step, lane) = (i / 2, 2 * r + i % 2);
-                bits[4 * step + lane / 8] |= (((v as u8) >> 4) & 1) << (lane % 8);
-            }
+            put_fifth_bits(format, blk, r, |i| (w[i] as u8) >> 4);
         }
         Quants::Nibble6 => {
             let u = w.map(|v| (v + 32) as u8);
@@ -117,7 +112,12 @@ pub(super) fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8
         DType::IQ4_NL => pack_group_whole::<BlockIq4Nl>(m, format, g, out),
         DType::MXFP4 => pack_group_whole::<BlockMxfp4>(m, format, g, out),
         DType::Q8_0 => pack_group_whole::<BlockQ8_0>(m, format, g, out),
-        DType::Q4_K if format.scales == Scales::Small => pack_group_q4k(m, format, g, out),
+        DType::Q4_K if format.scales == Scales::Small => {
+            pack_group_kquant::<BlockQ4K>(m, format, g, out)
+        }
+        DType::Q5_K if format.scales == Scales::Small => {
+            pack_group_kquant::<BlockQ5K>(m, format, g, out)
+        }
         DType::Q6_K if format.scales == Scales::Small => pack_group_q6k(m, format, g, out),
         _ => pack_group_values(m, format, g, out),
     }
@@ -240,16 +240,64 @@ fn put_scales(format: Format, out: &mut [u8], v: &[f32]) -> bool {
     }
 }
 
-/// [`pack_group`] for Q4_K in its own layout ([`Scales::Small`]): a row's
-/// super-block gives its bases as the file's halves (`d`, and `dmin` with its
-/// sign bit flipped), its 6-bit multipliers, and its codes moved as bytes
-/// (a Qwen3-30B-A3B-shape load spent half its time taking each 32-value
-/// block apart with the value-by-value path). False when a base is NaN (as
-/// [`put_half`] says of it).
-fn pack_group_q4k(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
+/// Stores row `r`'s fifth bits in a [`Quants::Nibble5`] group-block: bit 0
+/// of `fifth(i)` for value `i`, at bit `lane = 2 r + i % 2` of step `i / 2`'s
+/// little-endian u32 (whose other rows' bits it keeps).
+#[inline(always)]
+fn put_fifth_bits(format: Format, blk: &mut [u8], r: usize, fifth: impl Fn(usize) -> u8) {
+    let bits = &mut blk[format.bits_at()..][..4 * STEPS];
+    for i in 0..BLOCK {
+        let (step, lane) = (i / 2, 2 * r + i % 2);
+        bits[4 * step + lane / 8] |= (fifth(i) & 1) << (lane % 8);
+    }
+}
+
+/// A Q4_K or Q5_K super-block: bases `d`, `dmin`, 6-bit multipliers, nibbles,
+/// and Q5_K's fifth bits.
+trait KQuant: ByteBlock {
+    fn d(&self) -> [u8; 2];
+    fn dmin(&self) -> [u8; 2];
+    fn scales(&self) -> &[u8; 12];
+    fn qs(&self) -> &[u8; 128];
+    /// Bit `j` of byte `i`: the fifth bit of value `i` of block `j`.
+    fn qh(&self) -> Option<&[u8; 32]>;
+}
+
+macro_rules! k_quant {
+    ($t:ty, |$k:ident| $qh:expr) => {
+        impl KQuant for $t {
+            fn d(&self) -> [u8; 2] {
+                self.d
+            }
+            fn dmin(&self) -> [u8; 2] {
+                self.dmin
+            }
+            fn scales(&self) -> &[u8; 12] {
+                &self.scales
+            }
+            fn qs(&self) -> &[u8; 128] {
+                &self.qs
+            }
+            fn qh(&self) -> Option<&[u8; 32]> {
+                let $k = self;
+                $qh
+            }
+        }
+    };
+}
+k_quant!(BlockQ4K, |_k| None);
+k_quant!(BlockQ5K, |k| Some(&k.qh));
+
+/// [`pack_group`] for Q4_K and Q5_K in their own layout ([`Scales::Small`]):
+/// a row's super-block gives its bases as the file's halves (`d`, and `dmin`
+/// with its sign bit flipped), its 6-bit multipliers, its codes moved as bytes
+/// and Q5_K's fifth bits (a Qwen3-30B-A3B-shape load spent half its time
+/// taking each 32-value block apart with the value-by-value path). False when
+/// a base is NaN (as [`put_half`] says of it).
+fn pack_group_kquant<B: KQuant>(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
     let bb = format.block_bytes();
     let per = SUPER_BLOCK / BLOCK;
-    let (rows, n) = group_blocks::<BlockQ4K>(m, g);
+    let (rows, n) = group_blocks::<B>(m, g);
     let mut exact = true;
     for sb in 0..m.cols / SUPER_BLOCK {
         let bases = format.bases_at(per * sb);
@@ -257,18 +305,21 @@ fn pack_group_q4k(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> b
             std::array::from_fn(|j| format.block_at(per * sb + j));
         for (r, row) in rows[..n].iter().enumerate() {
             let k = &row[sb];
-            let dmin = u16::from_le_bytes(k.dmin) ^ 0x8000;
-            exact &= !is_nan_half(u16::from_le_bytes(k.d)) && !is_nan_half(dmin);
-            out[bases + 2 * r..][..2].copy_from_slice(&k.d);
+            let dmin = u16::from_le_bytes(k.dmin()) ^ 0x8000;
+            exact &= !is_nan_half(u16::from_le_bytes(k.d())) && !is_nan_half(dmin);
+            out[bases + 2 * r..][..2].copy_from_slice(&k.d());
             out[bases + 2 * (GROUP_ROWS + r)..][..2].copy_from_slice(&dmin.to_le_bytes());
             for (j, &at) in blocks.iter().enumerate() {
                 let blk = &mut out[at..][..bb];
-                let qs: &[u8; 32] = k.qs[32 * (j / 2)..][..32].try_into().expect("32 bytes");
+                let qs: &[u8; 32] = k.qs()[32 * (j / 2)..][..32].try_into().expect("32 bytes");
                 for (c, four) in qs.chunks_exact(4).enumerate() {
                     let q = u32::from_le_bytes(four.try_into().expect("4 bytes"));
                     put_pair(blk, c, r, nibble_pair(q, j % 2 == 1));
                 }
-                let (sc, min) = scale_min_k4(j, &k.scales);
+                if let Some(qh) = k.qh() {
+                    put_fifth_bits(format, blk, r, |i| qh[i] >> j);
+                }
+                let (sc, min) = scale_min_k4(j, k.scales());
                 blk[format.scales_at() + r] = sc;
                 blk[format.offsets_at() + r] = min;
             }
@@ -400,6 +451,7 @@ mod tests {
             DType::MXFP4,
             DType::Q8_0,
             DType::Q4_K,
+            DType::Q5_K,
             DType::Q6_K,
         ] {
             let (rows, cols) = (GROUP_ROWS + 5, 512);
