@@ -50,14 +50,14 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
     match format.quants {
         // A grid type's integers are the file's codes (`Integers::Codes`): the
         // grid's indices.
-        Quants::Nibble | Quants::Grid(_) => put_nibbles(blk, r, &w.map(|v| v as u8)),
+        Quants::Nibble | Quants::Grid(_) => put_nibble_lines(blk, r, &w.map(|v| v as u8), false),
         Quants::Nibble5 => {
-            put_nibbles(blk, r, &w.map(|v| v as u8));
+            put_nibble_lines(blk, r, &w.map(|v| v as u8), false);
             put_fifth_bits(format, blk, r, |i| (w[i] as u8) >> 4);
         }
         Quants::Nibble6 => {
             let u = w.map(|v| (v + 32) as u8);
-            put_nibbles(blk, r, &u);
+            put_nibble_lines(blk, r, &u, false);
             // Step p's two high bits: bits 2 (p % 4) of byte `lane` of line p / 4,
             // lanes 2 r (even values) and 2 r + 1 (odd values) this row's alone.
             // Constant shifts, one store a byte (a shift by the step ran scalar
@@ -70,23 +70,6 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
             }
         }
         Quants::Byte => put_bytes(blk, r, w),
-    }
-}
-
-/// The low nibbles of a row's 32 values: line `c` holds values `4c`, `4c + 1`
-/// (low nibbles) and `4c + 2`, `4c + 3` (high nibbles) of row `r` in bytes
-/// `2r`, `2r + 1` (steps `2c`, `2c + 1`).
-#[inline(always)]
-fn put_nibbles(blk: &mut [u8], r: usize, u: &[u8; BLOCK]) {
-    assert!(
-        r < GROUP_ROWS && blk.len() >= 8 * 32,
-        "a group-block's nibble lines"
-    );
-    for (c, four) in u.chunks_exact(4).enumerate() {
-        // Both bytes at once: the low nibbles of values 4c, 4c + 1, and those of
-        // the next two above them.
-        let q = u32::from_le_bytes(four.try_into().expect("4 values"));
-        put_pair(blk, c, r, nibble_pair(q, false));
     }
 }
 
@@ -296,13 +279,10 @@ k_quant!(BlockQ5K, |k| Some(&k.qh));
 /// a base is NaN (as [`put_half`] says of it).
 fn pack_group_kquant<B: KQuant>(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
     let bb = format.block_bytes();
-    let per = SUPER_BLOCK / BLOCK;
     let (rows, n) = group_blocks::<B>(m, g);
     let mut exact = true;
     for sb in 0..m.cols / SUPER_BLOCK {
-        let bases = format.bases_at(per * sb);
-        let blocks: [usize; SUPER_BLOCK / BLOCK] =
-            std::array::from_fn(|j| format.block_at(per * sb + j));
+        let (bases, blocks) = super_block_at(format, sb);
         for (r, row) in rows[..n].iter().enumerate() {
             let k = &row[sb];
             let dmin = u16::from_le_bytes(k.dmin()) ^ 0x8000;
@@ -311,11 +291,7 @@ fn pack_group_kquant<B: KQuant>(m: &Matrix<'_>, format: Format, g: usize, out: &
             out[bases + 2 * (GROUP_ROWS + r)..][..2].copy_from_slice(&dmin.to_le_bytes());
             for (j, &at) in blocks.iter().enumerate() {
                 let blk = &mut out[at..][..bb];
-                let qs: &[u8; 32] = k.qs()[32 * (j / 2)..][..32].try_into().expect("32 bytes");
-                for (c, four) in qs.chunks_exact(4).enumerate() {
-                    let q = u32::from_le_bytes(four.try_into().expect("4 bytes"));
-                    put_pair(blk, c, r, nibble_pair(q, j % 2 == 1));
-                }
+                put_nibble_lines(blk, r, &k.qs()[32 * (j / 2)..][..32], j % 2 == 1);
                 if let Some(qh) = k.qh() {
                     put_fifth_bits(format, blk, r, |i| qh[i] >> j);
                 }
@@ -334,13 +310,10 @@ fn pack_group_kquant<B: KQuant>(m: &Matrix<'_>, format: Format, g: usize, out: &
 /// regathered eight values at a time. False when a base is NaN.
 fn pack_group_q6k(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
     let bb = format.block_bytes();
-    let per = SUPER_BLOCK / BLOCK;
     let (rows, n) = group_blocks::<BlockQ6K>(m, g);
     let mut exact = true;
     for sb in 0..m.cols / SUPER_BLOCK {
-        let bases = format.bases_at(per * sb);
-        let blocks: [usize; SUPER_BLOCK / BLOCK] =
-            std::array::from_fn(|j| format.block_at(per * sb + j));
+        let (bases, blocks) = super_block_at(format, sb);
         for (r, row) in rows[..n].iter().enumerate() {
             let k = &row[sb];
             exact &= !is_nan_half(u16::from_le_bytes(k.d));
@@ -350,13 +323,7 @@ fn pack_group_q6k(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> b
                 // high bits at shift 2 q of qh[32 h ..] (h = j / 4, q = j % 4).
                 let (h, q) = (j / 4, j % 4);
                 let blk = &mut out[at..][..bb];
-                let ql: &[u8; 32] = k.ql[64 * h + 32 * (q % 2)..][..32]
-                    .try_into()
-                    .expect("32 bytes");
-                for (c, four) in ql.chunks_exact(4).enumerate() {
-                    let v = u32::from_le_bytes(four.try_into().expect("4 bytes"));
-                    put_pair(blk, c, r, nibble_pair(v, q >= 2));
-                }
+                put_nibble_lines(blk, r, &k.ql[64 * h + 32 * (q % 2)..][..32], q >= 2);
                 let bits = &mut blk[format.bits_at()..][..8 * STEPS];
                 for (c, eight) in k.qh[32 * h..][..32].chunks_exact(8).enumerate() {
                     let hi = |i: usize| (eight[i] >> (2 * q)) & 3;
@@ -386,6 +353,29 @@ fn group_blocks<'a, B: ByteBlock>(m: &Matrix<'a>, g: usize) -> ([&'a [B]; GROUP_
         }
     });
     (rows, n)
+}
+
+/// Where, in a group, super-block `sb`'s bases and its blocks start.
+fn super_block_at(format: Format, sb: usize) -> (usize, [usize; SUPER_BLOCK / BLOCK]) {
+    let per = SUPER_BLOCK / BLOCK;
+    let blocks = std::array::from_fn(|j| format.block_at(per * sb + j));
+    (format.bases_at(per * sb), blocks)
+}
+
+/// Row `r`'s eight nibble lines of a group-block from the 32 bytes whose low
+/// (`high`: high) nibbles are the block's 32 values: line `c` holds values
+/// `4c`, `4c + 1` (low nibbles) and `4c + 2`, `4c + 3` (high nibbles) of row
+/// `r` in bytes `2r`, `2r + 1` (steps `2c`, `2c + 1`).
+#[inline(always)]
+fn put_nibble_lines(blk: &mut [u8], r: usize, bytes: &[u8], high: bool) {
+    assert!(
+        bytes.len() == BLOCK && r < GROUP_ROWS && blk.len() >= 8 * 32,
+        "a block's bytes and a group-block's nibble lines"
+    );
+    for (c, four) in bytes.chunks_exact(4).enumerate() {
+        let q = u32::from_le_bytes(four.try_into().expect("4 bytes"));
+        put_pair(blk, c, r, nibble_pair(q, high));
+    }
 }
 
 /// Whether the half with bits `h` is NaN.
@@ -422,7 +412,7 @@ fn put_bytes(blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
     }
 }
 
-/// [`put_nibbles`] of the values whose codes are `qs` in the file's order:
+/// [`put_nibble_lines`] of the values whose codes are `qs` in the file's order:
 /// lines 0..4 take the low nibbles of four bytes, lines 4..8 the high.
 #[inline(always)]
 fn put_codes(blk: &mut [u8], r: usize, qs: &[u8; 16]) {
