@@ -5,7 +5,7 @@
 //! and offsets ([`parts`]) and puts them together again; it serves every type.
 //! The types a model's bytes are mostly in have their own path, which moves
 //! the file's bytes as they lie: [`WholeBlock`]s (Q4_0, Q4_1, IQ4_NL, MXFP4,
-//! Q8_0), Q4_K, Q5_K and Q6_K. Each gives the bytes of the value-by-value path
+//! Q8_0), Q4_K, Q5_K, Q6_K and IQ4_XS. Each gives the bytes of the value-by-value path
 //! (tested).
 
 use half::slice::HalfFloatSliceExt;
@@ -14,10 +14,11 @@ use super::block_parts::{Integers, Stored, WholeBlock, parts};
 use super::layout::{Format, Quants, STEPS, SUPER_BLOCK, Scales, SmallScales};
 use super::{BLOCK, GROUP_ROWS};
 use crate::blocks::{
-    BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0,
-    ByteBlock, blocks_of,
+    BlockIq4Nl, BlockIq4Xs, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K,
+    BlockQ8_0, ByteBlock, blocks_of,
 };
 use crate::dtype::DType;
+use crate::kernels::reference::iquants::iq4_xs_scale;
 use crate::kernels::reference::kquants::scale_min_k4;
 use crate::ops::matmul::Matrix;
 
@@ -102,6 +103,7 @@ pub(super) fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8
             pack_group_kquant::<BlockQ5K>(m, format, g, out)
         }
         DType::Q6_K if format.scales == Scales::Small => pack_group_q6k(m, format, g, out),
+        DType::IQ4_XS if format.scales == Scales::Small => pack_group_iq4xs(m, format, g, out),
         _ => pack_group_values(m, format, g, out),
     }
 }
@@ -355,6 +357,30 @@ fn group_blocks<'a, B: ByteBlock>(m: &Matrix<'a>, g: usize) -> ([&'a [B]; GROUP_
     (rows, n)
 }
 
+/// [`pack_group`] for IQ4_XS in its own layout ([`Scales::Small`]): a row's
+/// super-block gives its base as the file's half `d`, its eight 6-bit scales
+/// less 32 as multipliers, and its codes (in the file's order, as IQ4_NL's)
+/// moved as bytes. False when a base is NaN.
+fn pack_group_iq4xs(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
+    let bb = format.block_bytes();
+    let (rows, n) = group_blocks::<BlockIq4Xs>(m, g);
+    let mut exact = true;
+    for sb in 0..m.cols / SUPER_BLOCK {
+        let (bases, blocks) = super_block_at(format, sb);
+        for (r, row) in rows[..n].iter().enumerate() {
+            let k = &row[sb];
+            exact &= !is_nan_half(u16::from_le_bytes(k.d));
+            out[bases + 2 * r..][..2].copy_from_slice(&k.d);
+            for (j, &at) in blocks.iter().enumerate() {
+                let blk = &mut out[at..][..bb];
+                put_codes(blk, r, k.qs[16 * j..][..16].try_into().expect("16 bytes"));
+                blk[format.scales_at() + r] = iq4_xs_scale(k, j) as i8 as u8;
+            }
+        }
+    }
+    exact
+}
+
 /// Where, in a group, super-block `sb`'s bases and its blocks start.
 fn super_block_at(format: Format, sb: usize) -> (usize, [usize; SUPER_BLOCK / BLOCK]) {
     let per = SUPER_BLOCK / BLOCK;
@@ -443,6 +469,7 @@ mod tests {
             DType::Q4_K,
             DType::Q5_K,
             DType::Q6_K,
+            DType::IQ4_XS,
         ] {
             let (rows, cols) = (GROUP_ROWS + 5, 512);
             let bytes: Vec<u8> = (0..rows)
