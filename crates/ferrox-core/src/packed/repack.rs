@@ -5,7 +5,7 @@
 //! and offsets ([`parts`]) and puts them together again; it serves every type.
 //! The types a model's bytes are mostly in have their own path, which moves
 //! the file's bytes as they lie: [`WholeBlock`]s (Q4_0, Q4_1, IQ4_NL, MXFP4,
-//! Q8_0), Q4_K, Q5_K, Q6_K and IQ4_XS. Each gives the bytes of the value-by-value path
+//! Q8_0), the K-quants and IQ4_XS. Each gives the bytes of the value-by-value path
 //! (tested).
 
 use half::slice::HalfFloatSliceExt;
@@ -14,12 +14,12 @@ use super::block_parts::{Integers, Stored, WholeBlock, parts};
 use super::layout::{Format, Quants, STEPS, SUPER_BLOCK, Scales, SmallScales};
 use super::{BLOCK, GROUP_ROWS};
 use crate::blocks::{
-    BlockIq4Nl, BlockIq4Xs, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K,
-    BlockQ8_0, ByteBlock, blocks_of,
+    BlockIq4Nl, BlockIq4Xs, BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K,
+    BlockQ5K, BlockQ6K, BlockQ8_0, ByteBlock, blocks_of,
 };
 use crate::dtype::DType;
 use crate::kernels::reference::iquants::iq4_xs_scale;
-use crate::kernels::reference::kquants::scale_min_k4;
+use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
 use crate::ops::matmul::Matrix;
 
 /// Stores `v` at `at` in the format's scale width (for [`Scales::Small`], its
@@ -104,6 +104,12 @@ pub(super) fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8
         }
         DType::Q6_K if format.scales == Scales::Small => pack_group_q6k(m, format, g, out),
         DType::IQ4_XS if format.scales == Scales::Small => pack_group_iq4xs(m, format, g, out),
+        DType::Q3_K if format.scales == Scales::Small => {
+            pack_group_low_bits::<BlockQ3K>(m, format, g, out)
+        }
+        DType::Q2_K if format.scales == Scales::Small => {
+            pack_group_low_bits::<BlockQ2K>(m, format, g, out)
+        }
         _ => pack_group_values(m, format, g, out),
     }
 }
@@ -381,6 +387,106 @@ fn pack_group_iq4xs(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) ->
     exact
 }
 
+/// [`pack_group`] for Q3_K and Q2_K in their own layouts ([`Scales::Small`],
+/// split): a row's super-block gives its bases as the file's halves (Q2_K's
+/// `dmin` with its sign bit flipped), its sixteen multipliers (decoded once a
+/// super-block, where the value-by-value path decoded all sixteen for each
+/// block), and each block's 32 two-bit values (Q3_K's less 4 where its high
+/// bit is clear) as bytes or nibbles. False when a base is NaN.
+fn pack_group_low_bits<B: LowBits>(
+    m: &Matrix<'_>,
+    format: Format,
+    g: usize,
+    out: &mut [u8],
+) -> bool {
+    let bb = format.block_bytes();
+    let (rows, n) = group_blocks::<B>(m, g);
+    let mut exact = true;
+    for sb in 0..m.cols / SUPER_BLOCK {
+        let (bases, blocks) = super_block_at(format, sb);
+        for (r, row) in rows[..n].iter().enumerate() {
+            let k = &row[sb];
+            exact &= !is_nan_half(u16::from_le_bytes(k.d()));
+            out[bases + 2 * r..][..2].copy_from_slice(&k.d());
+            if let Some(dmin) = k.dmin() {
+                let dmin = u16::from_le_bytes(dmin) ^ 0x8000;
+                exact &= !is_nan_half(dmin);
+                out[bases + 2 * (GROUP_ROWS + r)..][..2].copy_from_slice(&dmin.to_le_bytes());
+            }
+            let (scales, offsets) = k.multipliers();
+            for (j, &at) in blocks.iter().enumerate() {
+                let blk = &mut out[at..][..bb];
+                let w = k.values(j);
+                match format.quants {
+                    Quants::Byte => put_bytes(blk, r, &w),
+                    _ => put_nibble_lines(blk, r, &w.map(|v| v as u8), false),
+                }
+                for h in 0..2 {
+                    blk[format.scales_at() + GROUP_ROWS * h + r] = scales[2 * j + h] as u8;
+                    if format.offset {
+                        blk[format.offsets_at() + GROUP_ROWS * h + r] = offsets[2 * j + h] as u8;
+                    }
+                }
+            }
+        }
+    }
+    exact
+}
+
+/// A Q3_K or Q2_K super-block: 2-bit values under sixteen multipliers.
+trait LowBits: ByteBlock {
+    fn d(&self) -> [u8; 2];
+    /// Q2_K's offset base (negated in the layout); none for Q3_K.
+    fn dmin(&self) -> Option<[u8; 2]>;
+    /// The scale and offset multipliers of the sixteen 16-value halves.
+    fn multipliers(&self) -> ([i8; 16], [i8; 16]);
+    /// The 32 integers of block `j`.
+    fn values(&self, j: usize) -> [i8; BLOCK];
+}
+
+impl LowBits for BlockQ3K {
+    fn d(&self) -> [u8; 2] {
+        self.d
+    }
+    fn dmin(&self) -> Option<[u8; 2]> {
+        None
+    }
+    fn multipliers(&self) -> ([i8; 16], [i8; 16]) {
+        (q3k_scales(&self.scales), [0; 16])
+    }
+    fn values(&self, j: usize) -> [i8; BLOCK] {
+        // Values 32 j ..: 2-bit lows at shift 2 (j % 4) of qs[32 (j / 4) ..],
+        // less 4 where bit 4 (j / 4) + j % 4 of hmask is clear.
+        let (h, p) = (j / 4, j % 4);
+        let mask = 1u8 << (4 * h + p);
+        let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
+        std::array::from_fn(|i| {
+            ((qs[i] >> (2 * p)) & 3) as i8 - if self.hmask[i] & mask != 0 { 0 } else { 4 }
+        })
+    }
+}
+
+impl LowBits for BlockQ2K {
+    fn d(&self) -> [u8; 2] {
+        self.d
+    }
+    fn dmin(&self) -> Option<[u8; 2]> {
+        Some(self.dmin)
+    }
+    fn multipliers(&self) -> ([i8; 16], [i8; 16]) {
+        (
+            self.scales.map(|s| (s & 0x0F) as i8),
+            self.scales.map(|s| (s >> 4) as i8),
+        )
+    }
+    fn values(&self, j: usize) -> [i8; BLOCK] {
+        // Values 32 j ..: 2-bit planes at shift 2 (j % 4) of qs[32 (j / 4) ..].
+        let (h, p) = (j / 4, j % 4);
+        let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
+        std::array::from_fn(|i| ((qs[i] >> (2 * p)) & 3) as i8)
+    }
+}
+
 /// Where, in a group, super-block `sb`'s bases and its blocks start.
 fn super_block_at(format: Format, sb: usize) -> (usize, [usize; SUPER_BLOCK / BLOCK]) {
     let per = SUPER_BLOCK / BLOCK;
@@ -470,6 +576,8 @@ mod tests {
             DType::Q5_K,
             DType::Q6_K,
             DType::IQ4_XS,
+            DType::Q3_K,
+            DType::Q2_K,
         ] {
             let (rows, cols) = (GROUP_ROWS + 5, 512);
             let bytes: Vec<u8> = (0..rows)
