@@ -10,6 +10,9 @@
 
 use half::slice::HalfFloatSliceExt;
 
+mod super_blocks;
+use super_blocks::pack_group_super;
+
 use super::block_parts::{Integers, Stored, WholeBlock, parts};
 use super::layout::{Format, Quants, STEPS, SUPER_BLOCK, Scales, SmallScales};
 use super::{BLOCK, GROUP_ROWS};
@@ -18,8 +21,6 @@ use crate::blocks::{
     BlockQ5K, BlockQ6K, BlockQ8_0, ByteBlock, blocks_of,
 };
 use crate::dtype::DType;
-use crate::kernels::reference::iquants::iq4_xs_scale;
-use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
 use crate::ops::matmul::Matrix;
 
 /// Stores `v` at `at` in the format's scale width (for [`Scales::Small`], its
@@ -54,7 +55,7 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
         Quants::Nibble | Quants::Grid(_) => put_nibble_lines(blk, r, &w.map(|v| v as u8), false),
         Quants::Nibble5 => {
             put_nibble_lines(blk, r, &w.map(|v| v as u8), false);
-            put_fifth_bits(format, blk, r, |i| (w[i] as u8) >> 4);
+            super_blocks::put_fifth_bits(format, blk, r, |i| (w[i] as u8) >> 4);
         }
         Quants::Nibble6 => {
             let u = w.map(|v| (v + 32) as u8);
@@ -90,26 +91,21 @@ fn warm(bytes: &[u8]) {
 /// Block by block, each group-block written whole by its 16 rows while it is
 /// in L1 (row by row, a row's blocks were spread over the whole group).
 pub(super) fn pack_group(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
+    // The super-block types' own layout; with f32 scales (a base a half could
+    // not hold) they take the value-by-value path.
+    let small = format.scales == Scales::Small;
     match m.dtype {
         DType::Q4_0 => pack_group_whole::<BlockQ4_0>(m, format, g, out),
         DType::Q4_1 => pack_group_whole::<BlockQ4_1>(m, format, g, out),
         DType::IQ4_NL => pack_group_whole::<BlockIq4Nl>(m, format, g, out),
         DType::MXFP4 => pack_group_whole::<BlockMxfp4>(m, format, g, out),
         DType::Q8_0 => pack_group_whole::<BlockQ8_0>(m, format, g, out),
-        DType::Q4_K if format.scales == Scales::Small => {
-            pack_group_kquant::<BlockQ4K>(m, format, g, out)
-        }
-        DType::Q5_K if format.scales == Scales::Small => {
-            pack_group_kquant::<BlockQ5K>(m, format, g, out)
-        }
-        DType::Q6_K if format.scales == Scales::Small => pack_group_q6k(m, format, g, out),
-        DType::IQ4_XS if format.scales == Scales::Small => pack_group_iq4xs(m, format, g, out),
-        DType::Q3_K if format.scales == Scales::Small => {
-            pack_group_low_bits::<BlockQ3K>(m, format, g, out)
-        }
-        DType::Q2_K if format.scales == Scales::Small => {
-            pack_group_low_bits::<BlockQ2K>(m, format, g, out)
-        }
+        DType::Q4_K if small => pack_group_super::<BlockQ4K>(m, format, g, out),
+        DType::Q5_K if small => pack_group_super::<BlockQ5K>(m, format, g, out),
+        DType::Q6_K if small => pack_group_super::<BlockQ6K>(m, format, g, out),
+        DType::Q3_K if small => pack_group_super::<BlockQ3K>(m, format, g, out),
+        DType::Q2_K if small => pack_group_super::<BlockQ2K>(m, format, g, out),
+        DType::IQ4_XS if small => pack_group_super::<BlockIq4Xs>(m, format, g, out),
         _ => pack_group_values(m, format, g, out),
     }
 }
@@ -231,121 +227,6 @@ fn put_scales(format: Format, out: &mut [u8], v: &[f32]) -> bool {
     }
 }
 
-/// Stores row `r`'s fifth bits in a [`Quants::Nibble5`] group-block: bit 0
-/// of `fifth(i)` for value `i`, at bit `lane = 2 r + i % 2` of step `i / 2`'s
-/// little-endian u32 (whose other rows' bits it keeps).
-#[inline(always)]
-fn put_fifth_bits(format: Format, blk: &mut [u8], r: usize, fifth: impl Fn(usize) -> u8) {
-    let bits = &mut blk[format.bits_at()..][..4 * STEPS];
-    for i in 0..BLOCK {
-        let (step, lane) = (i / 2, 2 * r + i % 2);
-        bits[4 * step + lane / 8] |= (fifth(i) & 1) << (lane % 8);
-    }
-}
-
-/// A Q4_K or Q5_K super-block: bases `d`, `dmin`, 6-bit multipliers, nibbles,
-/// and Q5_K's fifth bits.
-trait KQuant: ByteBlock {
-    fn d(&self) -> [u8; 2];
-    fn dmin(&self) -> [u8; 2];
-    fn scales(&self) -> &[u8; 12];
-    fn qs(&self) -> &[u8; 128];
-    /// Bit `j` of byte `i`: the fifth bit of value `i` of block `j`.
-    fn qh(&self) -> Option<&[u8; 32]>;
-}
-
-macro_rules! k_quant {
-    ($t:ty, |$k:ident| $qh:expr) => {
-        impl KQuant for $t {
-            fn d(&self) -> [u8; 2] {
-                self.d
-            }
-            fn dmin(&self) -> [u8; 2] {
-                self.dmin
-            }
-            fn scales(&self) -> &[u8; 12] {
-                &self.scales
-            }
-            fn qs(&self) -> &[u8; 128] {
-                &self.qs
-            }
-            fn qh(&self) -> Option<&[u8; 32]> {
-                let $k = self;
-                $qh
-            }
-        }
-    };
-}
-k_quant!(BlockQ4K, |_k| None);
-k_quant!(BlockQ5K, |k| Some(&k.qh));
-
-/// [`pack_group`] for Q4_K and Q5_K in their own layout ([`Scales::Small`]):
-/// a row's super-block gives its bases as the file's halves (`d`, and `dmin`
-/// with its sign bit flipped), its 6-bit multipliers, its codes moved as bytes
-/// and Q5_K's fifth bits (a Qwen3-30B-A3B-shape load spent half its time
-/// taking each 32-value block apart with the value-by-value path). False when
-/// a base is NaN (as [`put_half`] says of it).
-fn pack_group_kquant<B: KQuant>(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
-    let bb = format.block_bytes();
-    let (rows, n) = group_blocks::<B>(m, g);
-    let mut exact = true;
-    for sb in 0..m.cols / SUPER_BLOCK {
-        let (bases, blocks) = super_block_at(format, sb);
-        for (r, row) in rows[..n].iter().enumerate() {
-            let k = &row[sb];
-            let dmin = u16::from_le_bytes(k.dmin()) ^ 0x8000;
-            exact &= !is_nan_half(u16::from_le_bytes(k.d())) && !is_nan_half(dmin);
-            out[bases + 2 * r..][..2].copy_from_slice(&k.d());
-            out[bases + 2 * (GROUP_ROWS + r)..][..2].copy_from_slice(&dmin.to_le_bytes());
-            for (j, &at) in blocks.iter().enumerate() {
-                let blk = &mut out[at..][..bb];
-                put_nibble_lines(blk, r, &k.qs()[32 * (j / 2)..][..32], j % 2 == 1);
-                if let Some(qh) = k.qh() {
-                    put_fifth_bits(format, blk, r, |i| qh[i] >> j);
-                }
-                let (sc, min) = scale_min_k4(j, k.scales());
-                blk[format.scales_at() + r] = sc;
-                blk[format.offsets_at() + r] = min;
-            }
-        }
-    }
-    exact
-}
-
-/// [`pack_group`] for Q6_K in its own layout ([`Scales::Small`], split): a
-/// row's super-block gives its base as the file's half `d`, its signed
-/// multipliers, its low nibbles moved as bytes and its two high bits a value
-/// regathered eight values at a time. False when a base is NaN.
-fn pack_group_q6k(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
-    let bb = format.block_bytes();
-    let (rows, n) = group_blocks::<BlockQ6K>(m, g);
-    let mut exact = true;
-    for sb in 0..m.cols / SUPER_BLOCK {
-        let (bases, blocks) = super_block_at(format, sb);
-        for (r, row) in rows[..n].iter().enumerate() {
-            let k = &row[sb];
-            exact &= !is_nan_half(u16::from_le_bytes(k.d));
-            out[bases + 2 * r..][..2].copy_from_slice(&k.d);
-            for (j, &at) in blocks.iter().enumerate() {
-                // Values 32 j ..: low nibbles at shift 4 (q / 2) of ql[64 h + 32 (q % 2) ..],
-                // high bits at shift 2 q of qh[32 h ..] (h = j / 4, q = j % 4).
-                let (h, q) = (j / 4, j % 4);
-                let blk = &mut out[at..][..bb];
-                put_nibble_lines(blk, r, &k.ql[64 * h + 32 * (q % 2)..][..32], q >= 2);
-                let bits = &mut blk[format.bits_at()..][..8 * STEPS];
-                for (c, eight) in k.qh[32 * h..][..32].chunks_exact(8).enumerate() {
-                    let hi = |i: usize| (eight[i] >> (2 * q)) & 3;
-                    bits[32 * c + 2 * r] = hi(0) | hi(2) << 2 | hi(4) << 4 | hi(6) << 6;
-                    bits[32 * c + 2 * r + 1] = hi(1) | hi(3) << 2 | hi(5) << 4 | hi(7) << 6;
-                }
-                blk[format.scales_at() + r] = k.scales[8 * h + 2 * q] as u8;
-                blk[format.scales_at() + GROUP_ROWS + r] = k.scales[8 * h + 2 * q + 1] as u8;
-            }
-        }
-    }
-    exact
-}
-
 /// The blocks of group `g`'s rows (each read in first, [`warm`]) and how
 /// many rows the group has (the rest of its 16 are padding, left zero).
 fn group_blocks<'a, B: ByteBlock>(m: &Matrix<'a>, g: usize) -> ([&'a [B]; GROUP_ROWS], usize) {
@@ -363,137 +244,6 @@ fn group_blocks<'a, B: ByteBlock>(m: &Matrix<'a>, g: usize) -> ([&'a [B]; GROUP_
     (rows, n)
 }
 
-/// [`pack_group`] for IQ4_XS in its own layout ([`Scales::Small`]): a row's
-/// super-block gives its base as the file's half `d`, its eight 6-bit scales
-/// less 32 as multipliers, and its codes (in the file's order, as IQ4_NL's)
-/// moved as bytes. False when a base is NaN.
-fn pack_group_iq4xs(m: &Matrix<'_>, format: Format, g: usize, out: &mut [u8]) -> bool {
-    let bb = format.block_bytes();
-    let (rows, n) = group_blocks::<BlockIq4Xs>(m, g);
-    let mut exact = true;
-    for sb in 0..m.cols / SUPER_BLOCK {
-        let (bases, blocks) = super_block_at(format, sb);
-        for (r, row) in rows[..n].iter().enumerate() {
-            let k = &row[sb];
-            exact &= !is_nan_half(u16::from_le_bytes(k.d));
-            out[bases + 2 * r..][..2].copy_from_slice(&k.d);
-            for (j, &at) in blocks.iter().enumerate() {
-                let blk = &mut out[at..][..bb];
-                put_codes(blk, r, k.qs[16 * j..][..16].try_into().expect("16 bytes"));
-                blk[format.scales_at() + r] = iq4_xs_scale(k, j) as i8 as u8;
-            }
-        }
-    }
-    exact
-}
-
-/// [`pack_group`] for Q3_K and Q2_K in their own layouts ([`Scales::Small`],
-/// split): a row's super-block gives its bases as the file's halves (Q2_K's
-/// `dmin` with its sign bit flipped), its sixteen multipliers (decoded once a
-/// super-block, where the value-by-value path decoded all sixteen for each
-/// block), and each block's 32 two-bit values (Q3_K's less 4 where its high
-/// bit is clear) as bytes or nibbles. False when a base is NaN.
-fn pack_group_low_bits<B: LowBits>(
-    m: &Matrix<'_>,
-    format: Format,
-    g: usize,
-    out: &mut [u8],
-) -> bool {
-    let bb = format.block_bytes();
-    let (rows, n) = group_blocks::<B>(m, g);
-    let mut exact = true;
-    for sb in 0..m.cols / SUPER_BLOCK {
-        let (bases, blocks) = super_block_at(format, sb);
-        for (r, row) in rows[..n].iter().enumerate() {
-            let k = &row[sb];
-            exact &= !is_nan_half(u16::from_le_bytes(k.d()));
-            out[bases + 2 * r..][..2].copy_from_slice(&k.d());
-            if let Some(dmin) = k.dmin() {
-                let dmin = u16::from_le_bytes(dmin) ^ 0x8000;
-                exact &= !is_nan_half(dmin);
-                out[bases + 2 * (GROUP_ROWS + r)..][..2].copy_from_slice(&dmin.to_le_bytes());
-            }
-            let (scales, offsets) = k.multipliers();
-            for (j, &at) in blocks.iter().enumerate() {
-                let blk = &mut out[at..][..bb];
-                let w = k.values(j);
-                match format.quants {
-                    Quants::Byte => put_bytes(blk, r, &w),
-                    _ => put_nibble_lines(blk, r, &w.map(|v| v as u8), false),
-                }
-                for h in 0..2 {
-                    blk[format.scales_at() + GROUP_ROWS * h + r] = scales[2 * j + h] as u8;
-                    if format.offset {
-                        blk[format.offsets_at() + GROUP_ROWS * h + r] = offsets[2 * j + h] as u8;
-                    }
-                }
-            }
-        }
-    }
-    exact
-}
-
-/// A Q3_K or Q2_K super-block: 2-bit values under sixteen multipliers.
-trait LowBits: ByteBlock {
-    fn d(&self) -> [u8; 2];
-    /// Q2_K's offset base (negated in the layout); none for Q3_K.
-    fn dmin(&self) -> Option<[u8; 2]>;
-    /// The scale and offset multipliers of the sixteen 16-value halves.
-    fn multipliers(&self) -> ([i8; 16], [i8; 16]);
-    /// The 32 integers of block `j`.
-    fn values(&self, j: usize) -> [i8; BLOCK];
-}
-
-impl LowBits for BlockQ3K {
-    fn d(&self) -> [u8; 2] {
-        self.d
-    }
-    fn dmin(&self) -> Option<[u8; 2]> {
-        None
-    }
-    fn multipliers(&self) -> ([i8; 16], [i8; 16]) {
-        (q3k_scales(&self.scales), [0; 16])
-    }
-    fn values(&self, j: usize) -> [i8; BLOCK] {
-        // Values 32 j ..: 2-bit lows at shift 2 (j % 4) of qs[32 (j / 4) ..],
-        // less 4 where bit 4 (j / 4) + j % 4 of hmask is clear.
-        let (h, p) = (j / 4, j % 4);
-        let mask = 1u8 << (4 * h + p);
-        let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
-        std::array::from_fn(|i| {
-            ((qs[i] >> (2 * p)) & 3) as i8 - if self.hmask[i] & mask != 0 { 0 } else { 4 }
-        })
-    }
-}
-
-impl LowBits for BlockQ2K {
-    fn d(&self) -> [u8; 2] {
-        self.d
-    }
-    fn dmin(&self) -> Option<[u8; 2]> {
-        Some(self.dmin)
-    }
-    fn multipliers(&self) -> ([i8; 16], [i8; 16]) {
-        (
-            self.scales.map(|s| (s & 0x0F) as i8),
-            self.scales.map(|s| (s >> 4) as i8),
-        )
-    }
-    fn values(&self, j: usize) -> [i8; BLOCK] {
-        // Values 32 j ..: 2-bit planes at shift 2 (j % 4) of qs[32 (j / 4) ..].
-        let (h, p) = (j / 4, j % 4);
-        let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
-        std::array::from_fn(|i| ((qs[i] >> (2 * p)) & 3) as i8)
-    }
-}
-
-/// Where, in a group, super-block `sb`'s bases and its blocks start.
-fn super_block_at(format: Format, sb: usize) -> (usize, [usize; SUPER_BLOCK / BLOCK]) {
-    let per = SUPER_BLOCK / BLOCK;
-    let blocks = std::array::from_fn(|j| format.block_at(per * sb + j));
-    (format.bases_at(per * sb), blocks)
-}
-
 /// Row `r`'s eight nibble lines of a group-block from the 32 bytes whose low
 /// (`high`: high) nibbles are the block's 32 values: line `c` holds values
 /// `4c`, `4c + 1` (low nibbles) and `4c + 2`, `4c + 3` (high nibbles) of row
@@ -508,11 +258,6 @@ fn put_nibble_lines(blk: &mut [u8], r: usize, bytes: &[u8], high: bool) {
         let q = u32::from_le_bytes(four.try_into().expect("4 bytes"));
         put_pair(blk, c, r, nibble_pair(q, high));
     }
-}
-
-/// Whether the half with bits `h` is NaN.
-fn is_nan_half(h: u16) -> bool {
-    h & 0x7C00 == 0x7C00 && h & 0x03FF != 0
 }
 
 /// The byte pair of a nibble line from four bytes `q` (little-endian) of
