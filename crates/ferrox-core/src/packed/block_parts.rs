@@ -66,7 +66,7 @@ impl SmallScales {
 
 /// A block of 32 values under one scale and offset whose packed integers are
 /// the file's own bytes ([`Stored`]): Q4_0, Q4_1, IQ4_NL, MXFP4 and Q8_0. The
-/// repack moves them as bytes (`layout::pack_group_whole`), never one value at
+/// repack moves them as bytes (`repack::pack_group_whole`), never one value at
 /// a time.
 pub(super) trait WholeBlock: ByteBlock {
     /// The integers as the file stores them.

@@ -55,23 +55,41 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
         Quants::Nibble | Quants::Grid(_) => put_nibble_lines(blk, r, &w.map(|v| v as u8), false),
         Quants::Nibble5 => {
             put_nibble_lines(blk, r, &w.map(|v| v as u8), false);
-            super_blocks::put_fifth_bits(format, blk, r, |i| (w[i] as u8) >> 4);
+            put_fifth_bits(format, blk, r, |i| (w[i] as u8) >> 4);
         }
         Quants::Nibble6 => {
             let u = w.map(|v| (v + 32) as u8);
             put_nibble_lines(blk, r, &u, false);
-            // Step p's two high bits: bits 2 (p % 4) of byte `lane` of line p / 4,
-            // lanes 2 r (even values) and 2 r + 1 (odd values) this row's alone.
-            // Constant shifts, one store a byte (a shift by the step ran scalar
-            // and was the largest part of a Q6_K repack).
-            let bits = &mut blk[format.bits_at()..][..8 * STEPS];
-            for (c, eight) in u.chunks_exact(8).enumerate() {
-                let hi = |k: usize| eight[k] >> 4;
-                bits[32 * c + 2 * r] = hi(0) | hi(2) << 2 | hi(4) << 4 | hi(6) << 6;
-                bits[32 * c + 2 * r + 1] = hi(1) | hi(3) << 2 | hi(5) << 4 | hi(7) << 6;
-            }
+            put_high_bits(format, blk, r, |i| u[i] >> 4);
         }
         Quants::Byte => put_bytes(blk, r, w),
+    }
+}
+
+/// Stores row `r`'s fifth bits in a [`Quants::Nibble5`] group-block: bit 0
+/// of `fifth(i)` for value `i`, at bit `lane = 2 r + i % 2` of step `i / 2`'s
+/// little-endian u32 (whose other rows' bits it keeps).
+#[inline(always)]
+fn put_fifth_bits(format: Format, blk: &mut [u8], r: usize, fifth: impl Fn(usize) -> u8) {
+    let bits = &mut blk[format.bits_at()..][..4 * STEPS];
+    for i in 0..BLOCK {
+        let (step, lane) = (i / 2, 2 * r + i % 2);
+        bits[4 * step + lane / 8] |= (fifth(i) & 1) << (lane % 8);
+    }
+}
+
+/// Stores row `r`'s two high bits a value (`high(i)`, 0..4, for value `i`) in
+/// a [`Quants::Nibble6`] group-block: step `p`'s at bits `2 (p % 4)` of byte
+/// `lane` of line `p / 4`, lanes `2 r` (even values) and `2 r + 1` (odd
+/// values) this row's alone. Constant shifts, one store a byte (a shift by
+/// the step ran scalar and was the largest part of a Q6_K repack).
+#[inline(always)]
+fn put_high_bits(format: Format, blk: &mut [u8], r: usize, high: impl Fn(usize) -> u8) {
+    let bits = &mut blk[format.bits_at()..][..8 * STEPS];
+    for c in 0..BLOCK / 8 {
+        let hi = |k: usize| high(8 * c + k);
+        bits[32 * c + 2 * r] = hi(0) | hi(2) << 2 | hi(4) << 4 | hi(6) << 6;
+        bits[32 * c + 2 * r + 1] = hi(1) | hi(3) << 2 | hi(5) << 4 | hi(7) << 6;
     }
 }
 

@@ -8,12 +8,12 @@
 //!
 //! [`Scales::Small`]: crate::packed::layout::Scales::Small
 
-use super::{group_blocks, put_bytes, put_codes, put_nibble_lines};
+use super::{group_blocks, put_bytes, put_codes, put_fifth_bits, put_high_bits, put_nibble_lines};
 use crate::blocks::{BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, ByteBlock};
 use crate::kernels::reference::iquants::iq4_xs_scale;
 use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
 use crate::ops::matmul::Matrix;
-use crate::packed::layout::{Format, Quants, STEPS, SUPER_BLOCK};
+use crate::packed::layout::{Format, Quants, SUPER_BLOCK};
 use crate::packed::{BLOCK, GROUP_ROWS};
 
 /// Blocks of 32 values per super-block.
@@ -87,23 +87,6 @@ fn put_k4(
     }
 }
 
-/// Stores row `r`'s fifth bits in a [`Quants::Nibble5`] group-block: bit 0
-/// of `fifth(i)` for value `i`, at bit `lane = 2 r + i % 2` of step `i / 2`'s
-/// little-endian u32 (whose other rows' bits it keeps).
-#[inline(always)]
-pub(super) fn put_fifth_bits(
-    format: Format,
-    blk: &mut [u8],
-    r: usize,
-    fifth: impl Fn(usize) -> u8,
-) {
-    let bits = &mut blk[format.bits_at()..][..4 * STEPS];
-    for i in 0..BLOCK {
-        let (step, lane) = (i / 2, 2 * r + i % 2);
-        bits[4 * step + lane / 8] |= (fifth(i) & 1) << (lane % 8);
-    }
-}
-
 impl SuperBlock for BlockQ4K {
     fn bases(&self) -> ([u8; 2], Option<[u8; 2]>) {
         (self.d, Some(self.dmin))
@@ -144,12 +127,8 @@ impl SuperBlock for BlockQ6K {
             let (h, q) = (j / 4, j % 4);
             let blk = &mut out[at..][..format.block_bytes()];
             put_nibble_lines(blk, r, &self.ql[64 * h + 32 * (q % 2)..][..32], q >= 2);
-            let bits = &mut blk[format.bits_at()..][..8 * STEPS];
-            for (c, eight) in self.qh[32 * h..][..32].chunks_exact(8).enumerate() {
-                let hi = |i: usize| (eight[i] >> (2 * q)) & 3;
-                bits[32 * c + 2 * r] = hi(0) | hi(2) << 2 | hi(4) << 4 | hi(6) << 6;
-                bits[32 * c + 2 * r + 1] = hi(1) | hi(3) << 2 | hi(5) << 4 | hi(7) << 6;
-            }
+            let qh = &self.qh[32 * h..][..32];
+            put_high_bits(format, blk, r, |i| (qh[i] >> (2 * q)) & 3);
             blk[format.scales_at() + r] = self.scales[8 * h + 2 * q] as u8;
             blk[format.scales_at() + GROUP_ROWS + r] = self.scales[8 * h + 2 * q + 1] as u8;
         }
