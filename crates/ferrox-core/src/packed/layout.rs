@@ -53,8 +53,8 @@ pub enum Quants {
     Nibble5,
     /// Signed 8-bit values, one step per 32 bytes.
     Byte,
-    /// Indices into a 16-value grid of signed bytes (IQ4_NL's, MXFP4's), stored
-    /// as [`Quants::Nibble`]; the kernels look the values up.
+    /// Indices into a 16-value grid of signed bytes (IQ4_NL's, MXFP4's, Q3_K's),
+    /// stored as [`Quants::Nibble`]; the kernels look the values up.
     Grid(Grid),
     /// Signed 6-bit values `v` stored as `v + 32`: the low 4 bits as
     /// [`Quants::Nibble`], then the two high bits of four steps per 32 bytes
@@ -70,7 +70,14 @@ pub enum Grid {
     Iq4,
     /// MXFP4's E2M1 values, doubled.
     Mxfp4,
+    /// Q3_K's signed 3-bit values `-4..4`, code `v + 4` (half a byte a value
+    /// against the file's three eighths; as signed bytes, Q3_K_M's decode read
+    /// 1.5x llama.cpp's bytes).
+    Q3k,
 }
+
+/// [`Grid::Q3k`]'s values (codes 8..16 are never stored).
+const Q3K_VALUES: [i8; 16] = [-4, -3, -2, -1, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0];
 
 impl Grid {
     /// The 16 values.
@@ -78,6 +85,7 @@ impl Grid {
         match self {
             Grid::Iq4 => &IQ4_NL_VALUES,
             Grid::Mxfp4 => &MXFP4_VALUES,
+            Grid::Q3k => &Q3K_VALUES,
         }
     }
 }
@@ -134,7 +142,7 @@ impl Format {
             DType::IQ4_NL => f(Quants::Grid(Grid::Iq4), false, false, Half),
             DType::MXFP4 => f(Quants::Grid(Grid::Mxfp4), false, false, Half),
             DType::Q6_K => f(Quants::Nibble6, false, true, Small),
-            DType::Q3_K => f(Quants::Byte, false, true, Small),
+            DType::Q3_K => f(Quants::Grid(Grid::Q3k), false, true, Small),
             DType::IQ4_XS => f(Quants::Grid(Grid::Iq4), false, false, Small),
             _ => None,
         }

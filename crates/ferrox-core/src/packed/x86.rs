@@ -85,7 +85,9 @@ macro_rules! by_format {
             (Quants::Byte, false, false, Scales::Half) => $run!(BYTE, false, false, HALF),
             (Quants::Byte, false, false, Scales::F32) => $run!(BYTE, false, false, F32),
             (Quants::Byte, false, false, Scales::Small) => $run!(BYTE, false, false, SMALL),
-            (Quants::Byte, false, true, Scales::Small) => $run!(BYTE, false, true, SMALL),
+            (Quants::Grid(Grid::Q3k), false, true, Scales::Small) => {
+                $run!(Q3K, false, true, SMALL)
+            }
             (Quants::Grid(Grid::Iq4), false, false, Scales::Half) => $run!(IQ4, false, false, HALF),
             (Quants::Grid(Grid::Iq4), false, false, Scales::F32) => $run!(IQ4, false, false, F32),
             (Quants::Grid(Grid::Iq4), false, false, Scales::Small) => {
@@ -109,6 +111,12 @@ const BYTE: u8 = 2;
 const NIBBLE6: u8 = 3;
 const IQ4: u8 = 4;
 const MXFP4: u8 = 5;
+const Q3K: u8 = 6;
+
+/// Whether the integers of format `q` are grid codes ([`Quants::Grid`]).
+const fn is_grid(q: u8) -> bool {
+    matches!(q, IQ4 | MXFP4 | Q3K)
+}
 
 const F32: u8 = 0;
 const HALF: u8 = 1;
@@ -122,6 +130,7 @@ const fn format_of(q: u8, offset: bool, split: bool, s: u8) -> Format {
         NIBBLE6 => Quants::Nibble6,
         IQ4 => Quants::Grid(Grid::Iq4),
         MXFP4 => Quants::Grid(Grid::Mxfp4),
+        Q3K => Quants::Grid(Grid::Q3k),
         _ => Quants::Byte,
     };
     let scales = match s {
@@ -299,7 +308,7 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
             let blk = g.as_ptr().add(format.block_at(b));
             prefetch_ahead(format, blk);
             let mut w = [_mm512_setzero_si512(); 16];
-            if Q == IQ4 || Q == MXFP4 {
+            if is_grid(Q) {
                 let table = grid_table(format);
                 let low8 = _mm256_set1_epi8(0x0F);
                 for c in 0..8 {

@@ -8,12 +8,12 @@
 //!
 //! [`Scales::Small`]: crate::packed::layout::Scales::Small
 
-use super::{group_blocks, put_bytes, put_codes, put_fifth_bits, put_high_bits, put_nibble_lines};
+use super::{group_blocks, put_codes, put_fifth_bits, put_high_bits, put_nibble_lines};
 use crate::blocks::{BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, ByteBlock};
 use crate::kernels::reference::iquants::iq4_xs_scale;
 use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
 use crate::ops::matmul::Matrix;
-use crate::packed::layout::{Format, Quants, SUPER_BLOCK};
+use crate::packed::layout::{Format, SUPER_BLOCK};
 use crate::packed::{BLOCK, GROUP_ROWS};
 
 /// Blocks of 32 values per super-block.
@@ -155,9 +155,9 @@ impl SuperBlock for BlockIq4Xs {
     }
 }
 
-/// Q3_K's and Q2_K's blocks: each block's 32 two-bit values (Q3_K's signed,
-/// as bytes; Q2_K's as nibbles) and the split multipliers `scales` (and
-/// `offsets`) of its two halves.
+/// Q3_K's and Q2_K's blocks: each block's 32 codes of two or three bits
+/// (Q3_K's `Grid::Q3k` indices, Q2_K's values), as nibbles, and the split
+/// multipliers `scales` (and `offsets`) of its two halves.
 #[inline(always)]
 fn put_low_bits(
     format: Format,
@@ -165,15 +165,11 @@ fn put_low_bits(
     blocks: &[usize; PER],
     r: usize,
     (scales, offsets): ([i8; 16], [i8; 16]),
-    values: impl Fn(usize) -> [i8; BLOCK],
+    codes: impl Fn(usize) -> [u8; BLOCK],
 ) {
     for (j, &at) in blocks.iter().enumerate() {
         let blk = &mut out[at..][..format.block_bytes()];
-        let w = values(j);
-        match format.quants {
-            Quants::Byte => put_bytes(blk, r, &w),
-            _ => put_nibble_lines(blk, r, &w.map(|v| v as u8), false),
-        }
+        put_nibble_lines(blk, r, &codes(j), false);
         for h in 0..2 {
             blk[format.scales_at() + GROUP_ROWS * h + r] = scales[2 * j + h] as u8;
             if format.offset {
@@ -192,12 +188,13 @@ impl SuperBlock for BlockQ3K {
         let multipliers = (q3k_scales(&self.scales), [0; 16]);
         put_low_bits(format, out, blocks, r, multipliers, |j| {
             // Values 32 j ..: 2-bit lows at shift 2 (j % 4) of qs[32 (j / 4) ..],
-            // less 4 where bit 4 (j / 4) + j % 4 of hmask is clear.
+            // plus 4 (the code is the value plus 4) where bit 4 (j / 4) + j % 4
+            // of hmask is set.
             let (h, p) = (j / 4, j % 4);
             let mask = 1u8 << (4 * h + p);
             let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
             std::array::from_fn(|i| {
-                ((qs[i] >> (2 * p)) & 3) as i8 - if self.hmask[i] & mask != 0 { 0 } else { 4 }
+                ((qs[i] >> (2 * p)) & 3) | if self.hmask[i] & mask != 0 { 4 } else { 0 }
             })
         });
     }
@@ -217,7 +214,7 @@ impl SuperBlock for BlockQ2K {
             // Values 32 j ..: 2-bit planes at shift 2 (j % 4) of qs[32 (j / 4) ..].
             let (h, p) = (j / 4, j % 4);
             let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
-            std::array::from_fn(|i| ((qs[i] >> (2 * p)) & 3) as i8)
+            std::array::from_fn(|i| (qs[i] >> (2 * p)) & 3)
         });
     }
 }

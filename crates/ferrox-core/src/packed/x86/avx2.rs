@@ -9,8 +9,8 @@ use super::super::kernel::{TOKEN_TILE, TokenActs};
 use super::super::layout::{Format, Grid, Quants, Scales};
 use super::super::{BLOCK, GROUP_ROWS};
 use super::{
-    BYTE, F32, HALF, IQ4, MXFP4, NIBBLE, NIBBLE5, NIBBLE6, SMALL, by_format, format_of, grid_table,
-    prefetch_ahead,
+    BYTE, F32, HALF, IQ4, MXFP4, NIBBLE, NIBBLE5, NIBBLE6, Q3K, SMALL, by_format, format_of,
+    grid_table, is_grid, prefetch_ahead,
 };
 
 /// The AVX2 build of the group kernel: 8 rows per register (two halves of the
@@ -101,7 +101,7 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             _mm256_and_si256(raw, low),
             _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low),
         ];
-        if Q == IQ4 || Q == MXFP4 {
+        if is_grid(Q) {
             let table = grid_table(format);
             return v.map(|i| widen_signed(_mm256_shuffle_epi8(table, i)));
         }
