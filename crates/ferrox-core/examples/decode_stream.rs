@@ -47,6 +47,9 @@ fn main() {
         .collect();
     let mut q = QuantizedRows::default();
     q.quantize(&x, 1, COLS);
+    if packed.format.needs_half_sums() {
+        q.add_half_sums();
+    }
     let mut out = vec![0.0; ROWS];
     let mut rates: Vec<f64> = (0..reps.max(1))
         .map(|_| {

@@ -77,6 +77,12 @@ fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
                 *v = b as i8 as i16;
             }
         }
+        Quants::Crumb => {
+            let shift = 2 * (p % 4);
+            for (v, &b) in w.iter_mut().zip(&blk[32 * (p / 4)..32 * (p / 4) + 32]) {
+                *v = ((b >> shift) & 3) as i16;
+            }
+        }
     }
     w
 }
@@ -236,10 +242,8 @@ fn run(
                 && (!format.needs_half_sums() || t.sh.len() >= 2 * nb)),
         "every token holds {nb} blocks of activations (and their half sums for split offsets)"
     );
-    // Split offsets (Q2_K) have an AVX2 build only, which every AVX-512 CPU runs.
-    let split_offsets = format.needs_half_sums();
     #[cfg(target_arch = "x86_64")]
-    if level.has_vnni() && !split_offsets {
+    if level.has_vnni() {
         for (tokens, out) in tokens
             .chunks(REGISTER_TILE)
             .zip(out.chunks_mut(REGISTER_TILE))
@@ -256,7 +260,7 @@ fn run(
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    if level.has_neon() && !split_offsets {
+    if level.has_neon() {
         for (tokens, out) in tokens
             .chunks(REGISTER_TILE)
             .zip(out.chunks_mut(REGISTER_TILE))

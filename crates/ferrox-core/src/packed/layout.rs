@@ -11,7 +11,7 @@
 //!   `2p + 1` of rows 0..16, row-major in the step). [`Quants::Nibble`] stores two
 //!   steps per 32 bytes (step `2c` in the low nibbles, `2c + 1` in the high);
 //!   [`Quants::Nibble5`] adds a plane of fifth bits; [`Quants::Byte`] stores one
-//!   step per 32 bytes as signed bytes;
+//!   step per 32 bytes as signed bytes, [`Quants::Crumb`] four as 2-bit values;
 //! * 16 scales (32 when the two halves of the block have their own: Q3_K, Q6_K,
 //!   Q2_K), stored as [`Scales`] say;
 //! * 16 offsets for the types that have them (32 when split: Q2_K).
@@ -53,6 +53,10 @@ pub enum Quants {
     Nibble5,
     /// Signed 8-bit values, one step per 32 bytes.
     Byte,
+    /// Unsigned 2-bit values (Q2_K's), four steps per 32 bytes: byte `j` of
+    /// line `c` holds steps `4c..4c + 4`, step `4c + k` at bits `2k`, `2k + 1`
+    /// (as [`Quants::Nibble6`]'s high bits).
+    Crumb,
     /// Indices into a 16-value grid of signed bytes (IQ4_NL's, MXFP4's, Q3_K's),
     /// stored as [`Quants::Nibble`]; the kernels look the values up.
     Grid(Grid),
@@ -135,7 +139,7 @@ impl Format {
         match dtype {
             DType::Q4_0 | DType::Q4_1 => f(Quants::Nibble, true, false, Half),
             DType::Q4_K => f(Quants::Nibble, true, false, Small),
-            DType::Q2_K => f(Quants::Nibble, true, true, Small),
+            DType::Q2_K => f(Quants::Crumb, true, true, Small),
             DType::Q5_0 | DType::Q5_1 => f(Quants::Nibble5, true, false, Half),
             DType::Q5_K => f(Quants::Nibble5, true, false, Small),
             DType::Q8_0 => f(Quants::Byte, false, false, Half),
@@ -161,6 +165,7 @@ impl Format {
                 GROUP_ROWS * BLOCK / 2
             }
             Quants::Byte => GROUP_ROWS * BLOCK,
+            Quants::Crumb => GROUP_ROWS * BLOCK / 4,
         }
     }
 
@@ -175,7 +180,7 @@ impl Format {
         match self.quants {
             Quants::Nibble5 => 4 * STEPS,
             Quants::Nibble6 => 8 * STEPS,
-            Quants::Nibble | Quants::Byte | Quants::Grid(_) => 0,
+            Quants::Nibble | Quants::Byte | Quants::Grid(_) | Quants::Crumb => 0,
         }
     }
 

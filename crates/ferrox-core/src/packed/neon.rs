@@ -84,6 +84,25 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                     }
                 }
             }
+            Quants::Crumb => {
+                let three = vdupq_n_u8(3);
+                for c in 0..4 {
+                    for half in 0..2 {
+                        let b = vld1q_u8(blk.add(32 * c + 16 * half));
+                        let steps = [
+                            vandq_u8(b, three),
+                            vandq_u8(vshrq_n_u8::<2>(b), three),
+                            vandq_u8(vshrq_n_u8::<4>(b), three),
+                            vshrq_n_u8::<6>(b),
+                        ];
+                        for (k, v) in steps.into_iter().enumerate() {
+                            let at = w[4 * c + k].as_mut_ptr().add(16 * half);
+                            vst1q_s16(at, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(v))));
+                            vst1q_s16(at.add(8), vreinterpretq_s16_u16(vmovl_high_u8(v)));
+                        }
+                    }
+                }
+            }
             Quants::Byte => {
                 for (p, wp) in w.iter_mut().enumerate() {
                     let b = vld1q_s8(blk.add(32 * p).cast());
@@ -183,11 +202,17 @@ pub unsafe fn group(
                 } else {
                     s0
                 };
+                let obase = four_bases(format, bases.add(2 * GROUP_ROWS), s);
                 let off = if format.offset {
-                    let obase = four_bases(format, bases.add(2 * GROUP_ROWS), s);
                     four(format, blk, format.offsets_at(), s, obase)
                 } else {
                     s0
+                };
+                let off1 = if format.needs_half_sums() {
+                    let at = format.offsets_at() + size * GROUP_ROWS;
+                    four(format, blk, at, s, obase)
+                } else {
+                    off
                 };
                 for (t, tok) in tokens.iter().enumerate() {
                     let a = tok.qa.as_ptr().add(BLOCK * b).cast::<i32>();
@@ -204,8 +229,13 @@ pub unsafe fn group(
                     let hi = vpaddq_s32(part[1][0], part[1][1]);
                     let da = *tok.da.get_unchecked(b);
                     if format.split {
-                        let l = vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(lo), s0), da);
-                        let u = vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(hi), s1), da);
+                        let mut l = vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(lo), s0), da);
+                        let mut u = vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(hi), s1), da);
+                        if format.offset {
+                            let sh = tok.sh.as_ptr().add(2 * b);
+                            l = vaddq_f32(l, vmulq_n_f32(off, *sh));
+                            u = vaddq_f32(u, vmulq_n_f32(off1, *sh.add(1)));
+                        }
                         acc[t][s] = vaddq_f32(vaddq_f32(acc[t][s], l), u);
                     } else {
                         let mut term =

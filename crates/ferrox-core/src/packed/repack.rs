@@ -63,6 +63,7 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
             put_high_bits(format, blk, r, |i| u[i] >> 4);
         }
         Quants::Byte => put_bytes(blk, r, w),
+        Quants::Crumb => put_crumbs(&mut blk[..format.quant_bytes()], r, |i| w[i] as u8),
     }
 }
 
@@ -79,17 +80,28 @@ fn put_fifth_bits(format: Format, blk: &mut [u8], r: usize, fifth: impl Fn(usize
 }
 
 /// Stores row `r`'s two high bits a value (`high(i)`, 0..4, for value `i`) in
-/// a [`Quants::Nibble6`] group-block: step `p`'s at bits `2 (p % 4)` of byte
-/// `lane` of line `p / 4`, lanes `2 r` (even values) and `2 r + 1` (odd
-/// values) this row's alone. Constant shifts, one store a byte (a shift by
-/// the step ran scalar and was the largest part of a Q6_K repack).
+/// a [`Quants::Nibble6`] group-block's high-bit plane ([`put_crumbs`]).
 #[inline(always)]
 fn put_high_bits(format: Format, blk: &mut [u8], r: usize, high: impl Fn(usize) -> u8) {
-    let bits = &mut blk[format.bits_at()..][..8 * STEPS];
+    put_crumbs(&mut blk[format.bits_at()..][..8 * STEPS], r, high);
+}
+
+/// Stores row `r`'s 2-bit values (`two(i)`, 0..4, for value `i`) in four
+/// lines of 32 bytes: step `p`'s at bits `2 (p % 4)` of byte `lane` of line
+/// `p / 4`, lanes `2 r` (even values) and `2 r + 1` (odd values) this row's
+/// alone ([`Quants::Crumb`], [`Quants::Nibble6`]'s high bits). Constant
+/// shifts, one store a byte (a shift by the step ran scalar and was the
+/// largest part of a Q6_K repack).
+#[inline(always)]
+fn put_crumbs(lines: &mut [u8], r: usize, two: impl Fn(usize) -> u8) {
+    assert!(
+        lines.len() == 4 * 32 && r < GROUP_ROWS,
+        "four lines of 32 bytes"
+    );
     for c in 0..BLOCK / 8 {
-        let hi = |k: usize| high(8 * c + k);
-        bits[32 * c + 2 * r] = hi(0) | hi(2) << 2 | hi(4) << 4 | hi(6) << 6;
-        bits[32 * c + 2 * r + 1] = hi(1) | hi(3) << 2 | hi(5) << 4 | hi(7) << 6;
+        let two = |k: usize| two(8 * c + k);
+        lines[32 * c + 2 * r] = two(0) | two(2) << 2 | two(4) << 4 | two(6) << 6;
+        lines[32 * c + 2 * r + 1] = two(1) | two(3) << 2 | two(5) << 4 | two(7) << 6;
     }
 }
 

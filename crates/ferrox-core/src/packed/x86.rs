@@ -39,10 +39,6 @@ pub unsafe fn group(
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    assert!(
-        !format.needs_half_sums(),
-        "split offsets run on the AVX2 build"
-    );
     macro_rules! by_tokens {
         ($q:expr, $off:literal, $split:literal, $s:expr) => {
             // SAFETY: the caller's contract.
@@ -77,7 +73,7 @@ macro_rules! by_format {
             (Quants::Nibble, true, false, Scales::Half) => $run!(NIBBLE, true, false, HALF),
             (Quants::Nibble, true, false, Scales::F32) => $run!(NIBBLE, true, false, F32),
             (Quants::Nibble, true, false, Scales::Small) => $run!(NIBBLE, true, false, SMALL),
-            (Quants::Nibble, true, true, Scales::Small) => $run!(NIBBLE, true, true, SMALL),
+            (Quants::Crumb, true, true, Scales::Small) => $run!(CRUMB, true, true, SMALL),
             (Quants::Nibble5, true, false, Scales::Half) => $run!(NIBBLE5, true, false, HALF),
             (Quants::Nibble5, true, false, Scales::F32) => $run!(NIBBLE5, true, false, F32),
             (Quants::Nibble5, true, false, Scales::Small) => $run!(NIBBLE5, true, false, SMALL),
@@ -112,6 +108,7 @@ const NIBBLE6: u8 = 3;
 const IQ4: u8 = 4;
 const MXFP4: u8 = 5;
 const Q3K: u8 = 6;
+const CRUMB: u8 = 7;
 
 /// Whether the integers of format `q` are grid codes ([`Quants::Grid`]).
 const fn is_grid(q: u8) -> bool {
@@ -131,6 +128,7 @@ const fn format_of(q: u8, offset: bool, split: bool, s: u8) -> Format {
         IQ4 => Quants::Grid(Grid::Iq4),
         MXFP4 => Quants::Grid(Grid::Mxfp4),
         Q3K => Quants::Grid(Grid::Q3k),
+        CRUMB => Quants::Crumb,
         _ => Quants::Byte,
     };
     let scales = match s {
@@ -299,6 +297,7 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
     let qa: [*const i16; T] = std::array::from_fn(|t| tokens[t].qa.as_ptr());
     let da: [*const f32; T] = std::array::from_fn(|t| tokens[t].da.as_ptr());
     let sa: [*const f32; T] = std::array::from_fn(|t| tokens[t].sa.as_ptr());
+    let sh: [*const f32; T] = std::array::from_fn(|t| tokens[t].sh.as_ptr());
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
     unsafe {
@@ -320,6 +319,15 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
                 }
             } else if Q == NIBBLE6 {
                 nibble6_steps(blk, format.bits_at(), &mut w);
+            } else if Q == CRUMB {
+                let three = _mm512_set1_epi16(3);
+                for c in 0..4 {
+                    let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
+                    w[4 * c] = _mm512_and_si512(raw, three);
+                    w[4 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<2>(raw), three);
+                    w[4 * c + 2] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), three);
+                    w[4 * c + 3] = _mm512_srli_epi16::<6>(raw);
+                }
             } else if Q != BYTE {
                 for c in 0..8 {
                     let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
@@ -346,10 +354,16 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
             } else {
                 s0
             };
+            let obase = bases16::<S>(bases.add(2 * GROUP_ROWS));
             let off = if OFF {
-                scales16::<S>(blk.add(offsets_at), bases16::<S>(bases.add(2 * GROUP_ROWS)))
+                scales16::<S>(blk.add(offsets_at), obase)
             } else {
                 s0
+            };
+            let off1 = if OFF && SPLIT {
+                scales16::<S>(blk.add(offsets_at + size * GROUP_ROWS), obase)
+            } else {
+                off
             };
             for t in 0..T {
                 let a = qa[t].add(BLOCK * b);
@@ -364,14 +378,19 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
                 }
                 let dav = _mm512_set1_ps(*da[t].add(b));
                 if SPLIT {
-                    let lo = _mm512_mul_ps(
+                    let mut lo = _mm512_mul_ps(
                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[0], i[1])), s0),
                         dav,
                     );
-                    let hi = _mm512_mul_ps(
+                    let mut hi = _mm512_mul_ps(
                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[2], i[3])), s1),
                         dav,
                     );
+                    if OFF {
+                        let (sh0, sh1) = (*sh[t].add(2 * b), *sh[t].add(2 * b + 1));
+                        lo = _mm512_add_ps(lo, _mm512_mul_ps(off, _mm512_set1_ps(sh0)));
+                        hi = _mm512_add_ps(hi, _mm512_mul_ps(off1, _mm512_set1_ps(sh1)));
+                    }
                     acc[t] = _mm512_add_ps(_mm512_add_ps(acc[t], lo), hi);
                 } else {
                     let sum = _mm512_add_epi32(

@@ -8,12 +8,12 @@
 //!
 //! [`Scales::Small`]: crate::packed::layout::Scales::Small
 
-use super::{group_blocks, put_codes, put_fifth_bits, put_high_bits, put_nibble_lines};
+use super::{group_blocks, put_codes, put_crumbs, put_fifth_bits, put_high_bits, put_nibble_lines};
 use crate::blocks::{BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, ByteBlock};
 use crate::kernels::reference::iquants::iq4_xs_scale;
 use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
 use crate::ops::matmul::Matrix;
-use crate::packed::layout::{Format, SUPER_BLOCK};
+use crate::packed::layout::{Format, Quants, SUPER_BLOCK};
 use crate::packed::{BLOCK, GROUP_ROWS};
 
 /// Blocks of 32 values per super-block.
@@ -155,8 +155,8 @@ impl SuperBlock for BlockIq4Xs {
     }
 }
 
-/// Q3_K's and Q2_K's blocks: each block's 32 codes of two or three bits
-/// (Q3_K's `Grid::Q3k` indices, Q2_K's values), as nibbles, and the split
+/// Q3_K's and Q2_K's blocks: each block's 32 codes of three or two bits
+/// (Q3_K's `Grid::Q3k` indices as nibbles, Q2_K's values as crumbs), and the split
 /// multipliers `scales` (and `offsets`) of its two halves.
 #[inline(always)]
 fn put_low_bits(
@@ -169,7 +169,12 @@ fn put_low_bits(
 ) {
     for (j, &at) in blocks.iter().enumerate() {
         let blk = &mut out[at..][..format.block_bytes()];
-        put_nibble_lines(blk, r, &codes(j), false);
+        let codes = codes(j);
+        if format.quants == Quants::Crumb {
+            put_crumbs(&mut blk[..format.quant_bytes()], r, |i| codes[i]);
+        } else {
+            put_nibble_lines(blk, r, &codes, false);
+        }
         for h in 0..2 {
             blk[format.scales_at() + GROUP_ROWS * h + r] = scales[2 * j + h] as u8;
             if format.offset {

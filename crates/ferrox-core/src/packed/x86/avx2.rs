@@ -9,7 +9,7 @@ use super::super::kernel::{TOKEN_TILE, TokenActs};
 use super::super::layout::{Format, Grid, Quants, Scales};
 use super::super::{BLOCK, GROUP_ROWS};
 use super::{
-    BYTE, F32, HALF, IQ4, MXFP4, NIBBLE, NIBBLE5, NIBBLE6, Q3K, SMALL, by_format, format_of,
+    BYTE, CRUMB, F32, HALF, IQ4, MXFP4, NIBBLE, NIBBLE5, NIBBLE6, Q3K, SMALL, by_format, format_of,
     grid_table, is_grid, prefetch_ahead,
 };
 
@@ -95,6 +95,18 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             let x0 = _mm256_loadu_si256(blk.add(64 * c).cast());
             let x1 = _mm256_loadu_si256(blk.add(64 * c + 32).cast());
             return [widen_signed(x0), widen_signed(x1)];
+        }
+        if Q == CRUMB {
+            // Steps 2c, 2c + 1 at bits 4 (c % 2) and 4 (c % 2) + 2 of line c / 2.
+            let raw = _mm256_loadu_si256(blk.add(32 * (c / 2)).cast());
+            let x = if c % 2 == 0 {
+                raw
+            } else {
+                _mm256_srli_epi16::<4>(raw)
+            };
+            let three = _mm256_set1_epi8(3);
+            return [x, _mm256_srli_epi16::<2>(x)]
+                .map(|x| widen_unsigned(_mm256_and_si256(x, three)));
         }
         let raw = _mm256_loadu_si256(blk.add(32 * c).cast());
         let mut v = [
