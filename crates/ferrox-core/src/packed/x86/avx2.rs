@@ -99,7 +99,7 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
         if Q == CRUMB {
             // Steps 2c, 2c + 1 at bits 4 (c % 2) and 4 (c % 2) + 2 of line c / 2.
             let raw = _mm256_loadu_si256(blk.add(32 * (c / 2)).cast());
-            let x = if c % 2 == 0 {
+            let x = if c.is_multiple_of(2) {
                 raw
             } else {
                 _mm256_srli_epi16::<4>(raw)
