@@ -137,14 +137,13 @@ pub fn block_parts(dtype: DType, row: &[u8], b: usize) -> BlockParts {
     parts(dtype, row, b, Integers::Values)
 }
 
-/// What [`BlockParts::w`] holds for the grid types (IQ4_NL, IQ4_XS, MXFP4, Q3_K).
+/// What [`BlockParts::w`] holds for the grid types (IQ4_NL, IQ4_XS, MXFP4).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Integers {
     /// The grid's values (every type: the integers of the block's function).
     Values,
-    /// The codes, indices into the grid (what the packed layout stores: the
-    /// file's 4-bit codes, taken without a look-up there and back; Q3_K's
-    /// value plus 4).
+    /// The file's 4-bit codes, indices into the grid (what the packed layout
+    /// stores, taken without a look-up there and back).
     Codes,
 }
 
@@ -262,11 +261,9 @@ pub(super) fn parts(dtype: DType, row: &[u8], b: usize, integers: Integers) -> B
             // of bytes 32 (g / 4) .., high bit (set: no -4) in bit 4 (g / 4) + g % 4.
             let (h, p) = (g / 4, g % 4);
             let mask = 1u8 << (4 * h + p);
-            // The code (`Grid::Q3k`'s index) is the value plus 4.
-            let less = if integers == Integers::Codes { 0 } else { 4 };
             for (i, v) in w.iter_mut().enumerate() {
                 let low = ((k.qs[32 * h + i] >> (2 * p)) & 3) as i8;
-                *v = low + if k.hmask[i] & mask != 0 { 4 } else { 0 } - less;
+                *v = low - if k.hmask[i] & mask != 0 { 0 } else { 4 };
             }
             let scales = q3k_scales(&k.scales);
             small(SmallScales::new(

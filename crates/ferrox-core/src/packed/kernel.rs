@@ -59,8 +59,7 @@ fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
                 *v = ((b >> shift) & 0x0F) as i16;
             }
             if format.quants == Quants::Nibble5 {
-                let at = format.bits_at() + 4 * p;
-                let bits = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+                let bits = plane_word(format, blk, p);
                 for (i, v) in w.iter_mut().enumerate() {
                     *v |= (((bits >> i) & 1) << 4) as i16;
                 }
@@ -77,14 +76,28 @@ fn step(format: Format, blk: &[u8], p: usize) -> [i16; 32] {
                 *v = b as i8 as i16;
             }
         }
-        Quants::Crumb => {
+        Quants::Crumb | Quants::Crumb3 => {
             let shift = 2 * (p % 4);
             for (v, &b) in w.iter_mut().zip(&blk[32 * (p / 4)..32 * (p / 4) + 32]) {
                 *v = ((b >> shift) & 3) as i16;
             }
+            if format.quants == Quants::Crumb3 {
+                let bits = plane_word(format, blk, p);
+                for (i, v) in w.iter_mut().enumerate() {
+                    *v -= (((bits >> i) & 1) << 2) as i16;
+                }
+            }
         }
     }
     w
+}
+
+/// Step `p`'s word of a block's one-bit plane (bit `i`: value `i % 2` of row
+/// `i / 2`).
+#[inline(always)]
+fn plane_word(format: Format, blk: &[u8], p: usize) -> u32 {
+    let at = format.bits_at() + 4 * p;
+    u32::from_le_bytes(blk[at..at + 4].try_into().expect("4 bytes"))
 }
 
 /// 16 scales or offsets stored from `at` (multipliers of `base` for

@@ -11,7 +11,8 @@
 //!   `2p + 1` of rows 0..16, row-major in the step). [`Quants::Nibble`] stores two
 //!   steps per 32 bytes (step `2c` in the low nibbles, `2c + 1` in the high);
 //!   [`Quants::Nibble5`] adds a plane of fifth bits; [`Quants::Byte`] stores one
-//!   step per 32 bytes as signed bytes, [`Quants::Crumb`] four as 2-bit values;
+//!   step per 32 bytes as signed bytes, [`Quants::Crumb`] four as 2-bit values
+//!   ([`Quants::Crumb3`] with a plane of sign bits);
 //! * 16 scales (32 when the two halves of the block have their own: Q3_K, Q6_K,
 //!   Q2_K), stored as [`Scales`] say;
 //! * 16 offsets for the types that have them (32 when split: Q2_K).
@@ -57,8 +58,13 @@ pub enum Quants {
     /// line `c` holds steps `4c..4c + 4`, step `4c + k` at bits `2k`, `2k + 1`
     /// (as [`Quants::Nibble6`]'s high bits).
     Crumb,
-    /// Indices into a 16-value grid of signed bytes (IQ4_NL's, MXFP4's, Q3_K's),
-    /// stored as [`Quants::Nibble`]; the kernels look the values up.
+    /// Signed 3-bit values `v` (Q3_K's) as `v = c - 4 m`: the crumbs `c` (`v`'s
+    /// low 2 bits) as [`Quants::Crumb`], then the bits `m` (set where `v < 0`,
+    /// where the file's high bit is clear) as [`Quants::Nibble5`]'s fifth bits.
+    /// (As signed bytes, a Q3_K_M decode step read 1.5x the file's bytes.)
+    Crumb3,
+    /// Indices into a 16-value grid of signed bytes (IQ4_NL's, MXFP4's), stored
+    /// as [`Quants::Nibble`]; the kernels look the values up.
     Grid(Grid),
     /// Signed 6-bit values `v` stored as `v + 32`: the low 4 bits as
     /// [`Quants::Nibble`], then the two high bits of four steps per 32 bytes
@@ -74,14 +80,7 @@ pub enum Grid {
     Iq4,
     /// MXFP4's E2M1 values, doubled.
     Mxfp4,
-    /// Q3_K's signed 3-bit values `-4..4`, code `v + 4` (half a byte a value
-    /// against the file's three eighths; as signed bytes, Q3_K_M's decode read
-    /// 1.5x llama.cpp's bytes).
-    Q3k,
 }
-
-/// [`Grid::Q3k`]'s values (codes 8..16 are never stored).
-const Q3K_VALUES: [i8; 16] = [-4, -3, -2, -1, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0];
 
 impl Grid {
     /// The 16 values.
@@ -89,7 +88,6 @@ impl Grid {
         match self {
             Grid::Iq4 => &IQ4_NL_VALUES,
             Grid::Mxfp4 => &MXFP4_VALUES,
-            Grid::Q3k => &Q3K_VALUES,
         }
     }
 }
@@ -146,7 +144,7 @@ impl Format {
             DType::IQ4_NL => f(Quants::Grid(Grid::Iq4), false, false, Half),
             DType::MXFP4 => f(Quants::Grid(Grid::Mxfp4), false, false, Half),
             DType::Q6_K => f(Quants::Nibble6, false, true, Small),
-            DType::Q3_K => f(Quants::Grid(Grid::Q3k), false, true, Small),
+            DType::Q3_K => f(Quants::Crumb3, false, true, Small),
             DType::IQ4_XS => f(Quants::Grid(Grid::Iq4), false, false, Small),
             _ => None,
         }
@@ -165,12 +163,12 @@ impl Format {
                 GROUP_ROWS * BLOCK / 2
             }
             Quants::Byte => GROUP_ROWS * BLOCK,
-            Quants::Crumb => GROUP_ROWS * BLOCK / 4,
+            Quants::Crumb | Quants::Crumb3 => GROUP_ROWS * BLOCK / 4,
         }
     }
 
     /// Where the high bits of a group-block start ([`Quants::Nibble5`],
-    /// [`Quants::Nibble6`]).
+    /// [`Quants::Nibble6`], [`Quants::Crumb3`]).
     pub fn bits_at(self) -> usize {
         self.quant_bytes()
     }
@@ -178,7 +176,7 @@ impl Format {
     /// Bytes of the high bits of one group-block.
     fn bits_bytes(self) -> usize {
         match self.quants {
-            Quants::Nibble5 => 4 * STEPS,
+            Quants::Nibble5 | Quants::Crumb3 => 4 * STEPS,
             Quants::Nibble6 => 8 * STEPS,
             Quants::Nibble | Quants::Byte | Quants::Grid(_) | Quants::Crumb => 0,
         }

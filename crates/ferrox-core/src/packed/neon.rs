@@ -84,7 +84,7 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                     }
                 }
             }
-            Quants::Crumb => {
+            Quants::Crumb | Quants::Crumb3 => {
                 let three = vdupq_n_u8(3);
                 for c in 0..4 {
                     for half in 0..2 {
@@ -99,6 +99,18 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                             let at = w[4 * c + k].as_mut_ptr().add(16 * half);
                             vst1q_s16(at, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(v))));
                             vst1q_s16(at.add(8), vreinterpretq_s16_u16(vmovl_high_u8(v)));
+                        }
+                    }
+                }
+                if format.quants == Quants::Crumb3 {
+                    // Less 4 where the sign bit is set.
+                    for (p, wp) in w.iter_mut().enumerate() {
+                        let bits = blk
+                            .add(format.bits_at() + 4 * p)
+                            .cast::<u32>()
+                            .read_unaligned();
+                        for (i, v) in wp.iter_mut().enumerate() {
+                            *v -= (((bits >> i) & 1) << 2) as i16;
                         }
                     }
                 }

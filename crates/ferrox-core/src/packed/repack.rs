@@ -55,7 +55,7 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
         Quants::Nibble | Quants::Grid(_) => put_nibble_lines(blk, r, &w.map(|v| v as u8), false),
         Quants::Nibble5 => {
             put_nibble_lines(blk, r, &w.map(|v| v as u8), false);
-            put_fifth_bits(format, blk, r, |i| (w[i] as u8) >> 4);
+            put_bit_plane(format, blk, r, |i| (w[i] as u8) >> 4);
         }
         Quants::Nibble6 => {
             let u = w.map(|v| (v + 32) as u8);
@@ -64,18 +64,23 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
         }
         Quants::Byte => put_bytes(blk, r, w),
         Quants::Crumb => put_crumbs(&mut blk[..format.quant_bytes()], r, |i| w[i] as u8),
+        Quants::Crumb3 => {
+            put_crumbs(&mut blk[..format.quant_bytes()], r, |i| w[i] as u8 & 3);
+            put_bit_plane(format, blk, r, |i| (w[i] < 0) as u8);
+        }
     }
 }
 
-/// Stores row `r`'s fifth bits in a [`Quants::Nibble5`] group-block: bit 0
-/// of `fifth(i)` for value `i`, at bit `lane = 2 r + i % 2` of step `i / 2`'s
-/// little-endian u32 (whose other rows' bits it keeps).
+/// Stores row `r`'s bits of a group-block's one-bit plane ([`Quants::Nibble5`]'s
+/// fifth bits, [`Quants::Crumb3`]'s sign bits): bit 0 of `bit(i)` for value `i`,
+/// at bit `lane = 2 r + i % 2` of step `i / 2`'s little-endian u32 (whose other
+/// rows' bits it keeps).
 #[inline(always)]
-fn put_fifth_bits(format: Format, blk: &mut [u8], r: usize, fifth: impl Fn(usize) -> u8) {
+fn put_bit_plane(format: Format, blk: &mut [u8], r: usize, bit: impl Fn(usize) -> u8) {
     let bits = &mut blk[format.bits_at()..][..4 * STEPS];
     for i in 0..BLOCK {
         let (step, lane) = (i / 2, 2 * r + i % 2);
-        bits[4 * step + lane / 8] |= (fifth(i) & 1) << (lane % 8);
+        bits[4 * step + lane / 8] |= (bit(i) & 1) << (lane % 8);
     }
 }
 

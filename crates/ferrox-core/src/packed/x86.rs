@@ -81,9 +81,7 @@ macro_rules! by_format {
             (Quants::Byte, false, false, Scales::Half) => $run!(BYTE, false, false, HALF),
             (Quants::Byte, false, false, Scales::F32) => $run!(BYTE, false, false, F32),
             (Quants::Byte, false, false, Scales::Small) => $run!(BYTE, false, false, SMALL),
-            (Quants::Grid(Grid::Q3k), false, true, Scales::Small) => {
-                $run!(Q3K, false, true, SMALL)
-            }
+            (Quants::Crumb3, false, true, Scales::Small) => $run!(CRUMB3, false, true, SMALL),
             (Quants::Grid(Grid::Iq4), false, false, Scales::Half) => $run!(IQ4, false, false, HALF),
             (Quants::Grid(Grid::Iq4), false, false, Scales::F32) => $run!(IQ4, false, false, F32),
             (Quants::Grid(Grid::Iq4), false, false, Scales::Small) => {
@@ -107,12 +105,12 @@ const BYTE: u8 = 2;
 const NIBBLE6: u8 = 3;
 const IQ4: u8 = 4;
 const MXFP4: u8 = 5;
-const Q3K: u8 = 6;
-const CRUMB: u8 = 7;
+const CRUMB: u8 = 6;
+const CRUMB3: u8 = 7;
 
 /// Whether the integers of format `q` are grid codes ([`Quants::Grid`]).
 const fn is_grid(q: u8) -> bool {
-    matches!(q, IQ4 | MXFP4 | Q3K)
+    matches!(q, IQ4 | MXFP4)
 }
 
 const F32: u8 = 0;
@@ -127,8 +125,8 @@ const fn format_of(q: u8, offset: bool, split: bool, s: u8) -> Format {
         NIBBLE6 => Quants::Nibble6,
         IQ4 => Quants::Grid(Grid::Iq4),
         MXFP4 => Quants::Grid(Grid::Mxfp4),
-        Q3K => Quants::Grid(Grid::Q3k),
         CRUMB => Quants::Crumb,
+        CRUMB3 => Quants::Crumb3,
         _ => Quants::Byte,
     };
     let scales = match s {
@@ -283,6 +281,45 @@ unsafe fn nibble6_steps(blk: *const u8, bits_at: usize, w: &mut [__m512i; 16]) {
     }
 }
 
+/// The 16 steps of a [`Quants::Crumb3`] block at `blk` (its sign plane at
+/// `bits_at`) as 16-bit values: each line's four steps of crumbs widened
+/// once, each step less 4 under its sign word. (Formed in the 8-bit domain
+/// two steps a register, as `nibble6_steps` does, one token ran at 0.8x.)
+///
+/// # Safety
+/// AVX-512 BW runs; `blk` holds a whole Crumb3 block.
+#[inline(always)]
+unsafe fn crumb3_steps(blk: *const u8, bits_at: usize, w: &mut [__m512i; 16]) {
+    // SAFETY: lines 0..4 of the crumbs and the 16 sign words lie in the block
+    // (the layout; caller).
+    unsafe {
+        crumb_steps(blk, w);
+        let (four, signs) = (_mm512_set1_epi16(4), blk.add(bits_at).cast::<u32>());
+        for (p, wp) in w.iter_mut().enumerate() {
+            *wp = _mm512_mask_sub_epi16(*wp, signs.add(p).read_unaligned(), *wp, four);
+        }
+    }
+}
+
+/// The 16 steps of a [`Quants::Crumb`] block at `blk` as 16-bit values.
+///
+/// # Safety
+/// AVX-512 BW runs; `blk` holds a whole block's crumbs.
+#[inline(always)]
+unsafe fn crumb_steps(blk: *const u8, w: &mut [__m512i; 16]) {
+    // SAFETY: lines 0..4 lie in the block (caller).
+    unsafe {
+        let three = _mm512_set1_epi16(3);
+        for c in 0..4 {
+            let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
+            w[4 * c] = _mm512_and_si512(raw, three);
+            w[4 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<2>(raw), three);
+            w[4 * c + 2] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), three);
+            w[4 * c + 3] = _mm512_srli_epi16::<6>(raw);
+        }
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     g: &[u8],
@@ -319,15 +356,10 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
                 }
             } else if Q == NIBBLE6 {
                 nibble6_steps(blk, format.bits_at(), &mut w);
+            } else if Q == CRUMB3 {
+                crumb3_steps(blk, format.bits_at(), &mut w);
             } else if Q == CRUMB {
-                let three = _mm512_set1_epi16(3);
-                for c in 0..4 {
-                    let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));
-                    w[4 * c] = _mm512_and_si512(raw, three);
-                    w[4 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<2>(raw), three);
-                    w[4 * c + 2] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), three);
-                    w[4 * c + 3] = _mm512_srli_epi16::<6>(raw);
-                }
+                crumb_steps(blk, &mut w);
             } else if Q != BYTE {
                 for c in 0..8 {
                     let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(32 * c).cast()));

@@ -8,7 +8,7 @@
 //!
 //! [`Scales::Small`]: crate::packed::layout::Scales::Small
 
-use super::{group_blocks, put_codes, put_crumbs, put_fifth_bits, put_high_bits, put_nibble_lines};
+use super::{group_blocks, put_bit_plane, put_codes, put_crumbs, put_high_bits, put_nibble_lines};
 use crate::blocks::{BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, ByteBlock};
 use crate::kernels::reference::iquants::iq4_xs_scale;
 use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
@@ -79,7 +79,7 @@ fn put_k4(
         let blk = &mut out[at..][..format.block_bytes()];
         put_nibble_lines(blk, r, &qs[32 * (j / 2)..][..32], j % 2 == 1);
         if let Some(qh) = qh {
-            put_fifth_bits(format, blk, r, |i| qh[i] >> j);
+            put_bit_plane(format, blk, r, |i| qh[i] >> j);
         }
         let (sc, min) = scale_min_k4(j, scales);
         blk[format.scales_at() + r] = sc;
@@ -155,8 +155,8 @@ impl SuperBlock for BlockIq4Xs {
     }
 }
 
-/// Q3_K's and Q2_K's blocks: each block's 32 codes of three or two bits
-/// (Q3_K's `Grid::Q3k` indices as nibbles, Q2_K's values as crumbs), and the split
+/// Q3_K's and Q2_K's blocks: each block's 32 values as crumbs and (Q3_K's,
+/// [`Quants::Crumb3`]) sign bits, and the split
 /// multipliers `scales` (and `offsets`) of its two halves.
 #[inline(always)]
 fn put_low_bits(
@@ -165,15 +165,14 @@ fn put_low_bits(
     blocks: &[usize; PER],
     r: usize,
     (scales, offsets): ([i8; 16], [i8; 16]),
-    codes: impl Fn(usize) -> [u8; BLOCK],
+    codes: impl Fn(usize) -> ([u8; BLOCK], [u8; BLOCK]),
 ) {
     for (j, &at) in blocks.iter().enumerate() {
         let blk = &mut out[at..][..format.block_bytes()];
-        let codes = codes(j);
-        if format.quants == Quants::Crumb {
-            put_crumbs(&mut blk[..format.quant_bytes()], r, |i| codes[i]);
-        } else {
-            put_nibble_lines(blk, r, &codes, false);
+        let (crumbs, signs) = codes(j);
+        put_crumbs(&mut blk[..format.quant_bytes()], r, |i| crumbs[i]);
+        if format.quants == Quants::Crumb3 {
+            put_bit_plane(format, blk, r, |i| signs[i]);
         }
         for h in 0..2 {
             blk[format.scales_at() + GROUP_ROWS * h + r] = scales[2 * j + h] as u8;
@@ -193,14 +192,14 @@ impl SuperBlock for BlockQ3K {
         let multipliers = (q3k_scales(&self.scales), [0; 16]);
         put_low_bits(format, out, blocks, r, multipliers, |j| {
             // Values 32 j ..: 2-bit lows at shift 2 (j % 4) of qs[32 (j / 4) ..],
-            // plus 4 (the code is the value plus 4) where bit 4 (j / 4) + j % 4
-            // of hmask is set.
+            // less 4 (a sign bit) where bit 4 (j / 4) + j % 4 of hmask is clear.
             let (h, p) = (j / 4, j % 4);
             let mask = 1u8 << (4 * h + p);
             let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
-            std::array::from_fn(|i| {
-                ((qs[i] >> (2 * p)) & 3) | if self.hmask[i] & mask != 0 { 4 } else { 0 }
-            })
+            (
+                std::array::from_fn(|i| (qs[i] >> (2 * p)) & 3),
+                std::array::from_fn(|i| (self.hmask[i] & mask == 0) as u8),
+            )
         });
     }
 }
@@ -219,7 +218,7 @@ impl SuperBlock for BlockQ2K {
             // Values 32 j ..: 2-bit planes at shift 2 (j % 4) of qs[32 (j / 4) ..].
             let (h, p) = (j / 4, j % 4);
             let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
-            std::array::from_fn(|i| (qs[i] >> (2 * p)) & 3)
+            (std::array::from_fn(|i| (qs[i] >> (2 * p)) & 3), [0; BLOCK])
         });
     }
 }

@@ -9,8 +9,8 @@ use super::super::kernel::{TOKEN_TILE, TokenActs};
 use super::super::layout::{Format, Grid, Quants, Scales};
 use super::super::{BLOCK, GROUP_ROWS};
 use super::{
-    BYTE, CRUMB, F32, HALF, IQ4, MXFP4, NIBBLE, NIBBLE5, NIBBLE6, Q3K, SMALL, by_format, format_of,
-    grid_table, is_grid, prefetch_ahead,
+    BYTE, CRUMB, CRUMB3, F32, HALF, IQ4, MXFP4, NIBBLE, NIBBLE5, NIBBLE6, SMALL, by_format,
+    format_of, grid_table, is_grid, prefetch_ahead,
 };
 
 /// The AVX2 build of the group kernel: 8 rows per register (two halves of the
@@ -96,7 +96,7 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             let x1 = _mm256_loadu_si256(blk.add(64 * c + 32).cast());
             return [widen_signed(x0), widen_signed(x1)];
         }
-        if Q == CRUMB {
+        if Q == CRUMB || Q == CRUMB3 {
             // Steps 2c, 2c + 1 at bits 4 (c % 2) and 4 (c % 2) + 2 of line c / 2.
             let raw = _mm256_loadu_si256(blk.add(32 * (c / 2)).cast());
             let x = if c.is_multiple_of(2) {
@@ -105,8 +105,21 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
                 _mm256_srli_epi16::<4>(raw)
             };
             let three = _mm256_set1_epi8(3);
-            return [x, _mm256_srli_epi16::<2>(x)]
-                .map(|x| widen_unsigned(_mm256_and_si256(x, three)));
+            let v = [
+                _mm256_and_si256(x, three),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(x), three),
+            ];
+            if Q == CRUMB {
+                return v.map(|x| widen_unsigned(x));
+            }
+            // Less 4 where the sign bit is set.
+            let (four, set) = (
+                _mm256_set1_epi8(4),
+                plane_bits(blk.add(format.bits_at()), c),
+            );
+            let x0 = _mm256_sub_epi8(v[0], _mm256_and_si256(set[0], four));
+            let x1 = _mm256_sub_epi8(v[1], _mm256_and_si256(set[1], four));
+            return [widen_signed(x0), widen_signed(x1)];
         }
         let raw = _mm256_loadu_si256(blk.add(32 * c).cast());
         let mut v = [
@@ -118,17 +131,8 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             return v.map(|i| widen_signed(_mm256_shuffle_epi8(table, i)));
         }
         if Q == NIBBLE5 {
-            // Bit i of step p's 32-bit word is byte i's fifth bit.
-            let pick = _mm256_setr_epi8(
-                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
-                3, 3, 3, 3,
-            );
-            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-            for (e, v) in v.iter_mut().enumerate() {
-                let at = format.bits_at() + 4 * (2 * c + e);
-                let word = blk.add(at).cast::<u32>().read_unaligned() as i32;
-                let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(word), pick);
-                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+            let set = plane_bits(blk.add(format.bits_at()), c);
+            for (v, set) in v.iter_mut().zip(set) {
                 *v = _mm256_or_si256(*v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
             }
         }
@@ -147,6 +151,30 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             return v.map(|x| widen_signed(x));
         }
         v.map(|x| widen_unsigned(x))
+    }
+}
+
+/// Steps `2c`, `2c + 1` of a one-bit plane at `plane` (bit `i` of step `p`'s
+/// 32-bit word is byte `i`'s) as bytes of all ones where the bit is set.
+///
+/// # Safety
+/// AVX2 runs; `plane` holds the plane's 16 words.
+#[inline(always)]
+unsafe fn plane_bits(plane: *const u8, c: usize) -> [__m256i; 2] {
+    // SAFETY: words 2c and 2c + 1 lie in the plane (caller).
+    unsafe {
+        let pick = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let mut set = [_mm256_setzero_si256(); 2];
+        for (e, s) in set.iter_mut().enumerate() {
+            let word = plane.add(4 * (2 * c + e)).cast::<u32>().read_unaligned() as i32;
+            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(word), pick);
+            *s = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+        }
+        set
     }
 }
 
