@@ -8,12 +8,12 @@
 //!
 //! [`Scales::Small`]: crate::packed::layout::Scales::Small
 
-use super::{group_blocks, put_bit_plane, put_codes, put_crumbs, put_high_bits, put_nibble_lines};
+use super::{group_blocks, put_codes, put_high_bits, put_nibble_lines};
 use crate::blocks::{BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, ByteBlock};
 use crate::kernels::reference::iquants::iq4_xs_scale;
 use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
 use crate::ops::matmul::Matrix;
-use crate::packed::layout::{Format, Quants, SUPER_BLOCK};
+use crate::packed::layout::{Format, SUPER_BLOCK};
 use crate::packed::{BLOCK, GROUP_ROWS};
 
 /// Blocks of 32 values per super-block.
@@ -79,7 +79,7 @@ fn put_k4(
         let blk = &mut out[at..][..format.block_bytes()];
         put_nibble_lines(blk, r, &qs[32 * (j / 2)..][..32], j % 2 == 1);
         if let Some(qh) = qh {
-            put_bit_plane(format, blk, r, |i| qh[i] >> j);
+            put_plane_bits(format, blk, r, qh, j, false);
         }
         let (sc, min) = scale_min_k4(j, scales);
         blk[format.scales_at() + r] = sc;
@@ -156,8 +156,9 @@ impl SuperBlock for BlockIq4Xs {
 }
 
 /// Q3_K's and Q2_K's blocks: each block's 32 values as crumbs and (Q3_K's,
-/// [`Quants::Crumb3`]) sign bits, and the split
-/// multipliers `scales` (and `offsets`) of its two halves.
+/// `Quants::Crumb3`) sign bits, and the split multipliers `scales` (and
+/// `offsets`) of its two halves. Block `j`'s values are bits `2 (j % 4)` of
+/// `qs[32 (j / 4) ..]`; its sign bits, bit `j` of `hmask` clear.
 #[inline(always)]
 fn put_low_bits(
     format: Format,
@@ -165,20 +166,70 @@ fn put_low_bits(
     blocks: &[usize; PER],
     r: usize,
     (scales, offsets): ([i8; 16], [i8; 16]),
-    codes: impl Fn(usize) -> ([u8; BLOCK], [u8; BLOCK]),
+    (qs, hmask): (&[u8; 64], Option<&[u8; 32]>),
 ) {
     for (j, &at) in blocks.iter().enumerate() {
         let blk = &mut out[at..][..format.block_bytes()];
-        let (crumbs, signs) = codes(j);
-        put_crumbs(&mut blk[..format.quant_bytes()], r, |i| crumbs[i]);
-        if format.quants == Quants::Crumb3 {
-            put_bit_plane(format, blk, r, |i| signs[i]);
+        let qs = qs[32 * (j / 4)..][..BLOCK].try_into().expect("32 bytes");
+        put_crumbs_at(&mut blk[..format.quant_bytes()], r, qs, 2 * (j % 4));
+        if let Some(hmask) = hmask {
+            put_plane_bits(format, blk, r, hmask, j, true);
         }
         for h in 0..2 {
             blk[format.scales_at() + GROUP_ROWS * h + r] = scales[2 * j + h] as u8;
             if format.offset {
                 blk[format.offsets_at() + GROUP_ROWS * h + r] = offsets[2 * j + h] as u8;
             }
+        }
+    }
+}
+
+/// Row `r`'s crumbs of a block (`put_crumbs`) from the 32 bytes whose bits
+/// `shift`, `shift + 1` are its values, eight values a word.
+#[inline(always)]
+fn put_crumbs_at(lines: &mut [u8], r: usize, bytes: &[u8; BLOCK], shift: usize) {
+    assert!(
+        lines.len() == 4 * 32 && r < GROUP_ROWS,
+        "four lines of 32 bytes"
+    );
+    for (c, eight) in bytes.chunks_exact(8).enumerate() {
+        let x = (u64::from_le_bytes(eight.try_into().expect("8 bytes")) >> shift)
+            & 0x0303_0303_0303_0303;
+        lines[32 * c + 2 * r] = even_crumbs(x);
+        lines[32 * c + 2 * r + 1] = even_crumbs(x >> 8);
+    }
+}
+
+/// The 2-bit values in bytes 0, 2, 4 and 6 of `x` as one byte, byte `2k`'s at
+/// bits `2k`.
+#[inline(always)]
+fn even_crumbs(x: u64) -> u8 {
+    let v = x & 0x0003_0003_0003_0003;
+    let t = v | (v >> 14);
+    (t | (t >> 28)) as u8
+}
+
+/// Row `r`'s bits of a group-block's one-bit plane (`put_bit_plane`): bit
+/// `bit` of `bytes[i]` (negated where `negate`) for value `i`, two values a
+/// step, eight values a word.
+#[inline(always)]
+fn put_plane_bits(
+    format: Format,
+    blk: &mut [u8],
+    r: usize,
+    bytes: &[u8; BLOCK],
+    bit: usize,
+    negate: bool,
+) {
+    let plane = &mut blk[format.bits_at()..][..4 * BLOCK / 2];
+    for (q, eight) in bytes.chunks_exact(8).enumerate() {
+        let x = u64::from_le_bytes(eight.try_into().expect("8 bytes")) >> bit;
+        let y = if negate { !x } else { x } & 0x0101_0101_0101_0101;
+        // Byte 2t: the bits of values 2t and 2t + 1 (of these eight).
+        let pairs = y | (y >> 7);
+        for t in 0..4 {
+            let step = 4 * q + t;
+            plane[4 * step + r / 4] |= (((pairs >> (16 * t)) & 3) as u8) << (2 * (r % 4));
         }
     }
 }
@@ -190,17 +241,14 @@ impl SuperBlock for BlockQ3K {
     #[inline(always)]
     fn put(&self, format: Format, out: &mut [u8], blocks: &[usize; PER], r: usize) {
         let multipliers = (q3k_scales(&self.scales), [0; 16]);
-        put_low_bits(format, out, blocks, r, multipliers, |j| {
-            // Values 32 j ..: 2-bit lows at shift 2 (j % 4) of qs[32 (j / 4) ..],
-            // less 4 (a sign bit) where bit 4 (j / 4) + j % 4 of hmask is clear.
-            let (h, p) = (j / 4, j % 4);
-            let mask = 1u8 << (4 * h + p);
-            let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
-            (
-                std::array::from_fn(|i| (qs[i] >> (2 * p)) & 3),
-                std::array::from_fn(|i| (self.hmask[i] & mask == 0) as u8),
-            )
-        });
+        put_low_bits(
+            format,
+            out,
+            blocks,
+            r,
+            multipliers,
+            (&self.qs, Some(&self.hmask)),
+        );
     }
 }
 
@@ -214,11 +262,6 @@ impl SuperBlock for BlockQ2K {
             self.scales.map(|s| (s & 0x0F) as i8),
             self.scales.map(|s| (s >> 4) as i8),
         );
-        put_low_bits(format, out, blocks, r, multipliers, |j| {
-            // Values 32 j ..: 2-bit planes at shift 2 (j % 4) of qs[32 (j / 4) ..].
-            let (h, p) = (j / 4, j % 4);
-            let qs: &[u8; BLOCK] = self.qs[32 * h..][..BLOCK].try_into().expect("32 bytes");
-            (std::array::from_fn(|i| (qs[i] >> (2 * p)) & 3), [0; BLOCK])
-        });
+        put_low_bits(format, out, blocks, r, multipliers, (&self.qs, None));
     }
 }
