@@ -49,15 +49,7 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                     }
                 }
                 if format.quants == Quants::Nibble5 {
-                    for (p, wp) in w.iter_mut().enumerate() {
-                        let bits = blk
-                            .add(format.bits_at() + 4 * p)
-                            .cast::<u32>()
-                            .read_unaligned();
-                        for (i, v) in wp.iter_mut().enumerate() {
-                            *v |= (((bits >> i) & 1) << 4) as i16;
-                        }
-                    }
+                    add_plane(format, blk, w, 16);
                 }
                 if format.quants == Quants::Nibble6 {
                     for (p, wp) in w.iter_mut().enumerate() {
@@ -103,16 +95,7 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                     }
                 }
                 if format.quants == Quants::Crumb3 {
-                    // Less 4 where the sign bit is set.
-                    for (p, wp) in w.iter_mut().enumerate() {
-                        let bits = blk
-                            .add(format.bits_at() + 4 * p)
-                            .cast::<u32>()
-                            .read_unaligned();
-                        for (i, v) in wp.iter_mut().enumerate() {
-                            *v -= (((bits >> i) & 1) << 2) as i16;
-                        }
-                    }
+                    add_plane(format, blk, w, -4);
                 }
             }
             Quants::Byte => {
@@ -125,6 +108,23 @@ unsafe fn unpack(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16]) {
                     vst1q_s16(wp.as_mut_ptr().add(24), vmovl_high_s8(c));
                 }
             }
+        }
+    }
+}
+
+/// Adds `weight` to each value whose bit is set in the block's one-bit plane
+/// ([`Quants::Nibble5`]'s fifth bits: 16; [`Quants::Crumb3`]'s signs: -4).
+#[inline(always)]
+unsafe fn add_plane(format: Format, blk: *const u8, w: &mut [[i16; 32]; 16], weight: i16) {
+    for (p, wp) in w.iter_mut().enumerate() {
+        // SAFETY: the plane's 16 words lie in the block (caller).
+        let bits = unsafe {
+            blk.add(format.bits_at() + 4 * p)
+                .cast::<u32>()
+                .read_unaligned()
+        };
+        for (i, v) in wp.iter_mut().enumerate() {
+            *v += ((bits >> i) & 1) as i16 * weight;
         }
     }
 }
@@ -214,17 +214,17 @@ pub unsafe fn group(
                 } else {
                     s0
                 };
-                let obase = four_bases(format, bases.add(2 * GROUP_ROWS), s);
-                let off = if format.offset {
-                    four(format, blk, format.offsets_at(), s, obase)
+                let (off, off1) = if format.offset {
+                    let obase = four_bases(format, bases.add(2 * GROUP_ROWS), s);
+                    let off = four(format, blk, format.offsets_at(), s, obase);
+                    if format.split {
+                        let at = format.offsets_at() + size * GROUP_ROWS;
+                        (off, four(format, blk, at, s, obase))
+                    } else {
+                        (off, off)
+                    }
                 } else {
-                    s0
-                };
-                let off1 = if format.needs_half_sums() {
-                    let at = format.offsets_at() + size * GROUP_ROWS;
-                    four(format, blk, at, s, obase)
-                } else {
-                    off
+                    (s0, s0)
                 };
                 for (t, tok) in tokens.iter().enumerate() {
                     let a = tok.qa.as_ptr().add(BLOCK * b).cast::<i32>();

@@ -386,16 +386,19 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
             } else {
                 s0
             };
-            let obase = bases16::<S>(bases.add(2 * GROUP_ROWS));
-            let off = if OFF {
-                scales16::<S>(blk.add(offsets_at), obase)
+            let (off, off1) = if OFF {
+                let obase = bases16::<S>(bases.add(2 * GROUP_ROWS));
+                let off = scales16::<S>(blk.add(offsets_at), obase);
+                if SPLIT {
+                    (
+                        off,
+                        scales16::<S>(blk.add(offsets_at + size * GROUP_ROWS), obase),
+                    )
+                } else {
+                    (off, off)
+                }
             } else {
-                s0
-            };
-            let off1 = if OFF && SPLIT {
-                scales16::<S>(blk.add(offsets_at + size * GROUP_ROWS), obase)
-            } else {
-                off
+                (s0, s0)
             };
             for t in 0..T {
                 let a = qa[t].add(BLOCK * b);
