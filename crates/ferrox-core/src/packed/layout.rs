@@ -22,7 +22,7 @@
 //! 256-value super-block (`d`, `-dmin`), the bases just before the super-block's
 //! first block (they stream in with it).
 //! The kernels form `base * multiplier` in f32, which is exact, so the function is
-//! the one of f32 scales; the bytes read per weight are the file's, or fewer.
+//! the one of f32 scales; a multiplier takes a byte (the file's 4 to 8 bits).
 //! Q6_K's values are stored as Q4's nibbles plus a plane of two high bits
 //! ([`Quants::Nibble6`]), 6 bits a value as in the file.
 //!
