@@ -60,7 +60,7 @@ fn put_quants(format: Format, blk: &mut [u8], r: usize, w: &[i8; BLOCK]) {
         Quants::Nibble6 => {
             let u = w.map(|v| (v + 32) as u8);
             put_nibble_lines(blk, r, &u, false);
-            put_high_bits(format, blk, r, |i| u[i] >> 4);
+            put_crumbs(&mut blk[format.bits_at()..][..8 * STEPS], r, |i| u[i] >> 4);
         }
         Quants::Byte => put_bytes(blk, r, w),
         Quants::Crumb => put_crumbs(&mut blk[..format.quant_bytes()], r, |i| w[i] as u8),
@@ -82,13 +82,6 @@ fn put_bit_plane(format: Format, blk: &mut [u8], r: usize, bit: impl Fn(usize) -
         let (step, lane) = (i / 2, 2 * r + i % 2);
         bits[4 * step + lane / 8] |= (bit(i) & 1) << (lane % 8);
     }
-}
-
-/// Stores row `r`'s two high bits a value (`high(i)`, 0..4, for value `i`) in
-/// a [`Quants::Nibble6`] group-block's high-bit plane ([`put_crumbs`]).
-#[inline(always)]
-fn put_high_bits(format: Format, blk: &mut [u8], r: usize, high: impl Fn(usize) -> u8) {
-    put_crumbs(&mut blk[format.bits_at()..][..8 * STEPS], r, high);
 }
 
 /// Stores row `r`'s 2-bit values (`two(i)`, 0..4, for value `i`) in four

@@ -8,7 +8,7 @@
 //!
 //! [`Scales::Small`]: crate::packed::layout::Scales::Small
 
-use super::{group_blocks, put_codes, put_high_bits, put_nibble_lines};
+use super::{group_blocks, put_codes, put_nibble_lines};
 use crate::blocks::{BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, ByteBlock};
 use crate::kernels::reference::iquants::iq4_xs_scale;
 use crate::kernels::reference::kquants::{q3k_scales, scale_min_k4};
@@ -127,8 +127,8 @@ impl SuperBlock for BlockQ6K {
             let (h, q) = (j / 4, j % 4);
             let blk = &mut out[at..][..format.block_bytes()];
             put_nibble_lines(blk, r, &self.ql[64 * h + 32 * (q % 2)..][..32], q >= 2);
-            let qh = &self.qh[32 * h..][..32];
-            put_high_bits(format, blk, r, |i| (qh[i] >> (2 * q)) & 3);
+            let qh = self.qh[32 * h..][..BLOCK].try_into().expect("32 bytes");
+            put_crumbs_at(&mut blk[format.bits_at()..][..4 * 32], r, qh, 2 * q);
             blk[format.scales_at() + r] = self.scales[8 * h + 2 * q] as u8;
             blk[format.scales_at() + GROUP_ROWS + r] = self.scales[8 * h + 2 * q + 1] as u8;
         }
@@ -184,8 +184,12 @@ fn put_low_bits(
     }
 }
 
-/// Row `r`'s crumbs of a block (`put_crumbs`) from the 32 bytes whose bits
-/// `shift`, `shift + 1` are its values, eight values a word.
+/// Row `r`'s crumbs of a block (`put_crumbs`: [`Quants::Crumb`]'s values,
+/// [`Quants::Nibble6`]'s high bits) from the 32 bytes whose bits `shift`,
+/// `shift + 1` are its values, eight values a word.
+///
+/// [`Quants::Crumb`]: crate::packed::layout::Quants::Crumb
+/// [`Quants::Nibble6`]: crate::packed::layout::Quants::Nibble6
 #[inline(always)]
 fn put_crumbs_at(lines: &mut [u8], r: usize, bytes: &[u8; BLOCK], shift: usize) {
     assert!(
