@@ -79,6 +79,10 @@ unsafe fn bases8<const S: u8>(p: *const u8) -> __m256 {
 /// `[step][part]`, part 0 holding rows 0..4 and 8..12, part 1 rows 4..8 and
 /// 12..16 (the in-lane `vpunpck{l,h}bw` order; [`rows_in_order`] puts sums
 /// back). Values are formed in the 8-bit domain, one 32-byte line at a time.
+/// No intrinsic is called inside a closure (`v.map(|x| ...)`): a closure does
+/// not take its function's target features, so its intrinsics stay calls
+/// (the grid formats' products ran at 0.7 GMAC/s a thread on one token, 5.2
+/// on eight, `matmul_speed 4096 4096 T MXFP4` with `FERROX_ISA=avx2`).
 ///
 /// # Safety
 /// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)`.
@@ -110,7 +114,7 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
                 _mm256_and_si256(_mm256_srli_epi16::<2>(x), three),
             ];
             if Q == CRUMB {
-                return v.map(|x| widen_unsigned(x));
+                return [widen_unsigned(v[0]), widen_unsigned(v[1])];
             }
             // Less 4 where the sign bit is set.
             let (four, set) = (
@@ -128,7 +132,10 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
         ];
         if is_grid(Q) {
             let table = grid_table(format);
-            return v.map(|i| widen_signed(_mm256_shuffle_epi8(table, i)));
+            return [
+                widen_signed(_mm256_shuffle_epi8(table, v[0])),
+                widen_signed(_mm256_shuffle_epi8(table, v[1])),
+            ];
         }
         if Q == NIBBLE5 {
             let set = plane_bits(blk.add(format.bits_at()), c);
@@ -148,9 +155,9 @@ unsafe fn line_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             let bias = _mm256_set1_epi8(32);
             v[0] = _mm256_sub_epi8(_mm256_or_si256(v[0], _mm256_and_si256(first, mask)), bias);
             v[1] = _mm256_sub_epi8(_mm256_or_si256(v[1], _mm256_and_si256(second, mask)), bias);
-            return v.map(|x| widen_signed(x));
+            return [widen_signed(v[0]), widen_signed(v[1])];
         }
-        v.map(|x| widen_unsigned(x))
+        [widen_unsigned(v[0]), widen_unsigned(v[1])]
     }
 }
 
@@ -320,6 +327,41 @@ unsafe fn madd_pair(acc: __m256i, w: __m256i, pair: *const i16) -> __m256i {
     }
 }
 
+/// The exact sums of one token's values `16 q .. 16 q + 16` (lines `4 q .. 4 q
+/// + 4` of the block at `blk`, the token's block at `a`) in both parts of the
+/// rows ([`line_avx2`]'s order). The sums are this function's own locals, each
+/// line pair's parity is known when it is unpacked, so they stay in registers
+/// whether or not the loop is unrolled (one `[q][part]` array indexed by `c /
+/// 4` kept Q6_K's sums on the stack, a store and a reload every step).
+///
+/// # Safety
+/// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)` and `a`
+/// the token's 32 values.
+#[inline(always)]
+unsafe fn half_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+    blk: *const u8,
+    a: *const i16,
+    q: usize,
+) -> [__m256i; 2] {
+    // SAFETY: lines 4q..4q + 4 lie in the block and pairs 8q..8q + 8 in the
+    // token's block (caller).
+    unsafe {
+        let mut sum = [_mm256_setzero_si256(); 2];
+        for k in 0..2 {
+            for c in [4 * q + 2 * k, 4 * q + 2 * k + 1] {
+                let steps = line_avx2::<Q, OFF, SPLIT, S>(blk, c);
+                for (e, parts) in steps.iter().enumerate() {
+                    let pair =
+                        _mm256_set1_epi32(a.add(2 * (2 * c + e)).cast::<i32>().read_unaligned());
+                    sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(parts[0], pair));
+                    sum[1] = _mm256_add_epi32(sum[1], _mm256_madd_epi16(parts[1], pair));
+                }
+            }
+        }
+        sum
+    }
+}
+
 /// One token (a decode step): each line is unpacked where it is used and the
 /// sums stay in registers.
 #[target_feature(enable = "avx2,f16c")]
@@ -339,20 +381,8 @@ unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
             let blk = g.as_ptr().add(format.block_at(b));
             prefetch_ahead(format, blk);
             let a = tok.qa.as_ptr().add(BLOCK * b);
-            // sums[q][part]: values 16q..16q + 16, exact.
-            let mut sums = [[_mm256_setzero_si256(); 2]; 2];
-            for c in 0..8 {
-                let steps = line_avx2::<Q, OFF, SPLIT, S>(blk, c);
-                let q = c / 4;
-                for (e, parts) in steps.iter().enumerate() {
-                    let pair =
-                        _mm256_set1_epi32(a.add(2 * (2 * c + e)).cast::<i32>().read_unaligned());
-                    for (sum, &w) in sums[q].iter_mut().zip(parts) {
-                        *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(w, pair));
-                    }
-                }
-            }
-            let [lo, hi] = sums.map(|s| rows_in_order(s));
+            let lo = rows_in_order(half_sums::<Q, OFF, SPLIT, S>(blk, a, 0));
+            let hi = rows_in_order(half_sums::<Q, OFF, SPLIT, S>(blk, a, 1));
             for (h, acc) in acc.iter_mut().enumerate() {
                 let sc = scales_avx2::<Q, OFF, SPLIT, S>(g, blk, b, h);
                 *acc = block_term::<OFF, SPLIT>(*acc, lo[h], hi[h], &sc, tok, b);
