@@ -327,12 +327,12 @@ unsafe fn madd_pair(acc: __m256i, w: __m256i, pair: *const i16) -> __m256i {
     }
 }
 
-/// The exact sums of one token's values `16 q .. 16 q + 16` (lines `4 q .. 4 q
-/// + 4` of the block at `blk`, the token's block at `a`) in both parts of the
-/// rows ([`line_avx2`]'s order). The sums are this function's own locals, each
+/// The exact sums of one token's values `16q..16q + 16` (lines `4q..4q + 4`
+/// of the block at `blk`, the token's block at `a`) in both parts of the rows
+/// ([`line_avx2`]'s order). The sums are this function's own locals, and each
 /// line pair's parity is known when it is unpacked, so they stay in registers
-/// whether or not the loop is unrolled (one `[q][part]` array indexed by `c /
-/// 4` kept Q6_K's sums on the stack, a store and a reload every step).
+/// whether or not the loop is unrolled (one `[q][part]` array indexed by
+/// `c / 4` kept Q6_K's sums on the stack, a store and a reload every step).
 ///
 /// # Safety
 /// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)` and `a`
