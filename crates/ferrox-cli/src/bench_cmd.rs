@@ -12,7 +12,6 @@ use clap::Args;
 use ferrox_engine::kv_plan::defaults;
 use ferrox_models::decoder::{Decoder, Span, Want};
 use ferrox_models::kv_store::KvElement;
-use ferrox_models::kv_store::KvStore;
 use ferrox_models::transformer::Transformer;
 
 /// Flags of `ferrox bench`.
@@ -158,7 +157,7 @@ fn one_run(m: &Transformer, r: RunShape) -> Result<(Option<f64>, Option<f64>)> {
         kv,
     } = r;
     let vocab = m.hyper_params().vocab_size;
-    let mut store = KvStore::new(m.kv_layout().with_element(kv), defaults::KV_BLOCK_SIZE);
+    let mut store = m.kv_store(kv, defaults::KV_BLOCK_SIZE)?;
     let mut pp = None;
     if n_prompt > 0 {
         let pages = store.fresh_table(n_prompt);

@@ -212,9 +212,10 @@ pub struct KvArgs {
     /// KV cache element type: f16 (the default; half of f32's memory, so
     /// twice the positions in --kv-memory; 0.001 nats from f32), f32 (the
     /// default with --activations f32, which stays exact), q8_0 (ggml's
-    /// blocks of each head's rotated vector: 34 bytes per 32 values, 0.02
-    /// nats) or q4_0 (18 bytes per 32, about 0.3 nats); the block types need
-    /// head dimensions that are multiples of 32. llama-server's
+    /// blocks of each head's rotated vector, keys less their layer's mean
+    /// key, which a 64-token pass at start computes: 34 bytes per 32 values,
+    /// 0.013-0.017 nats) or q4_0 (18 bytes per 32, 0.2-0.3 nats); the block
+    /// types need head dimensions that are multiples of 32. llama-server's
     /// `-ctk` / `-ctv` (`--cache-type-k`, `--cache-type-v`) are taken too, and
     /// must agree: keys and values share a type here.
     #[arg(long = "kv-type", visible_aliases = ["cache-type-k", "cache-type-v"], env = "FERROX_KV_TYPE", action = clap::ArgAction::Append, value_name = "TYPE")]

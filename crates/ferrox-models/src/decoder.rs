@@ -6,7 +6,7 @@
 
 use crate::error::ModelError;
 use crate::hparams::HyperParams;
-use crate::kv_store::{KvLayout, KvStore, PageTable};
+use crate::kv_store::{KvElement, KvLayout, KvStore, PageTable};
 
 /// Which logits a span wants back.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -106,6 +106,16 @@ pub trait Decoder: Send + Sync {
     /// The KV storage the model needs.
     fn kv_layout(&self) -> KvLayout {
         KvLayout::new(self.hyper_params())
+    }
+
+    /// KV storage of `element` in pages of `page_size` positions. A model
+    /// may give an 8- or 4-bit cache [`crate::kv_store::KeyOffsets`] (the
+    /// transformer does: its mean keys).
+    fn kv_store(&self, element: KvElement, page_size: usize) -> Result<KvStore, ModelError> {
+        Ok(KvStore::new(
+            self.kv_layout().with_element(element),
+            page_size,
+        ))
     }
 
     /// Logits per row.

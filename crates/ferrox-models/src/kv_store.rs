@@ -15,8 +15,9 @@
 //! whole cache): f16 pages are written rounded to nearest, q8_0 and q4_0
 //! pages in ggml's blocks of 32 (an f16 scale and 32 codes, quantized as
 //! ggml's reference quantizer does, of each head's vector rotated:
-//! [`rotate`]), and all are widened back exactly when read, so what a
-//! position reads depends on its stored bits alone (`pages.rs`). A block
+//! [`rotate`]; keys less the model's [`KeyOffsets`] first), and all are
+//! widened back exactly when read, so what a position reads depends on its
+//! stored bits alone (`pages.rs`). A block
 //! never straddles two heads or two positions: every head dimension is a
 //! multiple of 32 ([`KvLayout::check_element`]).
 //!
@@ -45,8 +46,10 @@ use ferrox_core::DType;
 
 use crate::hparams::{AttentionKind, DeltaNetParams, HyperParams};
 
+mod offsets;
 mod pages;
 
+pub use offsets::KeyOffsets;
 use pages::{KvPages, PageBuffers, rotated};
 pub use pages::{rotate, rotate_back};
 
@@ -56,7 +59,8 @@ pub use pages::{rotate, rotate_back};
 /// 0.0008-0.0010 nats of mean top-5 error on the real models (inside the
 /// 0.005 budget), and no slower (docs/PERFORMANCE.md). The exact path keeps
 /// f32, so that it stays the exact function. q8_0 takes 34 bytes per 32
-/// values at about 0.02 nats.
+/// values at 0.017 / 0.013 nats (SmolLM2 / Gemma 3, with the model's
+/// [`KeyOffsets`]; budget 0.02).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvElement {
@@ -340,6 +344,9 @@ pub struct KvStore {
     state_at: Vec<usize>,
     /// Next id [`KvStore::fresh_table`] hands out.
     next_fresh: u32,
+    /// Subtracted from keys before they are stored ([`KeyOffsets`]; none
+    /// unless [`KvStore::with_key_offsets`] set them).
+    key_offsets: KeyOffsets,
 }
 
 /// Why a span cannot run on the recurrent state its table names.
@@ -374,7 +381,37 @@ impl KvStore {
             page_size,
             layout,
             next_fresh: 0,
+            key_offsets: KeyOffsets::default(),
         }
+    }
+
+    /// The store with `offsets` subtracted from every key it stores, and added
+    /// back by [`Self::read`]. Only for the rotated (8- and 4-bit) elements,
+    /// where they pay: panics on another element, or on an offset whose
+    /// length is not its layer's `n_kv_heads * head_dim_k`.
+    pub fn with_key_offsets(mut self, offsets: KeyOffsets) -> KvStore {
+        assert!(
+            self.rotated(),
+            "key offsets are for 8- and 4-bit KV, not {}",
+            self.layout.element
+        );
+        assert_eq!(
+            offsets.n_layers(),
+            self.layout.layers.len(),
+            "one offset slot per layer"
+        );
+        for layer in 0..offsets.n_layers() {
+            if let Some(c) = offsets.of(layer) {
+                let p = self.layout.place(layer).expect("an offset layer keeps KV");
+                assert_eq!(
+                    c.len(),
+                    p.n_kv_heads * p.head_dim_k,
+                    "layer {layer}'s key offset"
+                );
+            }
+        }
+        self.key_offsets = offsets;
+        self
     }
 
     /// The layout.
@@ -545,6 +582,7 @@ impl KvStore {
             k.len() == heads * dk && v.len() == heads * dv,
             "layer {layer} stores {heads} heads of {dk} + {dv}"
         );
+        let offset = self.key_offsets.of(layer);
         let store = if at.window {
             &mut self.window
         } else {
@@ -552,14 +590,17 @@ impl KvStore {
         };
         for h in 0..heads {
             let (ko, vo) = (at.key + h * at.key_stride, at.value + h * at.value_stride);
-            store.put(at.page, ko, &k[h * dk..(h + 1) * dk]);
-            store.put(at.page, vo, &v[h * dv..(h + 1) * dv]);
+            let key_offset = offset.map(|c| &c[h * dk..(h + 1) * dk]);
+            store.put(at.page, ko, &k[h * dk..(h + 1) * dk], key_offset);
+            store.put(at.page, vo, &v[h * dv..(h + 1) * dv], None);
         }
     }
 
     /// Whether the runs hold every key and value rotated ([`rotate`]): a
     /// query is rotated before its dot products with them, and a weighted
-    /// sum of them rotated back. [`Self::read`] rotates back itself.
+    /// sum of them rotated back. Their keys are also less the layer's
+    /// [`KeyOffsets`], if any, which shifts every score of a query alike.
+    /// [`Self::read`] rotates back and adds the offset itself.
     pub fn rotated(&self) -> bool {
         rotated(self.layout.element.dtype())
     }
@@ -679,6 +720,11 @@ impl KvStore {
         if self.rotated() {
             rotate_back(&mut k);
             rotate_back(&mut v);
+        }
+        if let Some(c) = self.key_offsets.of(layer) {
+            k.iter_mut()
+                .zip(&c[head * dk..(head + 1) * dk])
+                .for_each(|(k, c)| *k += c);
         }
         (k, v)
     }

@@ -32,7 +32,7 @@
 //! reads KV in runs that end at page boundaries only, so a position's numbers do
 //! not depend on which pages (shared or private) hold its history.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ferrox_core::ops::activation;
 use ferrox_core::ops::matmul::matmul;
@@ -44,6 +44,7 @@ use ferrox_gguf::GgufFile;
 mod attention;
 mod draft_head;
 mod ffn;
+mod key_offsets;
 mod per_layer;
 mod recurrent;
 
@@ -54,7 +55,7 @@ use crate::arch::ArchSpec;
 use crate::decoder::{Decoder, DraftHead, Output, Rows, Span, Want};
 use crate::error::ModelError;
 use crate::hparams::{AttentionKind, HyperParams};
-use crate::kv_store::KvStore;
+use crate::kv_store::{KeyOffsets, KvElement, KvStore};
 use crate::weights::{LayerWeights, Linear, Mixer, Weights};
 
 /// A loaded model, ready to run.
@@ -71,6 +72,8 @@ pub struct Transformer {
     /// Every token's hidden state after the output norm is returned, not only
     /// those of spans that want [`Want::Hidden`] (the input of a draft head).
     all_hidden: bool,
+    /// Made by the first 8- or 4-bit cache ([`Transformer::key_offsets`]).
+    key_offsets: OnceLock<KeyOffsets>,
 }
 
 /// An input of the matrix products: `n` rows of f32, and their quantized form on
@@ -369,6 +372,7 @@ impl Transformer {
             rope_global,
             rope_local,
             all_hidden: false,
+            key_offsets: OnceLock::new(),
         })
     }
 
@@ -673,6 +677,14 @@ impl Decoder for Transformer {
 
     fn limit_context(&mut self, context: usize) {
         Transformer::limit_context(self, context);
+    }
+
+    fn kv_store(&self, element: KvElement, page_size: usize) -> Result<KvStore, ModelError> {
+        let store = KvStore::new(self.kv_layout().with_element(element), page_size);
+        match store.rotated() {
+            true => Ok(store.with_key_offsets(self.key_offsets()?.clone())),
+            false => Ok(store),
+        }
     }
 
     fn draft_head(&mut self) -> Result<Option<Box<dyn DraftHead>>, ModelError> {

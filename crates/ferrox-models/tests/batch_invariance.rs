@@ -40,7 +40,7 @@ fn prompt_logits(
 }
 
 fn check_prompt_chunking(m: &Transformer, prompt: &[u32], kv: KvElement) {
-    let mut cache = KvStore::new(m.kv_layout().with_element(kv), 4);
+    let mut cache = m.kv_store(kv, 4).unwrap();
     let whole = prompt_logits(m, &mut cache, prompt, prompt.len());
     assert_eq!(whole.len(), prompt.len());
     for chunk in [1, 2, 5, 64] {
@@ -54,7 +54,7 @@ fn check_prompt_chunking(m: &Transformer, prompt: &[u32], kv: KvElement) {
 
 /// A store with each of `prompts` prefilled in its own sequence.
 fn prefilled(m: &Transformer, prompts: &[Vec<u32>; 9], kv: KvElement) -> (KvStore, Vec<PageTable>) {
-    let mut cache = KvStore::new(m.kv_layout().with_element(kv), 4);
+    let mut cache = m.kv_store(kv, 4).unwrap();
     let seqs: Vec<_> = prompts
         .iter()
         .map(|p| cache.fresh_table(p.len() + 1))

@@ -235,6 +235,139 @@ fn check_blocks(
     }
 }
 
+/// Key offsets: a layer's offset is subtracted from each key before it is
+/// rotated and quantized (runs hold that), and `read` adds it back; a layer
+/// without one stores its keys as they are. Keys with a large common part
+/// come back closer with the offset than without it.
+#[test]
+fn key_offsets_are_subtracted_before_quantizing_and_added_back_by_read() {
+    use ferrox_core::kernels::reference::{dequantize, quantize};
+    use ferrox_models::kv_store::{KeyOffsets, KvElement, rotate, rotate_back};
+    let element = KvElement::Q8_0;
+    let stored = |x: &[f32]| {
+        let mut r = x.to_vec();
+        rotate(&mut r);
+        let bytes = quantize(element.dtype(), &r).unwrap();
+        let mut out = vec![0.0; x.len()];
+        dequantize(element.dtype(), &bytes, &mut out).unwrap();
+        out
+    };
+    let common: Vec<f32> = (0..128).map(|i| 60.0 * ((i % 9) as f32 - 4.0)).collect();
+    let offsets = KeyOffsets::new(vec![Some(common.clone()), None]);
+    let layout = wide_layout().with_element(element);
+    let mut plain = KvStore::new(layout.clone(), 4);
+    let mut s = KvStore::new(layout, 4).with_key_offsets(offsets);
+    let t = s.fresh_table(8);
+    plain.fresh_table(8);
+    let (mut err_with, mut err_without) = (0.0f32, 0.0f32);
+    for layer in 0..2 {
+        for pos in 0..8 {
+            let k: Vec<f32> = key_of(layer, pos)
+                .iter()
+                .zip(&common)
+                .map(|(k, c)| k + c)
+                .collect();
+            let v = value_of(pos);
+            s.write(&t, layer, pos, &k, &v);
+            plain.write(&t, layer, pos, &k, &v);
+            for h in 0..2 {
+                let own = &k[h * 64..(h + 1) * 64];
+                let c = &common[h * 64..(h + 1) * 64];
+                let mut want = match layer {
+                    0 => stored(&own.iter().zip(c).map(|(k, c)| k - c).collect::<Vec<_>>()),
+                    _ => stored(own),
+                };
+                rotate_back(&mut want);
+                if layer == 0 {
+                    want.iter_mut().zip(c).for_each(|(w, c)| *w += c);
+                }
+                let (rk, _) = s.read(&t, layer, pos, h);
+                assert_eq!(rk, want, "layer {layer} pos {pos} head {h}");
+                if layer == 0 {
+                    let (pk, _) = plain.read(&t, layer, pos, h);
+                    let far = |r: &[f32]| {
+                        r.iter()
+                            .zip(own)
+                            .map(|(a, b)| (a - b).abs())
+                            .fold(0.0, f32::max)
+                    };
+                    err_with = err_with.max(far(&rk));
+                    err_without = err_without.max(far(&pk));
+                }
+            }
+        }
+        s.for_each_run(&t, layer, 1, 0, 8, |p0, keys, _| {
+            for j in 0..keys.len() / 64 {
+                let k: Vec<f32> = key_of(layer, p0 + j)
+                    .iter()
+                    .zip(&common)
+                    .map(|(k, c)| k + c)
+                    .collect();
+                let want = match layer {
+                    0 => stored(
+                        &k[64..]
+                            .iter()
+                            .zip(&common[64..])
+                            .map(|(k, c)| k - c)
+                            .collect::<Vec<_>>(),
+                    ),
+                    _ => stored(&k[64..]),
+                };
+                assert_eq!(&keys[j * 64..(j + 1) * 64], want);
+            }
+        });
+    }
+    assert!(
+        err_with * 4.0 < err_without,
+        "with offsets {err_with}, without {err_without}"
+    );
+}
+
+/// Offsets pay only on the quantized elements, and are refused elsewhere.
+#[test]
+#[should_panic(expected = "key offsets are for 8- and 4-bit KV")]
+fn key_offsets_on_an_f16_cache_are_refused() {
+    use ferrox_models::kv_store::{KeyOffsets, KvElement};
+    let _ = KvStore::new(wide_layout().with_element(KvElement::F16), 4)
+        .with_key_offsets(KeyOffsets::new(vec![None, None]));
+}
+
+/// Every architecture's key offsets: one `[n_kv_heads][head_dim_k]` vector
+/// for each attention layer whose softmax a shift of its scores leaves
+/// alone, none for recurrent layers, soft-capped scores (Gemma 2) or a sink
+/// logit (gpt-oss); and they are the layer's mean stored key, not zero.
+#[test]
+fn tiny_models_key_offsets_cover_the_shift_invariant_attention_layers() {
+    use ferrox_models::decoder::Decoder;
+    use ferrox_models::{ActivationPath, Architecture};
+    for arch in Architecture::ALL {
+        let tiny = TinyModel::new(arch);
+        let file = ferrox_gguf::GgufFile::from_bytes(tiny.gguf()).unwrap();
+        let m = tiny.load_with(1, ActivationPath::Int16);
+        let (hp, layout) = (m.hyper_params(), m.kv_layout());
+        let offsets = m.key_offsets().unwrap();
+        assert_eq!(offsets.n_layers(), hp.n_layers, "{arch:?}");
+        for l in 0..hp.n_layers {
+            let sinks = file
+                .tensors()
+                .any(|t| t.info.name == format!("blk.{l}.attn_sinks.weight"));
+            let place = layout.place(l);
+            let takes = place.is_some() && hp.attn_softcap.is_none() && !sinks;
+            match (offsets.of(l), place) {
+                (Some(c), Some(p)) if takes => {
+                    assert_eq!(c.len(), p.n_kv_heads * p.head_dim_k, "{arch:?} layer {l}");
+                    assert!(
+                        c.iter().any(|x| *x != 0.0),
+                        "{arch:?} layer {l}: a zero offset"
+                    );
+                }
+                (None, _) if !takes => {}
+                (o, _) => panic!("{arch:?} layer {l}: offset {o:?}, expected one: {takes}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn q8_0_needs_head_dimensions_in_whole_blocks() {
     use ferrox_models::kv_store::KvElement;

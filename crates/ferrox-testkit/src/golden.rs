@@ -15,7 +15,7 @@ use serde_json::Value;
 use ferrox_models::ActivationPath;
 use ferrox_models::Transformer;
 use ferrox_models::decoder::{Decoder, Span, Want};
-use ferrox_models::kv_store::{KvElement, KvStore, PageTable};
+use ferrox_models::kv_store::{KvElement, PageTable};
 
 /// How a model's continuations compare with a golden file's.
 #[derive(Clone, Debug, Default)]
@@ -187,7 +187,7 @@ pub fn score(m: &Transformer, rows: &[Value], label: &str) -> Score {
 
 /// [`score`] with a KV cache of `element`s.
 pub fn score_with_kv(m: &Transformer, rows: &[Value], label: &str, element: KvElement) -> Score {
-    let mut cache = KvStore::new(m.kv_layout().with_element(element), 16);
+    let mut cache = m.kv_store(element, 16).expect("KV store");
     let mut s = Score {
         prompts: rows.len(),
         ..Score::default()

@@ -95,6 +95,13 @@ pub enum StartError {
     /// The file's head could not be loaded.
     #[error("--spec mtp: the model's multi-token-prediction head cannot be loaded: {0}")]
     DraftHead(String),
+    /// The KV cache's key offsets could not be computed (`--kv-type` q8_0 or
+    /// q4_0 runs the model over a fixed text at start).
+    #[error("--kv-type {element}: the model's key offsets cannot be computed: {source}")]
+    KeyOffsets {
+        element: ferrox_models::kv_store::KvElement,
+        source: ferrox_models::ModelError,
+    },
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
 }

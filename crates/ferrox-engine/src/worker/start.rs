@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::mpsc;
 
 use ferrox_models::decoder::Decoder;
-use ferrox_models::kv_store::KvStore;
 use ferrox_text::tokenizer::Tokenizer;
 
 use super::config::{check_knobs, state_pools};
@@ -75,6 +74,12 @@ pub fn start_with_draft(
     // The model computes for the context it serves (LongRoPE's factor set).
     decoder.limit_context(max_context as usize);
     let layout = decoder.kv_layout().with_element(config.kv_element);
+    let store = decoder
+        .kv_store(config.kv_element, config.block_size)
+        .map_err(|source| StartError::KeyOffsets {
+            element: config.kv_element,
+            source,
+        })?;
     if layout.window().is_some() && config.prefill_chunk < config.block_size {
         return Err(StartError::ChunkBelowPage {
             chunk: config.prefill_chunk,
@@ -131,7 +136,7 @@ pub fn start_with_draft(
         healthy: Arc::clone(&healthy),
     });
     let worker = Worker {
-        store: KvStore::new(layout, config.block_size),
+        store,
         slots: SlotTable::new(config.max_seqs),
         decoder,
         tokenizer,

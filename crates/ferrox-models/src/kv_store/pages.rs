@@ -69,8 +69,18 @@ impl KvPages {
         }
     }
 
-    /// Stores `values` at `at` of page `id`.
-    pub(super) fn put(&mut self, id: u32, at: usize, values: &[f32]) {
+    /// Whether the pages hold their vectors rotated ([`rotate`]).
+    fn rotated(&self) -> bool {
+        matches!(self, KvPages::Encoded(t, _) if rotated(*t))
+    }
+
+    /// Stores `values` at `at` of page `id`, less `offset` (a key's
+    /// [`super::KeyOffsets`]: rotated elements only).
+    pub(super) fn put(&mut self, id: u32, at: usize, values: &[f32], offset: Option<&[f32]>) {
+        assert!(
+            offset.is_none() || self.rotated(),
+            "only rotated KV pages subtract key offsets"
+        );
         match self {
             KvPages::F32(b) => b.page_mut(id)[at..at + values.len()].copy_from_slice(values),
             KvPages::Encoded(t, b) => {
@@ -79,7 +89,10 @@ impl KvPages {
                 if rotated(*t) {
                     ROTATED.with_borrow_mut(|r| {
                         r.clear();
-                        r.extend_from_slice(values);
+                        match offset {
+                            Some(c) => r.extend(values.iter().zip(c).map(|(v, c)| v - c)),
+                            None => r.extend_from_slice(values),
+                        }
                         rotate(r);
                         encode(*t, r, out);
                     });

@@ -69,6 +69,7 @@ impl MtpHead {
             rope_global,
             rope_local,
             all_hidden: true,
+            key_offsets: std::sync::OnceLock::new(),
         };
         Ok(Some(MtpHead {
             runner,
