@@ -74,12 +74,6 @@ pub fn start_with_draft(
     // The model computes for the context it serves (LongRoPE's factor set).
     decoder.limit_context(max_context as usize);
     let layout = decoder.kv_layout().with_element(config.kv_element);
-    let store = decoder
-        .kv_store(config.kv_element, config.block_size)
-        .map_err(|source| StartError::KeyOffsets {
-            element: config.kv_element,
-            source,
-        })?;
     if layout.window().is_some() && config.prefill_chunk < config.block_size {
         return Err(StartError::ChunkBelowPage {
             chunk: config.prefill_chunk,
@@ -135,6 +129,14 @@ pub fn start_with_draft(
         generates: !encoder,
         healthy: Arc::clone(&healthy),
     });
+    // Last of the checks: an 8- or 4-bit cache runs the model once for its
+    // key offsets.
+    let store = decoder
+        .kv_store(config.kv_element, config.block_size)
+        .map_err(|source| StartError::KeyOffsets {
+            element: config.kv_element,
+            source,
+        })?;
     let worker = Worker {
         store,
         slots: SlotTable::new(config.max_seqs),

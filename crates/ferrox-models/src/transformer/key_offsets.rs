@@ -38,7 +38,7 @@ const CALIBRATION_TOKENS: usize = 64;
 
 impl Transformer {
     /// The key offsets of an 8- or 4-bit cache: computed on the first call
-    /// (one forward pass over [`CALIBRATION_TEXT`], on f32 KV), then kept.
+    /// (one forward pass over a fixed 64-token text, on f32 KV), then kept.
     pub fn key_offsets(&self) -> Result<&KeyOffsets, ModelError> {
         if let Some(o) = self.key_offsets.get() {
             return Ok(o);
