@@ -141,17 +141,9 @@ fn wide_layout() -> KvLayout {
 /// them: runs hold those blocks widened, and `read` rotates them back.
 #[test]
 fn q8_0_and_q4_0_caches_store_rotated_ggml_blocks_and_read_back_their_exact_values() {
-    use ferrox_core::kernels::reference::{dequantize, quantize};
-    use ferrox_models::kv_store::{KvElement, rotate, rotate_back};
+    use ferrox_models::kv_store::{KvElement, rotate_back};
     for element in [KvElement::Q8_0, KvElement::Q4_0] {
-        let stored = |x: &[f32]| {
-            let mut r = x.to_vec();
-            rotate(&mut r);
-            let bytes = quantize(element.dtype(), &r).unwrap();
-            let mut out = vec![0.0; x.len()];
-            dequantize(element.dtype(), &bytes, &mut out).unwrap();
-            out
-        };
+        let stored = |x: &[f32]| rotated_blocks(element, x);
         let read = |x: &[f32]| {
             let mut out = stored(x);
             rotate_back(&mut out);
@@ -198,6 +190,18 @@ fn value_of(pos: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `x` as a cache of `element` holds it: rotated, then in ggml's blocks as
+/// its reference quantizer writes them, widened back.
+fn rotated_blocks(element: ferrox_models::kv_store::KvElement, x: &[f32]) -> Vec<f32> {
+    use ferrox_core::kernels::reference::{dequantize, quantize};
+    let mut r = x.to_vec();
+    ferrox_models::kv_store::rotate(&mut r);
+    let bytes = quantize(element.dtype(), &r).unwrap();
+    let mut out = vec![0.0; x.len()];
+    dequantize(element.dtype(), &bytes, &mut out).unwrap();
+    out
+}
+
 /// Writes keys and values into a cache of `element` and checks what runs
 /// hold against `stored` and every read against `read`.
 fn check_blocks(
@@ -241,17 +245,9 @@ fn check_blocks(
 /// come back closer with the offset than without it.
 #[test]
 fn key_offsets_are_subtracted_before_quantizing_and_added_back_by_read() {
-    use ferrox_core::kernels::reference::{dequantize, quantize};
-    use ferrox_models::kv_store::{KeyOffsets, KvElement, rotate, rotate_back};
+    use ferrox_models::kv_store::{KeyOffsets, KvElement, rotate_back};
     let element = KvElement::Q8_0;
-    let stored = |x: &[f32]| {
-        let mut r = x.to_vec();
-        rotate(&mut r);
-        let bytes = quantize(element.dtype(), &r).unwrap();
-        let mut out = vec![0.0; x.len()];
-        dequantize(element.dtype(), &bytes, &mut out).unwrap();
-        out
-    };
+    let stored = |x: &[f32]| rotated_blocks(element, x);
     let common: Vec<f32> = (0..128).map(|i| 60.0 * ((i % 9) as f32 - 4.0)).collect();
     let offsets = KeyOffsets::new(vec![Some(common.clone()), None]);
     let layout = wide_layout().with_element(element);
