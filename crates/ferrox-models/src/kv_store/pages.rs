@@ -75,9 +75,10 @@ impl KvPages {
     }
 
     /// Stores `values` at `at` of page `id`, less `offset` (a key's
-    /// [`super::KeyOffsets`]: rotated elements only).
+    /// [`super::KeyOffsets`]: rotated elements only, which
+    /// `KvStore::with_key_offsets` checks once, so every write need not).
     pub(super) fn put(&mut self, id: u32, at: usize, values: &[f32], offset: Option<&[f32]>) {
-        assert!(
+        debug_assert!(
             offset.is_none() || self.rotated(),
             "only rotated KV pages subtract key offsets"
         );
