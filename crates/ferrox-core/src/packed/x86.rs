@@ -21,6 +21,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
 use super::kernel::TokenActs;
 use super::layout::{Format, Grid, Quants, Scales};
@@ -146,11 +147,11 @@ const fn format_of(q: u8, offset: bool, split: bool, s: u8) -> Format {
 /// lines of the block of `format` 32 KiB past `blk` into L2 (measured: +40 %
 /// bytes/s over the hardware prefetcher alone at 16 KiB on Zen 4's Q8_0; 32 KiB
 /// gave +3 % on the AVX2 build's Llama-3.2-1B decode on a Sapphire Rapids, the
-/// same on its AVX-512 build), where the format [`prefetches`]. A hint; past
-/// the end it reads nothing.
+/// same on its AVX-512 build), when `on` (the kernel's [`prefetches`]). A hint;
+/// past the end it reads nothing.
 #[inline(always)]
-fn prefetch_ahead(format: Format, blk: *const u8) {
-    if !prefetches(format) {
+fn prefetch_ahead(on: bool, format: Format, blk: *const u8) {
+    if !on {
         return;
     }
     let ahead = blk.wrapping_add(PREFETCH_BYTES);
@@ -207,16 +208,42 @@ unsafe fn grid_table(format: Format) -> __m256i {
 /// How far ahead of the block being multiplied its successors are prefetched.
 const PREFETCH_BYTES: usize = 32768;
 
-/// Whether a kernel of `format` prefetches ([`prefetch_ahead`]). Not the
-/// formats whose super-blocks carry offset bases (Q4_K, Q5_K, Q2_K): on a Zen 4
-/// the hint made their one-token products slower, the hardware prefetcher
-/// alone faster (`examples/decode_stream`, a 65536 x 4096 product streaming
-/// from DRAM, medians of five: Q4_K on one thread 11.9 -> 19.8 GB/s, on two
-/// 20.4 -> 23.6-30.4; Q5_K 11.2 -> 17.6 on one), while Q4_0, Q4_1, Q5_0,
-/// IQ4_NL and MXFP4 lost 10-25 % without it, and Q6_K and Q8_0 were even on
-/// two threads (Q6_K 20.3 -> 16.9 on one, Q8_0 19.4 -> 25.1).
-const fn prefetches(format: Format) -> bool {
-    !(matches!(format.scales, Scales::Small) && format.offset)
+/// Whether a kernel of `format` prefetches on this CPU ([`prefetch_ahead`]):
+/// every format, but on AMD CPUs not the formats whose super-blocks carry
+/// offset bases (Q4_K, Q5_K, Q2_K). `examples/decode_stream` (a 65536 x 4096
+/// one-token product streaming from DRAM, medians) measured the hint both ways
+/// on those formats:
+/// * Zen 4: slower with it (Q4_K on one thread 11.9 -> 19.8 GB/s without, on
+///   two 20.4 -> 23.6-30.4; Q5_K 11.2 -> 17.6 on one), while Q4_0, Q4_1,
+///   Q5_0, IQ4_NL and MXFP4 lost 10-25 % without it, and Q6_K and Q8_0 were
+///   even on two threads (Q6_K 20.3 -> 16.9 on one, Q8_0 19.4 -> 25.1);
+/// * Intel Emerald Rapids: faster with it, on two threads three runs each,
+///   Q4_K 14.3-16.6 -> 22.0-24.3 GB/s, two each Q5_K 15.0-16.0 -> 24.7-24.9,
+///   Q2_K 10.6-12.6 -> 16.7-20.5 (Q6_K, prefetched either way, 22-25).
+fn prefetches(format: Format) -> bool {
+    prefetches_on(format, is_amd())
+}
+
+/// [`prefetches`] on an AMD CPU or another.
+fn prefetches_on(format: Format, amd: bool) -> bool {
+    !(amd && matches!(format.scales, Scales::Small) && format.offset)
+}
+
+/// Whether the CPU is AMD's (or Hygon's, the same cores): its vendor string,
+/// read once.
+fn is_amd() -> bool {
+    static AMD: OnceLock<bool> = OnceLock::new();
+    *AMD.get_or_init(|| {
+        // SAFETY: leaf 0 of CPUID exists on every x86-64 CPU. (The intrinsic
+        // is safe in the current toolchain, unsafe at the MSRV.)
+        #[allow(unused_unsafe)]
+        let id = unsafe { __cpuid(0) };
+        let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx]
+            .iter()
+            .flat_map(|r| r.to_le_bytes())
+            .collect();
+        matches!(&vendor[..], b"AuthenticAMD" | b"HygonGenuine")
+    })
 }
 
 #[inline]
@@ -335,6 +362,7 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
     let da: [*const f32; T] = std::array::from_fn(|t| tokens[t].da.as_ptr());
     let sa: [*const f32; T] = std::array::from_fn(|t| tokens[t].sa.as_ptr());
     let sh: [*const f32; T] = std::array::from_fn(|t| tokens[t].sh.as_ptr());
+    let prefetch = prefetches(format);
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
     unsafe {
@@ -342,7 +370,7 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
         let sixteen = _mm512_set1_epi16(16);
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
-            prefetch_ahead(format, blk);
+            prefetch_ahead(prefetch, format, blk);
             let mut w = [_mm512_setzero_si512(); 16];
             if is_grid(Q) {
                 let table = grid_table(format);
@@ -443,6 +471,33 @@ unsafe fn kernel<const T: usize, const Q: u8, const OFF: bool, const SPLIT: bool
         }
         for t in 0..T {
             _mm512_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    #[test]
+    fn only_amd_cpus_leave_the_offset_super_block_formats_to_the_hardware_prefetcher() {
+        let format = |d| Format::for_dtype(d).expect("a packed format");
+        for d in [DType::Q4_K, DType::Q5_K, DType::Q2_K] {
+            assert!(!prefetches_on(format(d), true), "{d}");
+            assert!(prefetches_on(format(d), false), "{d}");
+        }
+        for d in [
+            DType::Q4_0,
+            DType::Q6_K,
+            DType::Q8_0,
+            DType::IQ4_XS,
+            DType::MXFP4,
+        ] {
+            assert!(
+                prefetches_on(format(d), true) && prefetches_on(format(d), false),
+                "{d}"
+            );
         }
     }
 }

@@ -10,7 +10,7 @@ use super::super::layout::{Format, Grid, Quants, Scales};
 use super::super::{BLOCK, GROUP_ROWS};
 use super::{
     BYTE, CRUMB, CRUMB3, F32, HALF, IQ4, MXFP4, NIBBLE, NIBBLE5, NIBBLE6, SMALL, by_format,
-    format_of, grid_table, is_grid, prefetch_ahead,
+    format_of, grid_table, is_grid, prefetch_ahead, prefetches,
 };
 
 /// The AVX2 build of the group kernel: 8 rows per register (two halves of the
@@ -372,6 +372,7 @@ unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     out: &mut [f32; GROUP_ROWS],
 ) {
     let format = format_of(Q, OFF, SPLIT, S);
+    let prefetch = prefetches(format);
     let mut acc = [_mm256_setzero_ps(); 2];
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and the
     // token's values at qa[32 b..32 b + 32], both in bounds for b < nb (the
@@ -379,7 +380,7 @@ unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     unsafe {
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
-            prefetch_ahead(format, blk);
+            prefetch_ahead(prefetch, format, blk);
             let a = tok.qa.as_ptr().add(BLOCK * b);
             let lo = rows_in_order(half_sums::<Q, OFF, SPLIT, S>(blk, a, 0));
             let hi = rows_in_order(half_sums::<Q, OFF, SPLIT, S>(blk, a, 1));
@@ -414,6 +415,7 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
         "{n} tokens in one group call"
     );
     let format = format_of(Q, OFF, SPLIT, S);
+    let prefetch = prefetches(format);
     let mut acc = [[_mm256_setzero_ps(); 2]; TOKEN_TILE];
     // steps[part][p]: step p of the rows of `part` (see `line_avx2`).
     let mut steps = [[_mm256_setzero_si256(); 16]; 2];
@@ -423,7 +425,7 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
     unsafe {
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
-            prefetch_ahead(format, blk);
+            prefetch_ahead(prefetch, format, blk);
             for c in 0..8 {
                 let line = line_avx2::<Q, OFF, SPLIT, S>(blk, c);
                 for (e, parts) in line.into_iter().enumerate() {
