@@ -213,13 +213,14 @@ const PREFETCH_BYTES: usize = 32768;
 /// offset bases (Q4_K, Q5_K, Q2_K). `examples/decode_stream` (a 65536 x 4096
 /// one-token product streaming from DRAM, medians) measured the hint both ways
 /// on those formats:
-/// * Zen 4: slower with it (Q4_K on one thread 11.9 -> 19.8 GB/s without, on
-///   two 20.4 -> 23.6-30.4; Q5_K 11.2 -> 17.6 on one), while Q4_0, Q4_1,
-///   Q5_0, IQ4_NL and MXFP4 lost 10-25 % without it, and Q6_K and Q8_0 were
-///   even on two threads (Q6_K 20.3 -> 16.9 on one, Q8_0 19.4 -> 25.1);
-/// * Intel Emerald Rapids: faster with it, on two threads three runs each,
-///   Q4_K 14.3-16.6 -> 22.0-24.3 GB/s, two each Q5_K 15.0-16.0 -> 24.7-24.9,
-///   Q2_K 10.6-12.6 -> 16.7-20.5 (Q6_K, prefetched either way, 22-25).
+/// * Zen 4: slower with it (with -> without: Q4_K on one thread 11.9 -> 19.8
+///   GB/s, on two 20.4 -> 23.6-30.4; Q5_K 11.2 -> 17.6 on one), while Q4_0,
+///   Q4_1, Q5_0, IQ4_NL and MXFP4 lost 10-25 % without it, and Q6_K and Q8_0
+///   were even on two threads (Q6_K 20.3 -> 16.9 on one, Q8_0 19.4 -> 25.1);
+/// * Intel Emerald Rapids: faster with it (without -> with, two threads:
+///   Q4_K 14.3-16.6 -> 22.0-24.3 GB/s in three runs, Q5_K 15.0-16.0 ->
+///   24.7-24.9 and Q2_K 10.6-12.6 -> 16.7-20.5 in two; Q6_K, prefetched
+///   either way, 22-25).
 fn prefetches(format: Format) -> bool {
     prefetches_on(format, is_amd())
 }
