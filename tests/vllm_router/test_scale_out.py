@@ -147,7 +147,6 @@ class Load:
     def __init__(self, base, pause=0.0):
         self.base, self.pause = base, pause
         self.transcripts = {}
-        self.cached = self.prompt = 0
         self.failures, self.started = [], []
         self.requests = []  # (client, turn, prompt tokens, cached tokens) of each answer
         self.lock = threading.Lock()
@@ -179,8 +178,6 @@ class Load:
             answer = r["choices"][0]["message"]["content"]
             assert answer, r
             with self.lock:
-                self.cached += r["usage"]["prompt_tokens_details"]["cached_tokens"]
-                self.prompt += r["usage"]["prompt_tokens"]
                 self.requests.append((c, turn, r["usage"]["prompt_tokens"],
                                       r["usage"]["prompt_tokens_details"]["cached_tokens"]))
             said.append(answer)
@@ -289,7 +286,7 @@ def main():
             assert not load.failures, load.failures[:3]
             assert len(load.transcripts) == CLIENTS and all(None not in t for t in load.transcripts.values())
             loads[policy] = load
-            FIGURES[policy] = (load.cached, load.prompt)
+            FIGURES[policy] = (sum(r[3] for r in load.requests), sum(r[2] for r in load.requests))
         run(None)
 
     @check("every policy gives the same greedy transcripts")
