@@ -625,14 +625,25 @@ impl KvStore {
         to: usize,
         mut f: impl FnMut(usize, &[f32], &[f32]),
     ) {
-        self.runs(table, layer, head, from..to, |store, at, p, n, (k0, v0)| {
-            let (dk, dv) = (at.shape.head_dim_k, at.shape.head_dim_v);
-            WIDENED.with_borrow_mut(|(ks, vs)| {
-                store.with(at.page, k0, n * dk, ks, |keys| {
-                    store.with(at.page, v0, n * dv, vs, |values| f(p, keys, values))
-                })
-            });
-        });
+        let ahead = |store: &KvPages, at: &Place, n: usize, (k0, v0)| {
+            store.prefetch(at.page, k0, n * at.shape.head_dim_k);
+            store.prefetch(at.page, v0, n * at.shape.head_dim_v);
+        };
+        self.runs(
+            table,
+            layer,
+            head,
+            from..to,
+            ahead,
+            |store, at, p, n, (k0, v0)| {
+                let (dk, dv) = (at.shape.head_dim_k, at.shape.head_dim_v);
+                WIDENED.with_borrow_mut(|(ks, vs)| {
+                    store.with(at.page, k0, n * dk, ks, |keys| {
+                        store.with(at.page, v0, n * dv, vs, |values| f(p, keys, values))
+                    })
+                });
+            },
+        );
     }
 
     /// [`Self::for_each_run`] over the keys alone (a cache that widens its
@@ -646,11 +657,22 @@ impl KvStore {
         to: usize,
         mut f: impl FnMut(usize, &[f32]),
     ) {
-        self.runs(table, layer, head, from..to, |store, at, p, n, (k0, _)| {
-            let dk = at.shape.head_dim_k;
-            WIDENED
-                .with_borrow_mut(|(ks, _)| store.with(at.page, k0, n * dk, ks, |keys| f(p, keys)));
-        });
+        let ahead = |store: &KvPages, at: &Place, n: usize, (k0, _)| {
+            store.prefetch(at.page, k0, n * at.shape.head_dim_k)
+        };
+        self.runs(
+            table,
+            layer,
+            head,
+            from..to,
+            ahead,
+            |store, at, p, n, (k0, _)| {
+                let dk = at.shape.head_dim_k;
+                WIDENED.with_borrow_mut(|(ks, _)| {
+                    store.with(at.page, k0, n * dk, ks, |keys| f(p, keys))
+                });
+            },
+        );
     }
 
     /// [`Self::for_each_run`] over the values alone.
@@ -663,34 +685,56 @@ impl KvStore {
         to: usize,
         mut f: impl FnMut(usize, &[f32]),
     ) {
-        self.runs(table, layer, head, from..to, |store, at, p, n, (_, v0)| {
-            let dv = at.shape.head_dim_v;
-            WIDENED.with_borrow_mut(|(_, vs)| {
-                store.with(at.page, v0, n * dv, vs, |values| f(p, values))
-            });
-        });
+        let ahead = |store: &KvPages, at: &Place, n: usize, (_, v0)| {
+            store.prefetch(at.page, v0, n * at.shape.head_dim_v)
+        };
+        self.runs(
+            table,
+            layer,
+            head,
+            from..to,
+            ahead,
+            |store, at, p, n, (_, v0)| {
+                let dv = at.shape.head_dim_v;
+                WIDENED.with_borrow_mut(|(_, vs)| {
+                    store.with(at.page, v0, n * dv, vs, |values| f(p, values))
+                });
+            },
+        );
     }
 
     /// Calls `f(pages, place, first position, run length, (key offset, value
     /// offset))` for each run of `positions` of kv head `head` in `layer` that
-    /// lies in one page, in position order.
+    /// lies in one page, in position order, and `ahead` with the next run's
+    /// (if any) just before: each run is in another page, where the hardware
+    /// prefetcher would only find it once read, so the callers ask for it
+    /// while the run before is computed on.
     fn runs(
         &self,
         table: &PageTable,
         layer: usize,
         head: usize,
         positions: std::ops::Range<usize>,
+        ahead: impl Fn(&KvPages, &Place, usize, (usize, usize)),
         mut f: impl FnMut(&KvPages, &Place, usize, usize, (usize, usize)),
     ) {
         let ps = self.page_size;
-        let mut p = positions.start;
-        while p < positions.end {
+        let run = |p: usize| {
             let at = self.locate(table, layer, p);
             let n = (ps - p % ps).min(positions.end - p);
             let offsets = (
                 at.key + head * at.key_stride,
                 at.value + head * at.value_stride,
             );
+            (at, n, offsets)
+        };
+        let mut p = positions.start;
+        let mut next = (p < positions.end).then(|| run(p));
+        while let Some((at, n, offsets)) = next {
+            next = (p + n < positions.end).then(|| run(p + n));
+            if let Some((later, m, o)) = &next {
+                ahead(self.stored(later), later, *m, *o);
+            }
             f(self.stored(&at), &at, p, n, offsets);
             p += n;
         }

@@ -349,10 +349,38 @@ fn dot_row_body(dtype: DType, w: &[u8], x: &[f32]) -> f32 {
 }
 
 dispatched!(
-    /// Dequantizes one row (`out.len()` values of `dtype` in `w`), bit-exact with
-    /// [`reference::dequantize`]. Lengths must already be checked.
-    pub fn dequantize_row / dequantize_row_at = dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) -> ()
+    /// The compiler-vectorized build of [`dequantize_row`].
+    pub fn dequantize_row_autovec / dequantize_row_autovec_at = dequantize_body(dtype: DType, w: &[u8], out: &mut [f32]) -> ()
 );
+
+/// Dequantizes one row (`out.len()` values of `dtype` in `w`), bit-exact with
+/// [`reference::dequantize`], on the build of the process's kernel level: F16
+/// by F16C's `vcvtph2ps` on x86 (a KV cache's keys and values are widened
+/// this way every step), every other type by the compiler-vectorized build.
+/// Lengths must already be checked.
+pub fn dequantize_row(dtype: DType, w: &[u8], out: &mut [f32]) {
+    dequantize_row_run(crate::isa::active(), dtype, w, out)
+}
+
+/// [`dequantize_row`] on the build of `level` (panics if this CPU cannot run it).
+pub fn dequantize_row_at(level: crate::isa::Level, dtype: DType, w: &[u8], out: &mut [f32]) {
+    level.assert_runs_here();
+    dequantize_row_run(level, dtype, w, out)
+}
+
+fn dequantize_row_run(level: crate::isa::Level, dtype: DType, w: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if level.has_avx2() && dtype == DType::F16 {
+        assert!(
+            w.len() >= 2 * out.len(),
+            "an F16 row of {} values",
+            out.len()
+        );
+        // SAFETY: AVX2 levels have F16C (`isa`); the length is checked above.
+        return unsafe { super::x86::widen_f16(w, out) };
+    }
+    dequantize_row_autovec::run(level, dtype, w, out)
+}
 
 dispatched!(
     /// The compiler-vectorized build of [`dot_row`].

@@ -357,6 +357,30 @@ pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
     }
 }
 
+/// Widens the F16 values of `w` into `out` (`out.len()` of them) with F16C's
+/// `vcvtph2ps`: exact, as the reference conversion (NaNs quieted alike).
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C, and `w.len() >= 2 * out.len()`.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn widen_f16(w: &[u8], out: &mut [f32]) {
+    let n = out.len();
+    let whole = n / 8 * 8;
+    // SAFETY: chunk `i` reads w[2 i..2 i + 16] and writes out[i..i + 8], inside
+    // both for `i + 8 <= whole <= n` (the caller's lengths).
+    unsafe {
+        let mut i = 0;
+        while i < whole {
+            let h = _mm_loadu_si128(w.as_ptr().add(2 * i).cast());
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            i += 8;
+        }
+    }
+    for (o, b) in out[whole..].iter_mut().zip(w[2 * whole..].chunks_exact(2)) {
+        *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+    }
+}
+
 /// `fast::dot_row` of an F16 row (`w` holds `2 x.len()` bytes) on AVX2 with F16C:
 /// `vcvtph2ps` widens exactly (as the reference conversion, NaNs quieted), a 16-value
 /// chunk's halves go to lanes 0..8 and 8..16 in two registers, `acc + w * x` without

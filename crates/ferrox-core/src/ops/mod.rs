@@ -15,5 +15,6 @@ pub mod exp;
 pub mod matmul;
 pub mod matmul_fused;
 pub mod norm;
+pub mod prefetch;
 pub mod rope;
 pub mod vector;

@@ -4,6 +4,7 @@
 
 use ferrox_core::DType;
 use ferrox_core::kernels::fast;
+use ferrox_core::ops::prefetch::read_soon;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -100,6 +101,18 @@ impl KvPages {
                 } else {
                     encode(*t, values, out);
                 }
+            }
+        }
+    }
+
+    /// Hints that `n` elements at `at` of page `id` are read soon
+    /// ([`read_soon`]).
+    pub(super) fn prefetch(&self, id: u32, at: usize, n: usize) {
+        match self {
+            KvPages::F32(b) => read_soon(&b.page(id)[at..at + n]),
+            KvPages::Encoded(t, b) => {
+                let (first, bytes) = encoded_span(*t, at, n);
+                read_soon(&b.page(id)[first..first + bytes]);
             }
         }
     }
