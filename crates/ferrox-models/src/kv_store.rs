@@ -327,6 +327,13 @@ pub struct PageTable {
     pub state: Option<u32>,
 }
 
+/// The keys or the values of a head's runs.
+#[derive(Clone, Copy)]
+enum Half {
+    Keys,
+    Values,
+}
+
 thread_local! {
     /// Widened keys and values of one run of f16 or block pages.
     static WIDENED: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
@@ -655,24 +662,9 @@ impl KvStore {
         head: usize,
         from: usize,
         to: usize,
-        mut f: impl FnMut(usize, &[f32]),
+        f: impl FnMut(usize, &[f32]),
     ) {
-        let ahead = |store: &KvPages, at: &Place, n: usize, (k0, _)| {
-            store.prefetch(at.page, k0, n * at.shape.head_dim_k)
-        };
-        self.runs(
-            table,
-            layer,
-            head,
-            from..to,
-            ahead,
-            |store, at, p, n, (k0, _)| {
-                let dk = at.shape.head_dim_k;
-                WIDENED.with_borrow_mut(|(ks, _)| {
-                    store.with(at.page, k0, n * dk, ks, |keys| f(p, keys))
-                });
-            },
-        );
+        self.for_each_half_run(table, layer, head, from..to, Half::Keys, f);
     }
 
     /// [`Self::for_each_run`] over the values alone.
@@ -683,21 +675,44 @@ impl KvStore {
         head: usize,
         from: usize,
         to: usize,
+        f: impl FnMut(usize, &[f32]),
+    ) {
+        self.for_each_half_run(table, layer, head, from..to, Half::Values, f);
+    }
+
+    /// [`Self::for_each_run`] over the keys or the values alone.
+    fn for_each_half_run(
+        &self,
+        table: &PageTable,
+        layer: usize,
+        head: usize,
+        positions: std::ops::Range<usize>,
+        half: Half,
         mut f: impl FnMut(usize, &[f32]),
     ) {
-        let ahead = |store: &KvPages, at: &Place, n: usize, (_, v0)| {
-            store.prefetch(at.page, v0, n * at.shape.head_dim_v)
+        // Where the half's run starts, and its vectors' width.
+        let pick = |at: &Place, (k0, v0): (usize, usize)| match half {
+            Half::Keys => (k0, at.shape.head_dim_k),
+            Half::Values => (v0, at.shape.head_dim_v),
+        };
+        let ahead = |store: &KvPages, at: &Place, n: usize, offsets| {
+            let (first, width) = pick(at, offsets);
+            store.prefetch(at.page, first, n * width)
         };
         self.runs(
             table,
             layer,
             head,
-            from..to,
+            positions,
             ahead,
-            |store, at, p, n, (_, v0)| {
-                let dv = at.shape.head_dim_v;
-                WIDENED.with_borrow_mut(|(_, vs)| {
-                    store.with(at.page, v0, n * dv, vs, |values| f(p, values))
+            |store, at, p, n, offsets| {
+                let (first, width) = pick(at, offsets);
+                WIDENED.with_borrow_mut(|(ks, vs)| {
+                    let scratch = match half {
+                        Half::Keys => ks,
+                        Half::Values => vs,
+                    };
+                    store.with(at.page, first, n * width, scratch, |run| f(p, run))
                 });
             },
         );
