@@ -307,6 +307,119 @@ unsafe fn block_dots(w: &[__m512i; 16], a: *const i16) -> [__m512i; 4] {
     i
 }
 
+/// The products of one block's 16 steps `w` with four tokens' activations (32
+/// each, at `a[t]`), in two sums a token: the block's halves, steps 0..8 and
+/// 8..16 (a split block's two scales). The 64 `vpdpwssd` rotate over the eight
+/// sums, so each sum's chain waits on nothing the next seven do not hide
+/// (four sums of one token: 1.1-1.3x slower on an Emerald Rapids).
+///
+/// # Safety
+/// AVX-512 VNNI runs; each `a[t]` points at 32 i16 of a token's row.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn block_dots4(w: &[__m512i; 16], a: [*const i16; 4]) -> [[__m512i; 2]; 4] {
+    let mut s = [[_mm512_setzero_si512(); 2]; 4];
+    // SAFETY: the caller's contract: the dword reads lie in each a[t][0..32].
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {s00}, {w0}, dword ptr [{a0} + 0]{{1to16}}",
+            "vpdpwssd {s10}, {w0}, dword ptr [{a1} + 0]{{1to16}}",
+            "vpdpwssd {s20}, {w0}, dword ptr [{a2} + 0]{{1to16}}",
+            "vpdpwssd {s30}, {w0}, dword ptr [{a3} + 0]{{1to16}}",
+            "vpdpwssd {s01}, {w8}, dword ptr [{a0} + 32]{{1to16}}",
+            "vpdpwssd {s11}, {w8}, dword ptr [{a1} + 32]{{1to16}}",
+            "vpdpwssd {s21}, {w8}, dword ptr [{a2} + 32]{{1to16}}",
+            "vpdpwssd {s31}, {w8}, dword ptr [{a3} + 32]{{1to16}}",
+            "vpdpwssd {s00}, {w1}, dword ptr [{a0} + 4]{{1to16}}",
+            "vpdpwssd {s10}, {w1}, dword ptr [{a1} + 4]{{1to16}}",
+            "vpdpwssd {s20}, {w1}, dword ptr [{a2} + 4]{{1to16}}",
+            "vpdpwssd {s30}, {w1}, dword ptr [{a3} + 4]{{1to16}}",
+            "vpdpwssd {s01}, {w9}, dword ptr [{a0} + 36]{{1to16}}",
+            "vpdpwssd {s11}, {w9}, dword ptr [{a1} + 36]{{1to16}}",
+            "vpdpwssd {s21}, {w9}, dword ptr [{a2} + 36]{{1to16}}",
+            "vpdpwssd {s31}, {w9}, dword ptr [{a3} + 36]{{1to16}}",
+            "vpdpwssd {s00}, {w2}, dword ptr [{a0} + 8]{{1to16}}",
+            "vpdpwssd {s10}, {w2}, dword ptr [{a1} + 8]{{1to16}}",
+            "vpdpwssd {s20}, {w2}, dword ptr [{a2} + 8]{{1to16}}",
+            "vpdpwssd {s30}, {w2}, dword ptr [{a3} + 8]{{1to16}}",
+            "vpdpwssd {s01}, {w10}, dword ptr [{a0} + 40]{{1to16}}",
+            "vpdpwssd {s11}, {w10}, dword ptr [{a1} + 40]{{1to16}}",
+            "vpdpwssd {s21}, {w10}, dword ptr [{a2} + 40]{{1to16}}",
+            "vpdpwssd {s31}, {w10}, dword ptr [{a3} + 40]{{1to16}}",
+            "vpdpwssd {s00}, {w3}, dword ptr [{a0} + 12]{{1to16}}",
+            "vpdpwssd {s10}, {w3}, dword ptr [{a1} + 12]{{1to16}}",
+            "vpdpwssd {s20}, {w3}, dword ptr [{a2} + 12]{{1to16}}",
+            "vpdpwssd {s30}, {w3}, dword ptr [{a3} + 12]{{1to16}}",
+            "vpdpwssd {s01}, {w11}, dword ptr [{a0} + 44]{{1to16}}",
+            "vpdpwssd {s11}, {w11}, dword ptr [{a1} + 44]{{1to16}}",
+            "vpdpwssd {s21}, {w11}, dword ptr [{a2} + 44]{{1to16}}",
+            "vpdpwssd {s31}, {w11}, dword ptr [{a3} + 44]{{1to16}}",
+            "vpdpwssd {s00}, {w4}, dword ptr [{a0} + 16]{{1to16}}",
+            "vpdpwssd {s10}, {w4}, dword ptr [{a1} + 16]{{1to16}}",
+            "vpdpwssd {s20}, {w4}, dword ptr [{a2} + 16]{{1to16}}",
+            "vpdpwssd {s30}, {w4}, dword ptr [{a3} + 16]{{1to16}}",
+            "vpdpwssd {s01}, {w12}, dword ptr [{a0} + 48]{{1to16}}",
+            "vpdpwssd {s11}, {w12}, dword ptr [{a1} + 48]{{1to16}}",
+            "vpdpwssd {s21}, {w12}, dword ptr [{a2} + 48]{{1to16}}",
+            "vpdpwssd {s31}, {w12}, dword ptr [{a3} + 48]{{1to16}}",
+            "vpdpwssd {s00}, {w5}, dword ptr [{a0} + 20]{{1to16}}",
+            "vpdpwssd {s10}, {w5}, dword ptr [{a1} + 20]{{1to16}}",
+            "vpdpwssd {s20}, {w5}, dword ptr [{a2} + 20]{{1to16}}",
+            "vpdpwssd {s30}, {w5}, dword ptr [{a3} + 20]{{1to16}}",
+            "vpdpwssd {s01}, {w13}, dword ptr [{a0} + 52]{{1to16}}",
+            "vpdpwssd {s11}, {w13}, dword ptr [{a1} + 52]{{1to16}}",
+            "vpdpwssd {s21}, {w13}, dword ptr [{a2} + 52]{{1to16}}",
+            "vpdpwssd {s31}, {w13}, dword ptr [{a3} + 52]{{1to16}}",
+            "vpdpwssd {s00}, {w6}, dword ptr [{a0} + 24]{{1to16}}",
+            "vpdpwssd {s10}, {w6}, dword ptr [{a1} + 24]{{1to16}}",
+            "vpdpwssd {s20}, {w6}, dword ptr [{a2} + 24]{{1to16}}",
+            "vpdpwssd {s30}, {w6}, dword ptr [{a3} + 24]{{1to16}}",
+            "vpdpwssd {s01}, {w14}, dword ptr [{a0} + 56]{{1to16}}",
+            "vpdpwssd {s11}, {w14}, dword ptr [{a1} + 56]{{1to16}}",
+            "vpdpwssd {s21}, {w14}, dword ptr [{a2} + 56]{{1to16}}",
+            "vpdpwssd {s31}, {w14}, dword ptr [{a3} + 56]{{1to16}}",
+            "vpdpwssd {s00}, {w7}, dword ptr [{a0} + 28]{{1to16}}",
+            "vpdpwssd {s10}, {w7}, dword ptr [{a1} + 28]{{1to16}}",
+            "vpdpwssd {s20}, {w7}, dword ptr [{a2} + 28]{{1to16}}",
+            "vpdpwssd {s30}, {w7}, dword ptr [{a3} + 28]{{1to16}}",
+            "vpdpwssd {s01}, {w15}, dword ptr [{a0} + 60]{{1to16}}",
+            "vpdpwssd {s11}, {w15}, dword ptr [{a1} + 60]{{1to16}}",
+            "vpdpwssd {s21}, {w15}, dword ptr [{a2} + 60]{{1to16}}",
+            "vpdpwssd {s31}, {w15}, dword ptr [{a3} + 60]{{1to16}}",
+            s00 = inout(zmm_reg) s[0][0],
+            s01 = inout(zmm_reg) s[0][1],
+            s10 = inout(zmm_reg) s[1][0],
+            s11 = inout(zmm_reg) s[1][1],
+            s20 = inout(zmm_reg) s[2][0],
+            s21 = inout(zmm_reg) s[2][1],
+            s30 = inout(zmm_reg) s[3][0],
+            s31 = inout(zmm_reg) s[3][1],
+            w0 = in(zmm_reg) w[0],
+            w1 = in(zmm_reg) w[1],
+            w2 = in(zmm_reg) w[2],
+            w3 = in(zmm_reg) w[3],
+            w4 = in(zmm_reg) w[4],
+            w5 = in(zmm_reg) w[5],
+            w6 = in(zmm_reg) w[6],
+            w7 = in(zmm_reg) w[7],
+            w8 = in(zmm_reg) w[8],
+            w9 = in(zmm_reg) w[9],
+            w10 = in(zmm_reg) w[10],
+            w11 = in(zmm_reg) w[11],
+            w12 = in(zmm_reg) w[12],
+            w13 = in(zmm_reg) w[13],
+            w14 = in(zmm_reg) w[14],
+            w15 = in(zmm_reg) w[15],
+            a0 = in(reg) a[0],
+            a1 = in(reg) a[1],
+            a2 = in(reg) a[2],
+            a3 = in(reg) a[3],
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    s
+}
+
 /// The 16 steps of a [`Quants::Nibble6`] block at `blk` (its high-bit plane at
 /// `bits_at`) as 16-bit values `v - 32`. Formed in the 8-bit domain, four
 /// steps a time: nibble lines `2h` and `2h + 1` in one register with high-bit
@@ -473,19 +586,12 @@ unsafe fn kernel<const MAX: usize, const Q: u8, const OFF: bool, const SPLIT: bo
             } else {
                 (s0, s0)
             };
-            for t in 0..n {
-                let a = qa[t].add(BLOCK * b);
-                let i = block_dots(&w, a);
+            // Token t's products `i` into its lane sums, in the scalar twin's order.
+            let mut fold = |t: usize, lo: __m512i, hi: __m512i| {
                 let dav = _mm512_set1_ps(*da[t].add(b));
                 if SPLIT {
-                    let mut lo = _mm512_mul_ps(
-                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[0], i[1])), s0),
-                        dav,
-                    );
-                    let mut hi = _mm512_mul_ps(
-                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i[2], i[3])), s1),
-                        dav,
-                    );
+                    let mut lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), s0), dav);
+                    let mut hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), s1), dav);
                     if OFF {
                         let (sh0, sh1) = (*sh[t].add(2 * b), *sh[t].add(2 * b + 1));
                         lo = _mm512_add_ps(lo, _mm512_mul_ps(off, _mm512_set1_ps(sh0)));
@@ -493,10 +599,7 @@ unsafe fn kernel<const MAX: usize, const Q: u8, const OFF: bool, const SPLIT: bo
                     }
                     acc[t] = _mm512_add_ps(_mm512_add_ps(acc[t], lo), hi);
                 } else {
-                    let sum = _mm512_add_epi32(
-                        _mm512_add_epi32(i[0], i[1]),
-                        _mm512_add_epi32(i[2], i[3]),
-                    );
+                    let sum = _mm512_add_epi32(lo, hi);
                     let mut term = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), s0), dav);
                     if OFF {
                         term =
@@ -504,6 +607,23 @@ unsafe fn kernel<const MAX: usize, const Q: u8, const OFF: bool, const SPLIT: bo
                     }
                     acc[t] = _mm512_add_ps(acc[t], term);
                 }
+            };
+            let at = |t: usize| qa[t].add(BLOCK * b);
+            let mut t = 0;
+            while t + 4 <= n {
+                let s = block_dots4(&w, [at(t), at(t + 1), at(t + 2), at(t + 3)]);
+                for (k, [lo, hi]) in s.into_iter().enumerate() {
+                    fold(t + k, lo, hi);
+                }
+                t += 4;
+            }
+            for t in t..n {
+                let i = block_dots(&w, at(t));
+                fold(
+                    t,
+                    _mm512_add_epi32(i[0], i[1]),
+                    _mm512_add_epi32(i[2], i[3]),
+                );
             }
         }
         for t in 0..n {
