@@ -9,13 +9,14 @@
 //! added to the lane's running sum. No FMA.
 //!
 //! The steps of a block are unpacked once and serve every token of a call (up
-//! to `TOKEN_TILE`): on AVX-512 they stay in 16 registers while a loop over the
-//! tokens runs each token's 16 products (its sums in memory between blocks;
-//! calls of 8 tokens, unrolled in registers, unpacked twice as often and ran
-//! 10-20 % slower on an Emerald Rapids); on AVX2, into a 1 KiB buffer read by register tiles of 4 tokens times 16
-//! rows (8 integer sums; a tile of 8 tokens spilled its sums to the stack on
-//! every multiply-add, and the tile kernel made the Llama-3.2-1B prefill 1.25x
-//! faster on a Zen 3). A decode step's one token has its own build that
+//! to `TOKEN_TILE`). On AVX-512 they stay in 16 registers while the tokens go
+//! by four (`block_dots4`: eight independent sums) and their f32 sums wait in
+//! memory between blocks; calls of 8 tokens unrolled in registers, one token
+//! at a time, unpacked four times as often and ran at 0.65-0.75x on an Emerald
+//! Rapids. On AVX2 they go into a 1 KiB buffer read by register tiles of 4
+//! tokens times 16 rows (8 integer sums; a tile of 8 tokens spilled its sums
+//! to the stack on every multiply-add, and the tile kernel made the
+//! Llama-3.2-1B prefill 1.25x faster on a Zen 3). A decode step's one token has its own build that
 //! unpacks each step where it is used. Each build is instantiated per packed
 //! format (`by_format!`). This file holds the AVX-512 build and what both
 //! builds share (formats, prefetch, the grid table); [`avx2`] the AVX2 build.
@@ -243,16 +244,16 @@ fn is_amd() -> bool {
     })
 }
 
-/// The integer dot products of one block's 16 steps `w` with a token's 32
-/// activations at `a`, in four sums: steps 0, 2, 4, 6 / 1, 3, 5, 7 / 8, 10, 12,
-/// 14 / 9, 11, 13, 15 (the two halves of a split block stay apart).
+/// The integer dot products of one block's 16 steps `w` with one token's 32
+/// activations at `a` (a decode step's token, and the tokens a call has past
+/// its fours), in four sums: steps 0, 2, 4, 6 / 1, 3, 5, 7 / 8, 10, 12, 14 /
+/// 9, 11, 13, 15 (the two halves of a split block stay apart).
 ///
 /// One `asm!` block: each `vpdpwssd` broadcasts its pair of activations from
 /// memory at a constant displacement from `a`. (LLVM rewrites the intrinsic
 /// into `vpmaddwd` + `vpaddd`, without the broadcast operand; one `asm!` per
 /// instruction had the compiler form each address in a register of its own,
-/// 16 `lea`s per token and block, which the profile of a 16-sequence decode
-/// found beside the products.)
+/// a `lea` per product.)
 ///
 /// # Safety
 /// AVX-512 VNNI runs; `a` points at 32 i16 of the token's row (the 16 pairs
