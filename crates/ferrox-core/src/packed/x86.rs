@@ -515,12 +515,14 @@ unsafe fn kernel<const MAX: usize, const Q: u8, const OFF: bool, const SPLIT: bo
     let n = if MAX == 1 { 1 } else { tokens.len() };
     let mut acc = [_mm512_setzero_ps(); MAX];
     // Each token's rows (null past `n`, never read).
-    let row =
-        |t: usize, f: fn(&TokenActs<'_>) -> *const u8| tokens.get(t).map_or(std::ptr::null(), f);
-    let qa: [*const i16; MAX] = std::array::from_fn(|t| row(t, |x| x.qa.as_ptr().cast()).cast());
-    let da: [*const f32; MAX] = std::array::from_fn(|t| row(t, |x| x.da.as_ptr().cast()).cast());
-    let sa: [*const f32; MAX] = std::array::from_fn(|t| row(t, |x| x.sa.as_ptr().cast()).cast());
-    let sh: [*const f32; MAX] = std::array::from_fn(|t| row(t, |x| x.sh.as_ptr().cast()).cast());
+    let qa: [*const i16; MAX] =
+        std::array::from_fn(|t| tokens.get(t).map_or(std::ptr::null(), |x| x.qa.as_ptr()));
+    let da: [*const f32; MAX] =
+        std::array::from_fn(|t| tokens.get(t).map_or(std::ptr::null(), |x| x.da.as_ptr()));
+    let sa: [*const f32; MAX] =
+        std::array::from_fn(|t| tokens.get(t).map_or(std::ptr::null(), |x| x.sa.as_ptr()));
+    let sh: [*const f32; MAX] =
+        std::array::from_fn(|t| tokens.get(t).map_or(std::ptr::null(), |x| x.sh.as_ptr()));
     let prefetch = prefetches(format);
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token values at
     // qa[32 b..32 b + 32], both in bounds for b < nb (the caller's contract).
