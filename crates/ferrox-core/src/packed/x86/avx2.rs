@@ -530,34 +530,65 @@ unsafe fn add_term<const OFF: bool>(
     }
 }
 
-/// Adds half `half` of block `b` (the whole block for unsplit formats) to each
-/// token's accumulators, from its sums ([`tile_sums`]): the twin's f32
-/// operations in its order.
+/// The call's tokens as pointers (each past the `n` tokens repeats the last,
+/// so that a sub-tile never reads outside them): their activations, block
+/// scales, and the sums their offsets take (block sums, or half-block sums
+/// for split formats; unused without offsets).
+struct TokenRows {
+    qa: [*const i16; TOKEN_TILE],
+    da: [*const f32; TOKEN_TILE],
+    x: [*const f32; TOKEN_TILE],
+}
+
+impl TokenRows {
+    fn new<const SPLIT: bool>(tokens: &[TokenActs<'_>]) -> Self {
+        let at = |t: usize| &tokens[t.min(tokens.len() - 1)];
+        TokenRows {
+            qa: std::array::from_fn(|t| at(t).qa.as_ptr()),
+            da: std::array::from_fn(|t| at(t).da.as_ptr()),
+            x: std::array::from_fn(|t| {
+                if SPLIT {
+                    at(t).sh.as_ptr()
+                } else {
+                    at(t).sa.as_ptr()
+                }
+            }),
+        }
+    }
+}
+
+/// Adds half `half` of block `b` (the whole block for unsplit formats) to the
+/// accumulators of tokens `t0..t0 + live`, from their sums ([`tile_sums`]):
+/// the twin's f32 operations in its order.
 ///
 /// # Safety
-/// AVX2 runs; each token holds block `b` (and its half sums for split offsets).
+/// AVX2 runs; `t0 + SUB_TILE <= TOKEN_TILE`, `live <= SUB_TILE`, and the
+/// tokens hold block `b` (and its half sums for split offsets).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn add_half<const OFF: bool, const SPLIT: bool>(
-    acc: &mut [[__m256; 2]],
-    tokens: &[TokenActs<'_>],
+    acc: &mut [[__m256; 2]; TOKEN_TILE],
+    rows: &TokenRows,
+    t0: usize,
+    live: usize,
     sums: &[[__m256i; 2]; SUB_TILE],
     sc: &PartScales,
     b: usize,
     half: usize,
 ) {
-    // SAFETY: the tokens' scales and sums hold block b (caller).
+    // SAFETY: t0 + i < TOKEN_TILE, and the tokens' scales and sums hold block b
+    // (caller).
     unsafe {
         // Unrolled over the sub-tile, so that each sum is a register.
-        for (i, sum) in sums.iter().enumerate() {
-            let (Some(acc), Some(tok)) = (acc.get_mut(i), tokens.get(i)) else {
-                break;
-            };
-            let da = _mm256_set1_ps(*tok.da.get_unchecked(b));
+        for (i, sum) in sums.iter().enumerate().take(live) {
+            let t = t0 + i;
+            let da = _mm256_set1_ps(*rows.da.get_unchecked(t).add(b));
             let x = match (OFF, SPLIT) {
                 (false, _) => da,
-                (true, true) => _mm256_set1_ps(*tok.sh.get_unchecked(2 * b + half)),
-                (true, false) => _mm256_set1_ps(*tok.sa.get_unchecked(b)),
+                (true, true) => _mm256_set1_ps(*rows.x.get_unchecked(t).add(2 * b + half)),
+                (true, false) => _mm256_set1_ps(*rows.x.get_unchecked(t).add(b)),
             };
+            let acc = acc.get_unchecked_mut(t);
             for part in 0..2 {
                 acc[part] = add_term::<OFF>(
                     acc[part],
@@ -592,14 +623,18 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
         (1..=TOKEN_TILE).contains(&n),
         "{n} tokens in one group call"
     );
+    const { assert!(TOKEN_TILE.is_multiple_of(SUB_TILE)) };
     let format = format_of(Q, OFF, SPLIT, S);
     let prefetch = prefetches(format);
+    let rows = TokenRows::new::<SPLIT>(tokens);
     let mut acc = [[_mm256_setzero_ps(); 2]; TOKEN_TILE];
     // steps[part][p]: step p of the rows of `part` (see `line_avx2`).
     let mut steps = [[_mm256_setzero_si256(); 16]; 2];
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token
     // values at qa[32 b..32 b + 32], both in bounds for b < nb (the caller's
-    // contract); sub-tile indices are clamped to the n tokens.
+    // contract); a sub-tile starts at a multiple t0 < n <= TOKEN_TILE of
+    // SUB_TILE, which divides TOKEN_TILE, so its tokens lie below TOKEN_TILE
+    // (those past n repeat the last).
     unsafe {
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
@@ -614,20 +649,18 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             let sc = part_scales::<Q, OFF, SPLIT, S>(g, blk, b);
             for t0 in (0..n).step_by(SUB_TILE) {
                 let a: [*const i16; SUB_TILE] =
-                    std::array::from_fn(|i| tokens[(t0 + i).min(n - 1)].qa.as_ptr().add(BLOCK * b));
+                    std::array::from_fn(|i| rows.qa.get_unchecked(t0 + i).add(BLOCK * b));
                 let live = (n - t0).min(SUB_TILE);
-                let acc = &mut acc[t0..t0 + live];
-                let toks = &tokens[t0..t0 + live];
                 if SPLIT {
                     let lo = tile_sums::<0, 8>(&steps, &a);
-                    add_half::<OFF, SPLIT>(acc, toks, &lo, &sc, b, 0);
+                    add_half::<OFF, SPLIT>(&mut acc, &rows, t0, live, &lo, &sc, b, 0);
                     let hi = tile_sums::<8, 16>(&steps, &a);
-                    add_half::<OFF, SPLIT>(acc, toks, &hi, &sc, b, 1);
+                    add_half::<OFF, SPLIT>(&mut acc, &rows, t0, live, &hi, &sc, b, 1);
                 } else {
                     // One sum over all 32 values (the twin adds the halves'
                     // exact sums: the same integer).
                     let sums = tile_sums::<0, 16>(&steps, &a);
-                    add_half::<OFF, SPLIT>(acc, toks, &sums, &sc, b, 0);
+                    add_half::<OFF, SPLIT>(&mut acc, &rows, t0, live, &sums, &sc, b, 0);
                 }
             }
         }
