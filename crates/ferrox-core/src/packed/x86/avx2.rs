@@ -434,79 +434,138 @@ unsafe fn part_scales<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     }
 }
 
-/// The exact sums of steps `FROM..TO` of one block (`steps[part][p]`,
-/// unpacked) for [`SUB_TILE`] tokens (the token's block at `a[k]`), per token
-/// and part. One `asm!` loop of a step a turn (index `i = 4 p`): the step's two
-/// registers of weights are loaded once for the four tokens, each token's pair
-/// broadcast from memory, and the eight sums stay in registers. Written with
-/// intrinsics and constant bounds, the compiler unrolled the steps, hoisted
-/// their loads and spilled registers. Loading the weights as `vpmaddwd`'s
-/// memory operand, once per token, was slower on a Zen 4 (Q4_K 53 against 58
-/// GMAC/s a thread, IQ4_XS 55 against 60).
+/// Defines `$name::<FROM, TO>(steps, a)`: the exact sums of steps `FROM..TO`
+/// of one block (`steps[part][p]`, unpacked) for the tokens `$k` of a
+/// sub-tile (the token's block at `a[k]`), per token and part (the rest of
+/// the result zero). One `asm!` loop of a step a turn (index `i = 4 p`): the
+/// step's two registers of weights are loaded once for the tokens, each
+/// token's pair broadcast from memory, and the sums stay in registers.
+/// Written with intrinsics and constant bounds, the compiler unrolled the
+/// steps, hoisted their loads and spilled registers. Loading the weights as
+/// `vpmaddwd`'s memory operand, once per token, was slower on a Zen 4 (Q4_K 53
+/// against 58 GMAC/s a thread, IQ4_XS 55 against 60).
+macro_rules! tile_sums {
+    ($(#[$doc:meta])* $name:ident: $($k:literal => $s0:ident, $s1:ident, $a:ident);+) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// AVX2 runs; each `a[k]` used points at a token's 32 values.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $name<const FROM: usize, const TO: usize>(
+            steps: &[[__m256i; 16]; 2],
+            a: &[*const i16; SUB_TILE],
+        ) -> [[__m256i; 2]; SUB_TILE] {
+            const { assert!(FROM < TO && TO <= 16) };
+            let mut s = [[_mm256_setzero_si256(); 2]; SUB_TILE];
+            // SAFETY: the loop reads steps FROM..TO of `steps` and pairs
+            // FROM..TO of each token's block (4 bytes at a[k] + 4 p): in
+            // bounds (caller).
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    "vmovdqa {w0}, ymmword ptr [{s} + 8*{i}]",
+                    "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 512]",
+                    $(
+                        concat!("vpbroadcastd {t}, dword ptr [{", stringify!($a), "} + {i}]"),
+                        "vpmaddwd {x}, {w0}, {t}",
+                        concat!("vpaddd {", stringify!($s0), "}, {", stringify!($s0), "}, {x}"),
+                        "vpmaddwd {t}, {w1}, {t}",
+                        concat!("vpaddd {", stringify!($s1), "}, {", stringify!($s1), "}, {t}"),
+                    )+
+                    "add {i}, 4",
+                    "cmp {i}, {end}",
+                    "jne 2b",
+                    $(
+                        $s0 = inout(ymm_reg) s[$k][0],
+                        $s1 = inout(ymm_reg) s[$k][1],
+                        $a = in(reg) a[$k],
+                    )+
+                    w0 = out(ymm_reg) _,
+                    w1 = out(ymm_reg) _,
+                    t = out(ymm_reg) _,
+                    x = out(ymm_reg) _,
+                    s = in(reg) steps.as_ptr(),
+                    i = inout(reg) 4 * FROM => _,
+                    end = in(reg) 4 * TO,
+                    options(pure, readonly, nostack),
+                );
+            }
+            s
+        }
+    };
+}
+
+tile_sums!(
+    /// Four tokens: a whole sub-tile.
+    sums4: 0 => s00, s01, a0; 1 => s10, s11, a1; 2 => s20, s21, a2; 3 => s30, s31, a3
+);
+tile_sums!(
+    /// Three tokens (a sub-tile's last, where fewer than four remain: a
+    /// mixture's experts see a few tokens each).
+    sums3: 0 => s00, s01, a0; 1 => s10, s11, a1; 2 => s20, s21, a2
+);
+tile_sums!(
+    /// Two tokens.
+    sums2: 0 => s00, s01, a0; 1 => s10, s11, a1
+);
+tile_sums!(
+    /// One token.
+    sums1: 0 => s00, s01, a0
+);
+
+/// The sums of a sub-tile's first `K` tokens (1 to [`SUB_TILE`]), each count
+/// its own loop.
 ///
 /// # Safety
-/// AVX2 runs; each `a[k]` points at a token's 32 values.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn tile_sums<const FROM: usize, const TO: usize>(
+/// AVX2 runs; `a[..K]` point at the tokens' 32 values.
+#[inline(always)]
+unsafe fn tile_sums<const K: usize, const FROM: usize, const TO: usize>(
     steps: &[[__m256i; 16]; 2],
     a: &[*const i16; SUB_TILE],
 ) -> [[__m256i; 2]; SUB_TILE] {
-    const { assert!(FROM < TO && TO <= 16) };
-    let mut s = [[_mm256_setzero_si256(); 2]; SUB_TILE];
-    // SAFETY: the loop reads steps FROM..TO of `steps` and pairs FROM..TO of
-    // each token's block (4 bytes at a[k] + 4 p): in bounds (caller).
+    // SAFETY: the caller's contract.
     unsafe {
-        std::arch::asm!(
-            "2:",
-            "vmovdqa {w0}, ymmword ptr [{s} + 8*{i}]",
-            "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 512]",
-            "vpbroadcastd {t}, dword ptr [{a0} + {i}]",
-            "vpmaddwd {x}, {w0}, {t}",
-            "vpaddd {s00}, {s00}, {x}",
-            "vpmaddwd {t}, {w1}, {t}",
-            "vpaddd {s01}, {s01}, {t}",
-            "vpbroadcastd {t}, dword ptr [{a1} + {i}]",
-            "vpmaddwd {x}, {w0}, {t}",
-            "vpaddd {s10}, {s10}, {x}",
-            "vpmaddwd {t}, {w1}, {t}",
-            "vpaddd {s11}, {s11}, {t}",
-            "vpbroadcastd {t}, dword ptr [{a2} + {i}]",
-            "vpmaddwd {x}, {w0}, {t}",
-            "vpaddd {s20}, {s20}, {x}",
-            "vpmaddwd {t}, {w1}, {t}",
-            "vpaddd {s21}, {s21}, {t}",
-            "vpbroadcastd {t}, dword ptr [{a3} + {i}]",
-            "vpmaddwd {x}, {w0}, {t}",
-            "vpaddd {s30}, {s30}, {x}",
-            "vpmaddwd {t}, {w1}, {t}",
-            "vpaddd {s31}, {s31}, {t}",
-            "add {i}, 4",
-            "cmp {i}, {end}",
-            "jne 2b",
-            s00 = inout(ymm_reg) s[0][0],
-            s01 = inout(ymm_reg) s[0][1],
-            s10 = inout(ymm_reg) s[1][0],
-            s11 = inout(ymm_reg) s[1][1],
-            s20 = inout(ymm_reg) s[2][0],
-            s21 = inout(ymm_reg) s[2][1],
-            s30 = inout(ymm_reg) s[3][0],
-            s31 = inout(ymm_reg) s[3][1],
-            w0 = out(ymm_reg) _,
-            w1 = out(ymm_reg) _,
-            t = out(ymm_reg) _,
-            x = out(ymm_reg) _,
-            s = in(reg) steps.as_ptr(),
-            a0 = in(reg) a[0],
-            a1 = in(reg) a[1],
-            a2 = in(reg) a[2],
-            a3 = in(reg) a[3],
-            i = inout(reg) 4 * FROM => _,
-            end = in(reg) 4 * TO,
-            options(pure, readonly, nostack),
-        );
+        match K {
+            1 => sums1::<FROM, TO>(steps, a),
+            2 => sums2::<FROM, TO>(steps, a),
+            3 => sums3::<FROM, TO>(steps, a),
+            _ => sums4::<FROM, TO>(steps, a),
+        }
     }
-    s
+}
+
+/// Adds block `b`'s terms of tokens `t0..t0 + K` to their accumulators: the
+/// sums of each half in turn for split formats, of the whole block otherwise
+/// (the twin adds the halves' exact sums: the same integer). One instance per
+/// count, so that no sums pass between the counts' loops in memory.
+///
+/// # Safety
+/// As for [`add_half`] with `live = K`, and `a[..K]` point at the tokens'
+/// block `b`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sub_tile<const K: usize, const OFF: bool, const SPLIT: bool>(
+    acc: &mut [[__m256; 2]; TOKEN_TILE],
+    rows: &TokenRows,
+    t0: usize,
+    steps: &[[__m256i; 16]; 2],
+    a: &[*const i16; SUB_TILE],
+    sc: &PartScales,
+    b: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if SPLIT {
+            let lo = tile_sums::<K, 0, 8>(steps, a);
+            add_half::<OFF, SPLIT>(acc, rows, t0, K, &lo, sc, b, 0);
+            let hi = tile_sums::<K, 8, 16>(steps, a);
+            add_half::<OFF, SPLIT>(acc, rows, t0, K, &hi, sc, b, 1);
+        } else {
+            let sums = tile_sums::<K, 0, 16>(steps, a);
+            add_half::<OFF, SPLIT>(acc, rows, t0, K, &sums, sc, b, 0);
+        }
+    }
 }
 
 /// `acc + ((sum * scale) * da + offset * x)` per lane, the twin's order (no
@@ -650,17 +709,12 @@ unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
             for t0 in (0..n).step_by(SUB_TILE) {
                 let a: [*const i16; SUB_TILE] =
                     std::array::from_fn(|i| rows.qa.get_unchecked(t0 + i).add(BLOCK * b));
-                let live = (n - t0).min(SUB_TILE);
-                if SPLIT {
-                    let lo = tile_sums::<0, 8>(&steps, &a);
-                    add_half::<OFF, SPLIT>(&mut acc, &rows, t0, live, &lo, &sc, b, 0);
-                    let hi = tile_sums::<8, 16>(&steps, &a);
-                    add_half::<OFF, SPLIT>(&mut acc, &rows, t0, live, &hi, &sc, b, 1);
-                } else {
-                    // One sum over all 32 values (the twin adds the halves'
-                    // exact sums: the same integer).
-                    let sums = tile_sums::<0, 16>(&steps, &a);
-                    add_half::<OFF, SPLIT>(&mut acc, &rows, t0, live, &sums, &sc, b, 0);
+                let (acc, sc) = (&mut acc, &sc);
+                match n - t0 {
+                    1 => sub_tile::<1, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
+                    2 => sub_tile::<2, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
+                    3 => sub_tile::<3, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
+                    _ => sub_tile::<SUB_TILE, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
                 }
             }
         }
