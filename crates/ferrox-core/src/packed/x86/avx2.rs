@@ -382,8 +382,9 @@ unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
 }
 
 /// Tokens a register tile of [`tile_avx2`] sums at once: 4 tokens times 16
-/// rows are 8 integer sums, which with the two steps and four activation
-/// pairs fit AVX2's 16 registers (8 tokens spilled the sums to the stack).
+/// rows are 8 integer sums, which with a step's two registers of weights and
+/// two for the products fit AVX2's 16 registers (8 tokens spilled the sums to
+/// the stack).
 const SUB_TILE: usize = 4;
 
 /// Two registers of 8 rows (rows 0..8, 8..16) in [`line_avx2`]'s part order
@@ -589,10 +590,10 @@ unsafe fn add_term<const OFF: bool>(
     }
 }
 
-/// The call's tokens as pointers (each past the `n` tokens repeats the last,
-/// so that a sub-tile never reads outside them): their activations, block
-/// scales, and the sums their offsets take (block sums, or half-block sums
-/// for split formats; unused without offsets).
+/// The call's tokens as pointers: their activations, block scales, and the
+/// sums their offsets take (block sums, or half-block sums for split formats;
+/// unused without offsets). Those past the `n` tokens repeat the last: a short
+/// sub-tile forms their pointers and never reads through them.
 struct TokenRows {
     qa: [*const i16; TOKEN_TILE],
     da: [*const f32; TOKEN_TILE],
@@ -668,7 +669,7 @@ unsafe fn add_half<const OFF: bool, const SPLIT: bool>(
 /// turn, each half's term added to the token's accumulators as soon as its
 /// sums are done, as the twin adds the first half's term, then the second's.
 /// (Each part of the rows on its own broadcast every activation pair twice:
-/// Q6_K ran at 38 GMAC/s a thread on a Zen 4, 51 now.) Sums, scales and
+/// Q6_K ran at 38 GMAC/s a thread on a Zen 4, 51 without it.) Sums, scales and
 /// accumulators stay in part order; rows are put in order once, at the end.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
