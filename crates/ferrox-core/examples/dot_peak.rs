@@ -38,7 +38,8 @@ fn main() {
                                 n = inout(reg) ROUNDS => _,
                                 out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
                                 out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                                out("zmm8") _, out("zmm9") _,
+                                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                                out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
                                 options(nostack, nomem),
                             );
                         }
@@ -56,6 +57,17 @@ fn main() {
         32,
         "avx512vnni",
         "vpdpwssd zmm0, zmm8, zmm9\nvpdpwssd zmm1, zmm8, zmm9\nvpdpwssd zmm2, zmm8, zmm9\nvpdpwssd zmm3, zmm8, zmm9\nvpdpwssd zmm4, zmm8, zmm9\nvpdpwssd zmm5, zmm8, zmm9\nvpdpwssd zmm6, zmm8, zmm9\nvpdpwssd zmm7, zmm8, zmm9"
+    );
+    // The packed kernel's mix: a token's block is 16 `vpdpwssd` and up to
+    // three f32 multiplies (its scale, `da`, its offset); counted as the
+    // products' multiply-adds alone. Where the two share pipes (a Zen 4 runs
+    // both 512-bit forms on its two multiply pipes), this is 16/19 of the
+    // first line.
+    peak!(
+        "vpdpwssd zmm + 3 vmulps / 16",
+        64,
+        "avx512vnni",
+        "vpdpwssd zmm0, zmm8, zmm9\nvpdpwssd zmm1, zmm8, zmm9\nvpdpwssd zmm2, zmm8, zmm9\nvpdpwssd zmm3, zmm8, zmm9\nvpdpwssd zmm4, zmm8, zmm9\nvpdpwssd zmm5, zmm8, zmm9\nvpdpwssd zmm6, zmm8, zmm9\nvpdpwssd zmm7, zmm8, zmm9\nvmulps zmm10, zmm8, zmm9\nvmulps zmm11, zmm8, zmm9\nvpdpwssd zmm0, zmm8, zmm9\nvpdpwssd zmm1, zmm8, zmm9\nvpdpwssd zmm2, zmm8, zmm9\nvpdpwssd zmm3, zmm8, zmm9\nvpdpwssd zmm4, zmm8, zmm9\nvpdpwssd zmm5, zmm8, zmm9\nvpdpwssd zmm6, zmm8, zmm9\nvpdpwssd zmm7, zmm8, zmm9\nvmulps zmm12, zmm8, zmm9"
     );
     peak!(
         "vpdpbusd zmm (8-bit quads)",
