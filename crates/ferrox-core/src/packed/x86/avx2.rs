@@ -272,8 +272,9 @@ unsafe fn scales_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
 }
 
 /// Adds block `b`'s term of one token to `acc` (rows `8h..8h + 8`), from the
-/// exact integer sums of its values 0..16 (`lo`) and 16..32 (`hi`): the twin's
-/// f32 operations in its order.
+/// exact integer sums of its values 0..16 (`lo`) and 16..32 (`hi`): the first
+/// half's term, then the second's, for split formats, else the term of their
+/// sum ([`add_term`]: the twin's f32 operations in its order).
 ///
 /// # Safety
 /// AVX2 runs; the token holds block `b` (and its half sums for split offsets).
@@ -290,26 +291,21 @@ unsafe fn block_term<const OFF: bool, const SPLIT: bool>(
     unsafe {
         let dav = _mm256_set1_ps(*tok.da.get_unchecked(b));
         if SPLIT {
-            let mut l = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(lo), sc.s0), dav);
-            let mut u = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(hi), sc.s1), dav);
-            if OFF {
+            let (sh0, sh1) = if OFF {
                 let sh = tok.sh.as_ptr().add(2 * b);
-                l = _mm256_add_ps(l, _mm256_mul_ps(sc.off0, _mm256_set1_ps(*sh)));
-                u = _mm256_add_ps(u, _mm256_mul_ps(sc.off1, _mm256_set1_ps(*sh.add(1))));
-            }
-            _mm256_add_ps(_mm256_add_ps(acc, l), u)
+                (_mm256_set1_ps(*sh), _mm256_set1_ps(*sh.add(1)))
+            } else {
+                (dav, dav)
+            };
+            let acc = add_term::<OFF>(acc, lo, sc.s0, dav, sc.off0, sh0);
+            add_term::<OFF>(acc, hi, sc.s1, dav, sc.off1, sh1)
         } else {
-            let mut term = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi)), sc.s0),
-                dav,
-            );
-            if OFF {
-                term = _mm256_add_ps(
-                    term,
-                    _mm256_mul_ps(sc.off0, _mm256_set1_ps(*tok.sa.get_unchecked(b))),
-                );
-            }
-            _mm256_add_ps(acc, term)
+            let sa = if OFF {
+                _mm256_set1_ps(*tok.sa.get_unchecked(b))
+            } else {
+                dav
+            };
+            add_term::<OFF>(acc, _mm256_add_epi32(lo, hi), sc.s0, dav, sc.off0, sa)
         }
     }
 }
