@@ -30,13 +30,14 @@ pub unsafe fn group_avx2(
         ($q:expr, $off:literal, $split:literal, $s:expr) => {
             // SAFETY: the caller's contract.
             unsafe {
-                // A decode step's one token keeps its sums in registers and
-                // unpacks each step where it is used; more tokens share a
-                // block unpacked once into L1 (`tile_avx2`).
+                // A decode step's one token, and two tokens, keep their sums
+                // in registers and unpack each step where it is used; more
+                // tokens share a block unpacked once into L1 (`tile_avx2`).
                 match tokens.len() {
                     1 => {
                         single_avx2::<{ $q }, $off, $split, { $s }>(g, nb, &tokens[0], &mut out[0])
                     }
+                    2 => few_avx2::<2, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
                     _ => tile_avx2::<{ $q }, $off, $split, { $s }>(g, nb, tokens, out),
                 }
             }
@@ -377,6 +378,117 @@ unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     }
 }
 
+/// The exact sums of `K` tokens' values over lines `FROM..TO` of the block at
+/// `blk` (steps `2 FROM..2 TO`), token `t`'s block at `a[t]`, in part order
+/// ([`line_avx2`]); the rest of the result zero. Each line is unpacked in
+/// registers once for the tokens, as [`half_sums`] does for one.
+///
+/// # Safety
+/// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)` and
+/// `a[..K]` point at the tokens' 32 values.
+#[inline(always)]
+unsafe fn few_sums<
+    const K: usize,
+    const FROM: usize,
+    const TO: usize,
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const S: u8,
+>(
+    blk: *const u8,
+    a: &[*const i16; SUB_TILE],
+) -> [[__m256i; 2]; SUB_TILE] {
+    const {
+        assert!(
+            K <= SUB_TILE && FROM < TO && TO <= 8 && FROM.is_multiple_of(2) && TO.is_multiple_of(2)
+        )
+    };
+    // SAFETY: lines FROM..TO lie in the block and their pairs in each token's
+    // block (caller).
+    unsafe {
+        let mut sum = [[_mm256_setzero_si256(); 2]; SUB_TILE];
+        // A turn takes a pair of lines, so that each line's parity is known
+        // where it is unpacked (Q6_K's and the 2-bit formats' bits depend on
+        // it) whether or not the compiler unrolls the turns.
+        for k in FROM / 2..TO / 2 {
+            for c in [2 * k, 2 * k + 1] {
+                let steps = line_avx2::<Q, OFF, SPLIT, S>(blk, c);
+                for (e, parts) in steps.iter().enumerate() {
+                    for (sum, a) in sum.iter_mut().zip(a).take(K) {
+                        let pair = _mm256_set1_epi32(
+                            a.add(2 * (2 * c + e)).cast::<i32>().read_unaligned(),
+                        );
+                        sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(parts[0], pair));
+                        sum[1] = _mm256_add_epi32(sum[1], _mm256_madd_epi16(parts[1], pair));
+                    }
+                }
+            }
+        }
+        sum
+    }
+}
+
+/// `K` tokens, two where it is called (a mixture's expert, two clients'
+/// decode step, a draft of one): each line is unpacked in registers where it
+/// is used, as for one token, and the tokens' sums stay in registers. Terms
+/// are added as [`tile_avx2`] adds them (part order, a split format's halves
+/// in turn).
+///
+/// Staging the block in L1 ([`tile_avx2`]) shares its 32 stores a block among
+/// too few products for two tokens. On a Zen 4, one thread, `matmul_speed
+/// 2048 4096 2`, staged / this way, GMAC/s: Q4_K 38-40 / 44-46, Q8_0 41 /
+/// 47-52, Q6_K 32-33 / 34-35. Three tokens ran faster this way from L3 (Q4_K
+/// 44 / 50) but slower from memory (`matmul_speed 32768 4096 3`: Q4_K 38.4 /
+/// 36.7, Q6_K 38.5 / 34.6), as did the Llama-1B's decode of three sequences
+/// (56 / 52 t/s), so three stay staged.
+///
+/// # Safety
+/// As for [`group_avx2`], with `K` tokens.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn few_avx2<const K: usize, const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    assert!(
+        tokens.len() == K && out.len() >= K && K <= SUB_TILE,
+        "{} tokens in a call for {K}",
+        tokens.len()
+    );
+    let format = format_of(Q, OFF, SPLIT, S);
+    let prefetch = prefetches(format);
+    let rows = TokenRows::new::<SPLIT>(tokens);
+    let mut acc = [[_mm256_setzero_ps(); 2]; K];
+    // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and
+    // each token's values at qa[32 b..32 b + 32], both in bounds for b < nb
+    // (the caller's contract); the K tokens are rows 0..K of `rows`.
+    unsafe {
+        for b in 0..nb {
+            let blk = g.as_ptr().add(format.block_at(b));
+            prefetch_ahead(prefetch, format, blk);
+            let a: [*const i16; SUB_TILE] =
+                std::array::from_fn(|t| rows.qa.get_unchecked(t).add(BLOCK * b));
+            let sc = part_scales::<Q, OFF, SPLIT, S>(g, blk, b);
+            if SPLIT {
+                let lo = few_sums::<K, 0, 4, Q, OFF, SPLIT, S>(blk, &a);
+                add_half::<K, OFF, SPLIT>(&mut acc, &rows, 0, K, &lo, &sc, b, 0);
+                let hi = few_sums::<K, 4, 8, Q, OFF, SPLIT, S>(blk, &a);
+                add_half::<K, OFF, SPLIT>(&mut acc, &rows, 0, K, &hi, &sc, b, 1);
+            } else {
+                let sums = few_sums::<K, 0, 8, Q, OFF, SPLIT, S>(blk, &a);
+                add_half::<K, OFF, SPLIT>(&mut acc, &rows, 0, K, &sums, &sc, b, 0);
+            }
+        }
+        for (acc, out) in acc.iter().zip(out.iter_mut()) {
+            let rows = swap_order(*acc);
+            _mm256_storeu_ps(out.as_mut_ptr(), rows[0]);
+            _mm256_storeu_ps(out.as_mut_ptr().add(8), rows[1]);
+        }
+    }
+}
+
 /// Tokens a register tile of [`tile_avx2`] sums at once: 4 tokens times 16
 /// rows are 8 integer sums, which with a step's two registers of weights and
 /// two for the products fit AVX2's 16 registers (8 tokens spilled the sums to
@@ -555,12 +667,12 @@ unsafe fn sub_tile<const K: usize, const OFF: bool, const SPLIT: bool>(
     unsafe {
         if SPLIT {
             let lo = tile_sums::<K, 0, 8>(steps, a);
-            add_half::<OFF, SPLIT>(acc, rows, t0, K, &lo, sc, b, 0);
+            add_half::<TOKEN_TILE, OFF, SPLIT>(acc, rows, t0, K, &lo, sc, b, 0);
             let hi = tile_sums::<K, 8, 16>(steps, a);
-            add_half::<OFF, SPLIT>(acc, rows, t0, K, &hi, sc, b, 1);
+            add_half::<TOKEN_TILE, OFF, SPLIT>(acc, rows, t0, K, &hi, sc, b, 1);
         } else {
             let sums = tile_sums::<K, 0, 16>(steps, a);
-            add_half::<OFF, SPLIT>(acc, rows, t0, K, &sums, sc, b, 0);
+            add_half::<TOKEN_TILE, OFF, SPLIT>(acc, rows, t0, K, &sums, sc, b, 0);
         }
     }
 }
@@ -618,12 +730,12 @@ impl TokenRows {
 /// the twin's f32 operations in its order.
 ///
 /// # Safety
-/// AVX2 runs; `t0 + SUB_TILE <= TOKEN_TILE`, `live <= SUB_TILE`, and the
+/// AVX2 runs; `t0 + live <= N <= TOKEN_TILE`, `live <= SUB_TILE`, and the
 /// tokens hold block `b` (and its half sums for split offsets).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn add_half<const OFF: bool, const SPLIT: bool>(
-    acc: &mut [[__m256; 2]; TOKEN_TILE],
+unsafe fn add_half<const N: usize, const OFF: bool, const SPLIT: bool>(
+    acc: &mut [[__m256; 2]; N],
     rows: &TokenRows,
     t0: usize,
     live: usize,
@@ -632,7 +744,7 @@ unsafe fn add_half<const OFF: bool, const SPLIT: bool>(
     b: usize,
     half: usize,
 ) {
-    // SAFETY: t0 + i < TOKEN_TILE, and the tokens' scales and sums hold block b
+    // SAFETY: t0 + i < N <= TOKEN_TILE, and the tokens' scales and sums hold block b
     // (caller).
     unsafe {
         // Unrolled over the sub-tile, so that each sum is a register.
