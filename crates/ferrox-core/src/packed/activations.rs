@@ -8,12 +8,54 @@
 //! * `sa = da * (sum qa as f32)`: the block's sum, used by weight offsets; `sh`
 //!   the same of each 16-value half, used by split offsets (Q2_K), computed only
 //!   when asked ([`QuantizedRows::add_half_sums`]): most models have no Q2_K.
+//! * `hs`: each 16-value half's exact integer sum (what the AVX2 build's
+//!   one-token Q6_K product takes its values' bias back with).
 //! * The rounding error is at most `da / 2` per value.
 
 use rayon::prelude::*;
 
-/// One 32-value block to quantize: (inputs, outputs), (its scale, its sum).
-type BlockJob<'a> = ((&'a [f32], &'a mut [i16]), (&'a mut f32, &'a mut f32));
+/// One 32-value block to quantize: (inputs, outputs), ((its scale, its sum),
+/// its halves' integer sums).
+type BlockJob<'a> = (
+    (&'a [f32], &'a mut [i16]),
+    ((&'a mut f32, &'a mut f32), &'a mut [i32]),
+);
+
+/// What quantizing one block gives besides its integers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct BlockSums {
+    /// The scale.
+    da: f32,
+    /// `da * (sum qa as f32)`.
+    sa: f32,
+    /// The exact sums of values 0..16 and 16..32.
+    halves: [i32; 2],
+}
+
+impl BlockSums {
+    /// The block of scale `da` whose halves' integers sum to `halves`.
+    fn new(da: f32, halves: [i32; 2]) -> Self {
+        BlockSums {
+            da,
+            sa: da * (halves[0] + halves[1]) as f32,
+            halves,
+        }
+    }
+
+    /// A block that is not finite: NaN scale and sum, zero integers.
+    const NAN: BlockSums = BlockSums {
+        da: f32::NAN,
+        sa: f32::NAN,
+        halves: [0; 2],
+    };
+
+    /// A block of zeros.
+    const ZERO: BlockSums = BlockSums {
+        da: 0.0,
+        sa: 0.0,
+        halves: [0; 2],
+    };
+}
 
 use super::BLOCK;
 use super::kernel::TokenActs;
@@ -32,6 +74,8 @@ pub struct QuantizedRows {
     /// `n * cols / 16` scaled half-block sums once [`QuantizedRows::add_half_sums`]
     /// ran for these rows; else empty.
     pub sh: Vec<f32>,
+    /// `n * cols / 16` exact integer half-block sums.
+    pub hs: Vec<i32>,
 }
 
 const QMAX: f32 = 32767.0;
@@ -54,27 +98,40 @@ impl QuantizedRows {
         self.qa.resize(n * cols, 0);
         self.da.resize(nb, 0.0);
         self.sa.resize(nb, 0.0);
+        self.hs.resize(2 * nb, 0);
         self.sh.clear();
         let level = crate::isa::active();
-        let one = |((xb, qb), (da, sa)): BlockJob<'_>| {
+        let one = |((xb, qb), ((da, sa), hs)): BlockJob<'_>| {
             let (xb, qb): (&[f32; BLOCK], &mut [i16; BLOCK]) = (
                 xb.try_into().expect("32 values"),
                 qb.try_into().expect("32 values"),
             );
-            (*da, *sa) = quantize_block_at(level, xb, qb);
+            let sums = quantize_block_at(level, xb, qb);
+            (*da, *sa) = (sums.da, sums.sa);
+            hs.copy_from_slice(&sums.halves);
         };
         // Each block is its own function of its own values: splitting the blocks
         // across the current pool's threads (prefill chunks) changes nothing.
         if nb >= PARALLEL_BLOCKS {
             x.par_chunks_exact(BLOCK)
                 .zip(self.qa.par_chunks_exact_mut(BLOCK))
-                .zip(self.da.par_iter_mut().zip(self.sa.par_iter_mut()))
+                .zip(
+                    self.da
+                        .par_iter_mut()
+                        .zip(self.sa.par_iter_mut())
+                        .zip(self.hs.par_chunks_exact_mut(2)),
+                )
                 .with_min_len(PARALLEL_BLOCKS / 4)
                 .for_each(one);
         } else {
             x.chunks_exact(BLOCK)
                 .zip(self.qa.chunks_exact_mut(BLOCK))
-                .zip(self.da.iter_mut().zip(self.sa.iter_mut()))
+                .zip(
+                    self.da
+                        .iter_mut()
+                        .zip(self.sa.iter_mut())
+                        .zip(self.hs.chunks_exact_mut(2)),
+                )
                 .for_each(one);
         }
     }
@@ -94,10 +151,10 @@ impl QuantizedRows {
     pub fn add_half_sums(&mut self) {
         let da = &self.da;
         self.sh = self
-            .qa
-            .chunks_exact(BLOCK / 2)
+            .hs
+            .iter()
             .enumerate()
-            .map(|(h, half)| da[h / 2] * half.iter().map(|&q| q as i32).sum::<i32>() as f32)
+            .map(|(h, &sum)| da[h / 2] * sum as f32)
             .collect();
     }
 
@@ -115,6 +172,7 @@ impl QuantizedRows {
             da: &self.da[t * nb..(t + 1) * nb],
             sa: &self.sa[t * nb..(t + 1) * nb],
             sh: self.sh.get(2 * t * nb..2 * (t + 1) * nb).unwrap_or(&[]),
+            hs: &self.hs[2 * t * nb..2 * (t + 1) * nb],
         }
     }
 }
@@ -125,7 +183,7 @@ fn quantize_block_at(
     level: crate::isa::Level,
     x: &[f32; BLOCK],
     q: &mut [i16; BLOCK],
-) -> (f32, f32) {
+) -> BlockSums {
     #[cfg(target_arch = "x86_64")]
     {
         if level.has_avx512() {
@@ -146,7 +204,7 @@ fn quantize_block_at(
 /// 0.55 Gvalues/s against 3.5 on AVX-512, `matmul_speed`'s quantize figure).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn quantize_block_avx2(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32, f32) {
+unsafe fn quantize_block_avx2(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> BlockSums {
     use std::arch::x86_64::*;
     // SAFETY: 32 values in and out, four 8-lane quarters each.
     unsafe {
@@ -191,41 +249,45 @@ unsafe fn quantize_block_avx2(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32, f
         let second = _mm256_permute4x64_epi64::<0xD8>(_mm256_packs_epi32(c, d));
         _mm256_storeu_si256(q.as_mut_ptr().cast(), first);
         _mm256_storeu_si256(q.as_mut_ptr().add(16).cast(), second);
-        let s = _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d));
+        // Each half's 16 integers to one sum: lanes 0..4 hold the first half's
+        // partial sums and 4..8 the second's, then pairs of lanes.
+        let (h0, h1) = (_mm256_add_epi32(a, b), _mm256_add_epi32(c, d));
+        let s = _mm256_hadd_epi32(h0, h1);
         let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-        let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0x55>(s)));
-        let da = amax / QMAX;
-        (da, da * sum as f32)
+        let s = _mm_hadd_epi32(s, s);
+        BlockSums::new(
+            amax / QMAX,
+            [_mm_cvtsi128_si32(s), _mm_extract_epi32::<1>(s)],
+        )
     }
 }
 
 #[inline(always)]
-fn quantize_block(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32, f32) {
+fn quantize_block(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> BlockSums {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     if amax == 0.0 || !amax.is_finite() {
         q.fill(0);
-        return (
-            if amax == 0.0 { 0.0 } else { f32::NAN },
-            if amax == 0.0 { 0.0 } else { f32::NAN },
-        );
+        return if amax == 0.0 {
+            BlockSums::ZERO
+        } else {
+            BlockSums::NAN
+        };
     }
     let inv = QMAX / amax;
-    let mut sum = 0i32;
-    for (o, &v) in q.iter_mut().zip(x) {
+    let mut halves = [0i32; 2];
+    for (i, (o, &v)) in q.iter_mut().zip(x).enumerate() {
         let r = (v * inv).round_ties_even().clamp(-QMAX, QMAX) as i16;
         *o = r;
-        sum += r as i32;
+        halves[i / (BLOCK / 2)] += r as i32;
     }
-    let da = amax / QMAX;
-    (da, da * sum as f32)
+    BlockSums::new(amax / QMAX, halves)
 }
 
 /// [`quantize_block`] on AVX-512: the same f32 operations per value (multiply,
 /// clamp to integer bounds, round half to even), exact integer sums.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn quantize_block_avx512(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32, f32) {
+unsafe fn quantize_block_avx512(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> BlockSums {
     use std::arch::x86_64::*;
     // SAFETY: 32 values in and out, two 16-lane halves each.
     unsafe {
@@ -243,9 +305,10 @@ unsafe fn quantize_block_avx512(x: &[f32; BLOCK], q: &mut [i16; BLOCK]) -> (f32,
         let qb = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(b, inv), lo), hi));
         _mm256_storeu_si256(q.as_mut_ptr().cast(), _mm512_cvtepi32_epi16(qa));
         _mm256_storeu_si256(q.as_mut_ptr().add(16).cast(), _mm512_cvtepi32_epi16(qb));
-        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
-        let da = amax / QMAX;
-        (da, da * sum as f32)
+        BlockSums::new(
+            amax / QMAX,
+            [_mm512_reduce_add_epi32(qa), _mm512_reduce_add_epi32(qb)],
+        )
     }
 }
 
@@ -268,9 +331,11 @@ mod tests {
             assert_eq!(one.row(0), all.row(t));
             assert_eq!(one.da, all.da[2 * t..2 * t + 2]);
             assert_eq!(one.sh, all.sh[4 * t..4 * t + 4]);
+            assert_eq!(one.hs, all.hs[4 * t..4 * t + 4]);
         }
         for (k, half) in all.qa.chunks_exact(BLOCK / 2).enumerate() {
             let sum: i32 = half.iter().map(|&q| q as i32).sum();
+            assert_eq!(all.hs[k], sum, "half {k}");
             assert_eq!(all.sh[k], all.da[k / 2] * sum as f32, "half {k}");
         }
         for (i, &v) in x.iter().enumerate() {
@@ -292,8 +357,8 @@ mod tests {
                 let a = quantize_block(&x, &mut want);
                 let b = quantize_block_at(level, &x, &mut got);
                 assert_eq!(
-                    (want, a.0.to_bits(), a.1.to_bits()),
-                    (got, b.0.to_bits(), b.1.to_bits()),
+                    (want, a.da.to_bits(), a.sa.to_bits(), a.halves),
+                    (got, b.da.to_bits(), b.sa.to_bits(), b.halves),
                     "{level:?} block {k}"
                 );
             }

@@ -14,6 +14,8 @@ pub struct TokenActs<'a> {
     pub sa: &'a [f32],
     /// Half-block sums, two per block.
     pub sh: &'a [f32],
+    /// Exact integer half-block sums, two per block.
+    pub hs: &'a [i32],
 }
 
 /// Tokens computed together by one kernel call: a group's weights are unpacked
@@ -255,8 +257,9 @@ fn run(
             .all(|t| nb.checked_mul(BLOCK).is_some_and(|n| t.qa.len() >= n)
                 && t.da.len() >= nb
                 && t.sa.len() >= nb
+                && t.hs.len() >= 2 * nb
                 && (!format.needs_half_sums() || t.sh.len() >= 2 * nb)),
-        "every token holds {nb} blocks of activations (and their half sums for split offsets)"
+        "every token holds {nb} blocks of activations, their integer half sums (and their scaled half sums for split offsets)"
     );
     #[cfg(target_arch = "x86_64")]
     if level.has_vnni() {
@@ -320,12 +323,13 @@ pub(crate) mod tests {
     fn the_kernel_refuses_short_inputs_at_every_level() {
         let format = Format::for_dtype(DType::Q8_0).unwrap();
         let g = vec![0u8; 2 * format.block_bytes()];
-        let (qa, d) = (vec![0i16; 2 * BLOCK], vec![0.0f32; 4]);
+        let (qa, d, hs) = (vec![0i16; 2 * BLOCK], vec![0.0f32; 4], vec![0i32; 4]);
         let tok = TokenActs {
             qa: &qa,
             da: &d[..2],
             sa: &d[..2],
             sh: &d,
+            hs: &hs,
         };
         for level in crate::isa::Level::supported() {
             for (nb, tokens, rows) in [(3, 1, 1), (2, 1, 0), (2, TOKEN_TILE + 1, TOKEN_TILE + 1)] {
