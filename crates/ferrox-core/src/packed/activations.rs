@@ -14,6 +14,9 @@
 
 use rayon::prelude::*;
 
+use super::BLOCK;
+use super::kernel::TokenActs;
+
 /// One 32-value block to quantize: (inputs, outputs), ((its scale, its sum),
 /// its halves' integer sums).
 type BlockJob<'a> = (
@@ -56,9 +59,6 @@ impl BlockSums {
         halves: [0; 2],
     };
 }
-
-use super::BLOCK;
-use super::kernel::TokenActs;
 
 /// `n` token rows of `cols` values, quantized block by block.
 #[derive(Clone, Debug, Default)]

@@ -249,7 +249,8 @@ unsafe fn half_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
 
 /// One token's exact sums of the block at `blk` (the token's values at `a`,
 /// its integer half sums at `hs`): values 0..16, then 16..32, each as rows
-/// 0..8 and 8..16.
+/// 0..8 and 8..16. (The 4-bit formats, unsplit, give the whole block's sums
+/// and zeros: [`block_term`] adds the two.)
 ///
 /// # Safety
 /// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)`, `a`
@@ -306,9 +307,9 @@ pub(super) unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool
     let format = format_of(Q, OFF, SPLIT, S);
     let prefetch = prefetches(format);
     let mut acc = [_mm256_setzero_ps(); 2];
-    // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and the
-    // token's values at qa[32 b..32 b + 32], both in bounds for b < nb (the
-    // caller's contract).
+    // SAFETY: (the whole body) block b lies at g[format.block_at(b)..], the
+    // token's values at qa[32 b..32 b + 32] and its half sums at hs[2 b..2 b +
+    // 2], all in bounds for b < nb (the caller's contract).
     unsafe {
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
