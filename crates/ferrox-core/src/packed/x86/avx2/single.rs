@@ -8,6 +8,25 @@ use super::super::super::{BLOCK, GROUP_ROWS};
 use super::super::{NIBBLE, NIBBLE6, format_of, prefetch_ahead, prefetches};
 use super::{Scales8, add_term, line_avx2, rows_in_order, scales_avx2};
 
+/// The `asm!` lines of [`q6_sums`] that multiply a step's values (`{v}`,
+/// 32 bytes) by the token's pair at byte `$at` of `{x}` and add the products
+/// to the sums.
+macro_rules! q6_step {
+    ($at:literal) => {
+        concat!(
+            "vpbroadcastd {p}, dword ptr [{x} + ",
+            $at,
+            "]\n",
+            "vpunpcklbw {t}, {v}, {z}\n",
+            "vpunpckhbw {v}, {v}, {z}\n",
+            "vpmaddwd {t}, {t}, {p}\n",
+            "vpaddd {s0}, {s0}, {t}\n",
+            "vpmaddwd {v}, {v}, {p}\n",
+            "vpaddd {s1}, {s1}, {v}",
+        )
+    };
+}
+
 /// One token's sums over the values of Q6_K (`NIBBLE6`) plus 32 (0..63,
 /// widened as unsigned: four operations a line fewer than the signed values)
 /// over line pairs `from..from + 2` (steps `4 from..4 from + 8`, one half of
@@ -38,49 +57,25 @@ unsafe fn q6_sums(blk: *const u8, bits_at: usize, a: *const i16, from: usize) ->
             "vpsllw {t}, {b}, 4",
             "vpand {t}, {t}, {m6}",
             "vpor {v}, {v}, {t}",
-            "vpbroadcastd {p}, dword ptr [{x}]",
-            "vpunpcklbw {t}, {v}, {z}",
-            "vpunpckhbw {v}, {v}, {z}",
-            "vpmaddwd {t}, {t}, {p}",
-            "vpaddd {s0}, {s0}, {t}",
-            "vpmaddwd {v}, {v}, {p}",
-            "vpaddd {s1}, {s1}, {v}",
+            q6_step!("0"),
             "vpsrlw {v}, {r}, 4",
             "vpand {v}, {v}, {m4}",
             "vpsllw {t}, {b}, 2",
             "vpand {t}, {t}, {m6}",
             "vpor {v}, {v}, {t}",
-            "vpbroadcastd {p}, dword ptr [{x} + 4]",
-            "vpunpcklbw {t}, {v}, {z}",
-            "vpunpckhbw {v}, {v}, {z}",
-            "vpmaddwd {t}, {t}, {p}",
-            "vpaddd {s0}, {s0}, {t}",
-            "vpmaddwd {v}, {v}, {p}",
-            "vpaddd {s1}, {s1}, {v}",
+            q6_step!("4"),
             // Line 2k + 1: steps 4k + 2 (bits 4-5) and 4k + 3 (bits 6-7).
             "vmovdqu {r}, ymmword ptr [{w} + 32]",
             "vpand {v}, {r}, {m4}",
             "vpand {t}, {b}, {m6}",
             "vpor {v}, {v}, {t}",
-            "vpbroadcastd {p}, dword ptr [{x} + 8]",
-            "vpunpcklbw {t}, {v}, {z}",
-            "vpunpckhbw {v}, {v}, {z}",
-            "vpmaddwd {t}, {t}, {p}",
-            "vpaddd {s0}, {s0}, {t}",
-            "vpmaddwd {v}, {v}, {p}",
-            "vpaddd {s1}, {s1}, {v}",
+            q6_step!("8"),
             "vpsrlw {v}, {r}, 4",
             "vpand {v}, {v}, {m4}",
             "vpsrlw {t}, {b}, 2",
             "vpand {t}, {t}, {m6}",
             "vpor {v}, {v}, {t}",
-            "vpbroadcastd {p}, dword ptr [{x} + 12]",
-            "vpunpcklbw {t}, {v}, {z}",
-            "vpunpckhbw {v}, {v}, {z}",
-            "vpmaddwd {t}, {t}, {p}",
-            "vpaddd {s0}, {s0}, {t}",
-            "vpmaddwd {v}, {v}, {p}",
-            "vpaddd {s1}, {s1}, {v}",
+            q6_step!("12"),
             "add {w}, 64",
             "add {hb}, 32",
             "add {x}, 16",
