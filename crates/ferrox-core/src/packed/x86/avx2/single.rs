@@ -101,8 +101,8 @@ unsafe fn q6_sums(blk: *const u8, bits_at: usize, a: *const i16, from: usize) ->
     [s0, s1]
 }
 
-/// One token's exact sums over lines `from..to` of a block of a 4-bit
-/// format without a grid (Q4_K, Q4_0, Q4_1) at `blk`, the token's block at
+/// One token's exact sums of a block of a 4-bit format without a grid (Q4_K,
+/// Q4_0, Q4_1, none split) at `blk`, the token's block at
 /// `a`, in row order (rows 0..8, rows 8..16). Each 16 bytes are widened as
 /// they are loaded, and each 16-bit lane (a whole byte) gives its low nibble
 /// by a mask and its high one by a shift: six operations a line where
@@ -116,15 +116,15 @@ unsafe fn q6_sums(blk: *const u8, bits_at: usize, a: *const i16, from: usize) ->
 /// token's 32 values.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn nibble_sums(blk: *const u8, a: *const i16, from: usize, to: usize) -> [__m256i; 2] {
+unsafe fn nibble_sums(blk: *const u8, a: *const i16) -> [__m256i; 2] {
     let (mut s0, mut s1, mut s2, mut s3) = (
         _mm256_setzero_si256(),
         _mm256_setzero_si256(),
         _mm256_setzero_si256(),
         _mm256_setzero_si256(),
     );
-    // SAFETY: lines from..to (32 bytes each, from < to <= 8) lie in the block and their
-    // pairs (8 bytes a line) in the token's block (caller).
+    // SAFETY: the block's 8 lines (32 bytes each) and the token's 16 pairs are
+    // read, nothing else (caller).
     unsafe {
         std::arch::asm!(
             "2:",
@@ -152,9 +152,9 @@ unsafe fn nibble_sums(blk: *const u8, a: *const i16, from: usize, to: usize) -> 
             s1 = inout(ymm_reg) s1,
             s2 = inout(ymm_reg) s2,
             s3 = inout(ymm_reg) s3,
-            w = inout(reg) blk.add(32 * from) => _,
-            x = inout(reg) a.add(4 * from) => _,
-            end = in(reg) blk.add(32 * to),
+            w = inout(reg) blk => _,
+            x = inout(reg) a => _,
+            end = in(reg) blk.add(32 * 8),
             m = in(ymm_reg) _mm256_set1_epi16(0x0F),
             w0 = out(ymm_reg) _,
             w1 = out(ymm_reg) _,
@@ -260,7 +260,7 @@ unsafe fn single_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     unsafe {
         match Q {
             // Row order already.
-            NIBBLE => [nibble_sums(blk, a, 0, 8), [_mm256_setzero_si256(); 2]],
+            NIBBLE => [nibble_sums(blk, a), [_mm256_setzero_si256(); 2]],
             NIBBLE6 => {
                 let bits_at = format_of(Q, OFF, SPLIT, S).bits_at();
                 [
