@@ -58,6 +58,12 @@ class Router:
                 time.sleep(0.2)
         self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=120)
 
+    def remove_worker(self, worker):
+        """Takes `worker` out of the router's rotation (its scale-in call)."""
+        req = urllib.request.Request(self.base + "/remove_worker?url=" + worker.base, data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read().decode()
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
