@@ -616,45 +616,58 @@ impl KvStore {
         if at.window { &self.window } else { &self.full }
     }
 
-    /// Calls `f(first position, keys, values)` for each run of the positions
-    /// `from..to` of kv head `head` in `layer` that lies in one page, in position
-    /// order; `keys` holds `run * head_dim_k` values, `values` `run * head_dim_v`.
-    /// Runs end at page boundaries only, so they depend on positions alone.
-    /// Runs of any type but f32 are widened first (exactly), into buffers of
-    /// the calling thread; `f` must not call this again. In a rotated cache
-    /// ([`Self::rotated`]) they hold every vector as stored, rotated.
-    pub fn for_each_run(
+    /// Writes the keys and values of kv head `head` in `layer` at positions
+    /// `from..from + n` to `keys` (`n` times `head_dim_k` values) and
+    /// `values` (`n` times `head_dim_v`) as f32: widened exactly from any
+    /// other type, and in a rotated cache ([`Self::rotated`]) as stored,
+    /// rotated. Page by page, the next page asked for while one is read.
+    ///
+    /// # Panics
+    /// If `layer` keeps no KV, or the two lengths are not of one count of
+    /// positions.
+    pub fn widen_into(
         &self,
         table: &PageTable,
         layer: usize,
         head: usize,
         from: usize,
-        to: usize,
-        mut f: impl FnMut(usize, &[f32], &[f32]),
+        keys: &mut [f32],
+        values: &mut [f32],
     ) {
-        let ahead = |store: &KvPages, at: &Place, n: usize, (k0, v0)| {
-            store.prefetch(at.page, k0, n * at.shape.head_dim_k);
-            store.prefetch(at.page, v0, n * at.shape.head_dim_v);
+        let place = self.layout.place(layer).expect("a layer that keeps KV");
+        let (dk, dv) = (place.head_dim_k, place.head_dim_v);
+        let n = keys.len() / dk;
+        assert!(
+            keys.len() == n * dk && values.len() == n * dv,
+            "{} keys and {} values are not one count of positions",
+            keys.len(),
+            values.len()
+        );
+        let ahead = |store: &KvPages, at: &Place, m: usize, (k0, v0)| {
+            store.prefetch(at.page, k0, m * dk);
+            store.prefetch(at.page, v0, m * dv);
         };
         self.runs(
             table,
             layer,
             head,
-            from..to,
+            from..from + n,
             ahead,
-            |store, at, p, n, (k0, v0)| {
-                let (dk, dv) = (at.shape.head_dim_k, at.shape.head_dim_v);
-                WIDENED.with_borrow_mut(|(ks, vs)| {
-                    store.with(at.page, k0, n * dk, ks, |keys| {
-                        store.with(at.page, v0, n * dv, vs, |values| f(p, keys, values))
-                    })
-                });
+            |store, at, p, m, (k0, v0)| {
+                let j = p - from;
+                store.read_into(at.page, k0, &mut keys[j * dk..(j + m) * dk]);
+                store.read_into(at.page, v0, &mut values[j * dv..(j + m) * dv]);
             },
         );
     }
 
-    /// [`Self::for_each_run`] over the keys alone (a cache that widens its
-    /// runs widens only them).
+    /// Calls `f(first position, keys)` for each run of the positions
+    /// `from..to` of kv head `head` in `layer` that lies in one page, in
+    /// position order; `keys` holds `run * head_dim_k` values. Runs end at
+    /// page boundaries only, so they depend on positions alone. Runs of any
+    /// type but f32 are widened first (exactly), into buffers of the calling
+    /// thread; `f` must not call this again. In a rotated cache
+    /// ([`Self::rotated`]) they hold every vector as stored, rotated.
     pub fn for_each_key_run(
         &self,
         table: &PageTable,
@@ -667,7 +680,7 @@ impl KvStore {
         self.for_each_half_run(table, layer, head, from..to, Half::Keys, f);
     }
 
-    /// [`Self::for_each_run`] over the values alone.
+    /// [`Self::for_each_key_run`] over the values.
     pub fn for_each_value_run(
         &self,
         table: &PageTable,
@@ -680,7 +693,7 @@ impl KvStore {
         self.for_each_half_run(table, layer, head, from..to, Half::Values, f);
     }
 
-    /// [`Self::for_each_run`] over the keys or the values alone.
+    /// [`Self::for_each_key_run`] over the keys or the values.
     fn for_each_half_run(
         &self,
         table: &PageTable,

@@ -12,6 +12,24 @@ fn layout() -> KvLayout {
     KvLayout::new(&HyperParams::from_metadata(&file.header().metadata).unwrap())
 }
 
+/// Positions `from..to` of kv head `h` in `layer`, widened: keys, values.
+fn widened(
+    s: &KvStore,
+    t: &PageTable,
+    layer: usize,
+    h: usize,
+    from: usize,
+    to: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let p = s.layout().place(layer).unwrap();
+    let (mut k, mut v) = (
+        vec![0.0; (to - from) * p.head_dim_k],
+        vec![0.0; (to - from) * p.head_dim_v],
+    );
+    s.widen_into(t, layer, h, from, &mut k, &mut v);
+    (k, v)
+}
+
 #[test]
 fn fresh_tables_never_share_a_page() {
     let mut s = KvStore::new(layout(), 4);
@@ -63,20 +81,23 @@ fn positions_written_read_back_per_head_in_both_pools() {
                 assert_eq!(v[0], -((layer * 1000 + pos * 10 + h * p.head_dim_v) as f32));
             }
         }
-        // Runs visit the same values as position-by-position reads, and end at
-        // page boundaries.
+        // Widened positions are what position-by-position reads give; runs
+        // visit the same values and end at page boundaries.
         for h in 0..p.n_kv_heads {
+            let (dk, dv) = (p.head_dim_k, p.head_dim_v);
+            let (k, v) = widened(&s, &t, layer, h, 3, 20);
+            for (j, pos) in (3..20).enumerate() {
+                let (rk, rv) = s.read(&t, layer, pos, h);
+                assert_eq!(&k[j * dk..(j + 1) * dk], rk);
+                assert_eq!(&v[j * dv..(j + 1) * dv], rv);
+            }
             let mut seen = Vec::new();
-            s.for_each_run(&t, layer, h, 3, 20, |p0, k, v| {
-                let n = k.len() / p.head_dim_k;
+            s.for_each_key_run(&t, layer, h, 3, 20, |p0, run| {
+                let n = run.len() / dk;
                 assert!(p0 % 4 == 0 || p0 == 3);
                 assert!(n <= 4 - p0 % 4);
-                for j in 0..n {
-                    let (rk, rv) = s.read(&t, layer, p0 + j, h);
-                    assert_eq!(&k[j * p.head_dim_k..(j + 1) * p.head_dim_k], rk);
-                    assert_eq!(&v[j * p.head_dim_v..(j + 1) * p.head_dim_v], rv);
-                    seen.push(p0 + j);
-                }
+                assert_eq!(run, &k[(p0 - 3) * dk..(p0 - 3 + n) * dk]);
+                seen.extend(p0..p0 + n);
             });
             assert_eq!(seen, (3..20).collect::<Vec<_>>());
         }
@@ -110,10 +131,7 @@ fn an_f16_cache_stores_values_rounded_to_nearest_and_reads_them_back_widened() {
             .zip(&v)
             .all(|(a, b)| (a - b).abs() <= b.abs() / 1024.0)
     );
-    s.for_each_run(&t, 0, 0, 5, 6, |_, keys, values| {
-        assert_eq!(keys, &rk[..]);
-        assert_eq!(values, &rv[..]);
-    });
+    assert_eq!(widened(&s, &t, 0, 0, 5, 6), (rk, rv));
 }
 
 /// A layout of two full layers of 2 kv heads, 64-wide keys and 32-wide values.
@@ -229,13 +247,12 @@ fn check_blocks(
                 );
             }
         }
-        s.for_each_run(&t, layer, 1, 2, 7, |p0, keys, values| {
-            for j in 0..keys.len() / 64 {
-                let (k, v) = (key_of(layer, p0 + j), value_of(p0 + j));
-                assert_eq!(&keys[j * 64..(j + 1) * 64], stored(&k[64..128]));
-                assert_eq!(&values[j * 32..(j + 1) * 32], stored(&v[32..64]));
-            }
-        });
+        let (keys, values) = widened(&s, &t, layer, 1, 2, 7);
+        for (j, pos) in (2..7).enumerate() {
+            let (k, v) = (key_of(layer, pos), value_of(pos));
+            assert_eq!(&keys[j * 64..(j + 1) * 64], stored(&k[64..128]));
+            assert_eq!(&values[j * 32..(j + 1) * 32], stored(&v[32..64]));
+        }
     }
 }
 
@@ -292,26 +309,25 @@ fn key_offsets_are_subtracted_before_quantizing_and_added_back_by_read() {
                 }
             }
         }
-        s.for_each_run(&t, layer, 1, 0, 8, |p0, keys, _| {
-            for j in 0..keys.len() / 64 {
-                let k: Vec<f32> = key_of(layer, p0 + j)
-                    .iter()
-                    .zip(&common)
-                    .map(|(k, c)| k + c)
-                    .collect();
-                let want = match layer {
-                    0 => stored(
-                        &k[64..]
-                            .iter()
-                            .zip(&common[64..])
-                            .map(|(k, c)| k - c)
-                            .collect::<Vec<_>>(),
-                    ),
-                    _ => stored(&k[64..]),
-                };
-                assert_eq!(&keys[j * 64..(j + 1) * 64], want);
-            }
-        });
+        let (keys, _) = widened(&s, &t, layer, 1, 0, 8);
+        for (j, pos) in (0..8).enumerate() {
+            let k: Vec<f32> = key_of(layer, pos)
+                .iter()
+                .zip(&common)
+                .map(|(k, c)| k + c)
+                .collect();
+            let want = match layer {
+                0 => stored(
+                    &k[64..]
+                        .iter()
+                        .zip(&common[64..])
+                        .map(|(k, c)| k - c)
+                        .collect::<Vec<_>>(),
+                ),
+                _ => stored(&k[64..]),
+            };
+            assert_eq!(&keys[j * 64..(j + 1) * 64], want);
+        }
     }
     assert!(
         err_with * 4.0 < err_without,

@@ -117,6 +117,21 @@ impl KvPages {
         }
     }
 
+    /// Writes the `out.len()` elements at `at` of page `id` to `out` as f32
+    /// (widened from their encoding, exactly).
+    pub(super) fn read_into(&self, id: u32, at: usize, out: &mut [f32]) {
+        let n = out.len();
+        match self {
+            KvPages::F32(b) => out.copy_from_slice(&b.page(id)[at..at + n]),
+            KvPages::Encoded(t, b) => {
+                let (first, bytes) = encoded_span(*t, at, n);
+                // Exact: every f16 is an f32, and each block value is its
+                // block's f16 scale times its code (the kernels' widening).
+                fast::dequantize_row(*t, &b.page(id)[first..first + bytes], out);
+            }
+        }
+    }
+
     /// Calls `f` with `n` elements at `at` of page `id` as f32 (widened into
     /// `scratch` from their encoding).
     pub(super) fn with<R>(
@@ -129,12 +144,9 @@ impl KvPages {
     ) -> R {
         match self {
             KvPages::F32(b) => f(&b.page(id)[at..at + n]),
-            KvPages::Encoded(t, b) => {
-                let (first, bytes) = encoded_span(*t, at, n);
+            KvPages::Encoded(..) => {
                 scratch.resize(n, 0.0);
-                // Exact: every f16 is an f32, and each block value is its
-                // block's f16 scale times its code (the kernels' widening).
-                fast::dequantize_row(*t, &b.page(id)[first..first + bytes], &mut scratch[..n]);
+                self.read_into(id, at, &mut scratch[..n]);
                 f(&scratch[..n])
             }
         }

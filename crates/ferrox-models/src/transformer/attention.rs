@@ -175,7 +175,8 @@ impl Transformer {
         // queries are rotated to meet them, and the weighted sums of values
         // rotated back.
         let rotated = cache.rotated();
-        let widened = widen_spans(g, window, batch, cache);
+        widen_spans(g, window, batch, cache, &mut s.widened);
+        let widened = &s.widened;
         att.par_chunks_mut(group * dv).enumerate().for_each_init(
             || (Vec::new(), vec![0.0f32; group], Vec::new()),
             |(scores, sink_terms, turned), (i, out)| {
@@ -193,7 +194,7 @@ impl Transformer {
                 }
                 scores.clear();
                 scores.resize(group * n_keys, 0.0);
-                let wide = widened[slot.span].as_ref().map(|w| &w[kvh]);
+                let wide = widened.of(slot.span, kvh);
                 if let Some(w) = wide {
                     let keys = &w.keys[(lo - w.first) * dk..(slot.pos + 1 - w.first) * dk];
                     scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, 0);
@@ -244,10 +245,24 @@ fn first_key(window: Option<usize>, pos: usize) -> usize {
 
 /// One KV head's keys and values of a span, widened to f32: positions
 /// `first..`, `head_dim` values each.
+#[derive(Default)]
 struct Widened {
     first: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
+}
+
+/// The spans of a step whose KV [`widen_spans`] widened (`[span] -> [kv
+/// head]`, empty for a span it did not), kept in the step's scratch: each
+/// layer widens into the memory the layer before used.
+#[derive(Default)]
+pub(super) struct WidenedSpans(Vec<Vec<Widened>>);
+
+impl WidenedSpans {
+    /// Span `span`'s widened KV of kv head `kvh`, if it was widened.
+    fn of(&self, span: usize, kvh: usize) -> Option<&Widened> {
+        self.0.get(span).and_then(|heads| heads.get(kvh))
+    }
 }
 
 /// Bytes of f32 one span's widened keys and values may take (all its KV
@@ -255,18 +270,18 @@ struct Widened {
 /// prefill deep in a long context adds no more than this beside the cache.
 const WIDEN_BYTES: usize = 64 << 20;
 
-/// Spans with several tokens in this step: their keys and values widened once
-/// per KV head (`[span] -> [kv head]`), where the cache stores another type
-/// than f32 and the copy fits in [`WIDEN_BYTES`]. Read run by run, each token
-/// of a prefill widened every key before it again (the whole sequence's, for
-/// each token). The same values, read in the same order: the same bits (SPEC
-/// S3).
+/// Widens into `into` the keys and values of the spans with several tokens in
+/// this step, once per KV head, where the cache stores another type than f32
+/// and the copy fits in [`WIDEN_BYTES`]. Read run by run, each token of a
+/// prefill widened every key before it again (the whole sequence's, for each
+/// token). The same values, read in the same order: the same bits (SPEC S3).
 fn widen_spans(
     g: &LayerAttention,
     window: Option<usize>,
     batch: &Batch<'_>,
     cache: &KvStore,
-) -> Vec<Option<Vec<Widened>>> {
+    into: &mut WidenedSpans,
+) {
     let mut reach: Vec<Option<(usize, usize, usize)>> = vec![None; batch.spans.len()];
     if cache.layout().element != crate::kv_store::KvElement::F32 {
         for slot in &batch.slots {
@@ -275,29 +290,22 @@ fn widen_spans(
             *r = (r.0.min(lo), r.1.max(slot.pos + 1), r.2 + 1);
         }
     }
-    reach
-        .into_iter()
-        .enumerate()
-        .map(|(si, r)| {
-            let (from, to, _) = r.filter(|r| r.2 > 1)?;
-            let per_position = g.n_kv_heads * (g.head_dim_k + g.head_dim_v) * 4;
-            if (to - from) * per_position > WIDEN_BYTES {
-                return None;
-            }
-            let pages = batch.spans[si].pages;
-            let heads = (0..g.n_kv_heads).into_par_iter().map(|kvh| {
-                let mut w = Widened {
-                    first: from,
-                    keys: Vec::with_capacity((to - from) * g.head_dim_k),
-                    values: Vec::with_capacity((to - from) * g.head_dim_v),
-                };
-                cache.for_each_run(pages, g.kv_layer, kvh, from, to, |_, k, v| {
-                    w.keys.extend_from_slice(k);
-                    w.values.extend_from_slice(v);
-                });
-                w
-            });
-            Some(heads.collect())
-        })
-        .collect()
+    into.0.resize_with(batch.spans.len(), Vec::new);
+    for (si, (r, heads)) in reach.into_iter().zip(&mut into.0).enumerate() {
+        let per_position = g.n_kv_heads * (g.head_dim_k + g.head_dim_v) * 4;
+        let Some((from, to, _)) =
+            r.filter(|r| r.2 > 1 && (r.1 - r.0) * per_position <= WIDEN_BYTES)
+        else {
+            heads.clear();
+            continue;
+        };
+        let pages = batch.spans[si].pages;
+        heads.resize_with(g.n_kv_heads, Widened::default);
+        heads.par_iter_mut().enumerate().for_each(|(kvh, w)| {
+            w.first = from;
+            w.keys.resize((to - from) * g.head_dim_k, 0.0);
+            w.values.resize((to - from) * g.head_dim_v, 0.0);
+            cache.widen_into(pages, g.kv_layer, kvh, from, &mut w.keys, &mut w.values);
+        });
+    }
 }
