@@ -28,6 +28,11 @@ pub struct Speculation {
     /// `min_ngram`.
     pub max_ngram: usize,
     pub min_ngram: usize,
+    /// A draft is at most this many times as long as the match that found
+    /// it ([`match_length`]): a long match is an answer copying its input, a
+    /// short one is as often a chance repeat, and a refused row is a row of
+    /// the step run for nothing.
+    pub reach: f32,
     /// Speculation runs only while at most this many requests decode: on a
     /// full batch the step is already compute-bound, and drafted rows cost
     /// throughput.
@@ -49,6 +54,7 @@ impl Default for Speculation {
             first_draft: 8,
             max_ngram: 4,
             min_ngram: 2,
+            reach: 1.5,
             max_batch: 4,
             draft_p_min: 0.75,
             max_rest: 16,
@@ -95,9 +101,10 @@ pub fn rest_after(refused: u32, s: &Speculation) -> usize {
 }
 
 /// The draft for a sequence whose tokens so far are `tokens` then `pending`
-/// (read in place, never copied): at most `limit` tokens that followed the
-/// latest earlier occurrence of its last `n` tokens, for the longest `n` from
-/// `max_ngram` down to `min_ngram` that has one. Empty when none does.
+/// (read in place, never copied): the tokens that followed the latest earlier
+/// occurrence of its last `n` tokens, for the longest `n` from `max_ngram`
+/// down to `min_ngram` that has one, at most `limit` of them and at most
+/// `reach` times the match's length. Empty when none does.
 pub fn draft(tokens: &[u32], pending: u32, s: &Speculation, limit: usize) -> Vec<u32> {
     let limit = limit.min(s.max_draft);
     if limit == 0 {
@@ -114,6 +121,8 @@ pub fn draft(tokens: &[u32], pending: u32, s: &Speculation, limit: usize) -> Vec
             .windows(n)
             .rposition(|w| w[n - 1] == pending && &w[..n - 1] == tail);
         if let Some(at) = found {
+            let longest = (s.reach * match_length(tokens, at, n, limit, s.reach) as f32) as usize;
+            let limit = limit.min(longest.max(1));
             let from = at + n;
             let end = (from + limit).min(tokens.len());
             let mut out = tokens[from..end].to_vec();
@@ -127,6 +136,25 @@ pub fn draft(tokens: &[u32], pending: u32, s: &Speculation, limit: usize) -> Vec
     Vec::new()
 }
 
+/// The length of the match of the sequence's last `n` tokens (the last
+/// `n - 1` of `tokens`, then the pending one) with `tokens[at..at + n]`, taken
+/// back as far as the tokens before the two agree, and no further than a
+/// length whose reach covers `limit`.
+fn match_length(tokens: &[u32], at: usize, n: usize, limit: usize, reach: f32) -> usize {
+    let enough = (limit as f32 / reach).ceil() as usize;
+    // The tokens before the suffix end at tokens.len() - n + 1, those before
+    // the occurrence at `at`.
+    let before_suffix = &tokens[..tokens.len() + 1 - n];
+    let agreeing = tokens[..at]
+        .iter()
+        .rev()
+        .zip(before_suffix.iter().rev())
+        .take(enough.saturating_sub(n))
+        .take_while(|(a, b)| a == b)
+        .count();
+    n + agreeing
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +163,14 @@ mod tests {
         Speculation {
             max_draft,
             ..Speculation::default()
+        }
+    }
+
+    /// [`spec`] without the reach bound: the lookup alone.
+    fn unbounded(max_draft: usize) -> Speculation {
+        Speculation {
+            reach: f32::INFINITY,
+            ..spec(max_draft)
         }
     }
 
@@ -148,15 +184,31 @@ mod tests {
     fn the_tokens_after_the_latest_match_of_the_longest_suffix_are_drafted() {
         // ... 1 2 3 4 5 6 ... 9 1 2 3 | the suffix 1 2 3 was followed by 4 5 6.
         let h = [7, 1, 2, 3, 4, 5, 6, 9, 1, 2, 3];
-        assert_eq!(of(&h, &spec(8), 8), [4, 5, 6, 9, 1, 2, 3]);
-        assert_eq!(of(&h, &spec(2), 8), [4, 5]);
-        assert_eq!(of(&h, &spec(8), 3), [4, 5, 6]);
+        assert_eq!(of(&h, &unbounded(8), 8), [4, 5, 6, 9, 1, 2, 3]);
+        assert_eq!(of(&h, &unbounded(2), 8), [4, 5]);
+        assert_eq!(of(&h, &unbounded(8), 3), [4, 5, 6]);
         // The latest occurrence wins: 2 3 was followed by 8 last time.
         let h = [2, 3, 4, 2, 3, 8, 5, 2, 3];
-        assert_eq!(of(&h, &spec(8), 1), [8]);
+        assert_eq!(of(&h, &unbounded(8), 1), [8]);
         // Followers that reach the pending token include it.
         let h = [4, 5, 4, 5, 4, 5];
-        assert_eq!(of(&h, &spec(8), 8), [4, 5]);
+        assert_eq!(of(&h, &unbounded(8), 8), [4, 5]);
+    }
+
+    #[test]
+    fn a_draft_reaches_half_again_as_far_as_its_match() {
+        // 1 2 3 matched, 7 before one occurrence and 9 before the other: a
+        // match of 3, a draft of 4.
+        let h = [7, 1, 2, 3, 4, 5, 6, 9, 1, 2, 3];
+        assert_eq!(of(&h, &spec(8), 8), [4, 5, 6, 9]);
+        // 9 1 2 3 matched: 6.
+        let h = [9, 1, 2, 3, 4, 5, 6, 8, 7, 9, 1, 2, 3];
+        assert_eq!(of(&h, &spec(8), 8), [4, 5, 6, 8, 7, 9]);
+        // The match runs back past the suffix while the tokens before both
+        // agree (5 9 1 2 3: 5, a draft of 7), and the budget still bounds it.
+        let h = [5, 9, 1, 2, 3, 4, 6, 6, 6, 6, 6, 6, 6, 6, 5, 9, 1, 2, 3];
+        assert_eq!(of(&h, &spec(16), 16), [4, 6, 6, 6, 6, 6, 6]);
+        assert_eq!(of(&h, &spec(16), 2), [4, 6]);
     }
 
     #[test]
