@@ -191,22 +191,22 @@ impl Transformer {
                 );
             }
         }
-        // [n][k][d]: each row's expert outputs by rank.
-        let mut by_rank = vec![0.0f32; n * k * d];
-        for (c, o) in chosen.iter().zip(outs.iter_mut()) {
+        // Where each row's output of each rank lies: [n][k] -> (chosen, row).
+        let mut at = vec![(0, 0); n * k];
+        for (ci, (c, o)) in chosen.iter().zip(outs.iter_mut()).enumerate() {
             if let Some(s) = scales {
                 o.iter_mut().for_each(|v| *v *= s[c.expert]);
             }
             for (j, &(t, r)) in c.rows.iter().enumerate() {
-                by_rank[(t * k + r) * d..(t * k + r + 1) * d]
-                    .copy_from_slice(&o[j * d..(j + 1) * d]);
+                at[t * k + r] = (ci, j);
             }
         }
         for (t, row) in out.chunks_exact_mut(d).enumerate() {
             row.fill(0.0);
             for r in 0..k {
                 let w = routes.weight(t, r);
-                let y = &by_rank[(t * k + r) * d..(t * k + r + 1) * d];
+                let (ci, j) = at[t * k + r];
+                let y = &outs[ci][j * d..(j + 1) * d];
                 row.iter_mut().zip(y).for_each(|(o, &v)| *o += w * v);
             }
         }
