@@ -29,9 +29,10 @@ pub struct Speculation {
     pub max_ngram: usize,
     pub min_ngram: usize,
     /// A draft is at most this many times as long as the match that found
-    /// it ([`match_length`]): a long match is an answer copying its input, a
-    /// short one is as often a chance repeat, and a refused row is a row of
-    /// the step run for nothing.
+    /// it (the suffix and the tokens before it that agree with the earlier
+    /// occurrence): a long match is an answer copying its input, a short one
+    /// is as often a chance repeat, and a refused row is a row of the step
+    /// run for nothing.
     pub reach: f32,
     /// Speculation runs only while at most this many requests decode: on a
     /// full batch the step is already compute-bound, and drafted rows cost
