@@ -85,6 +85,11 @@ impl OutputStage {
         self.max_tokens
     }
 
+    /// Whether `token` ends the request (a stop token).
+    pub fn is_stop_token(&self, token: u32) -> bool {
+        self.stop_tokens.binary_search(&token).is_ok()
+    }
+
     /// Counted tokens so far.
     pub fn generated(&self) -> usize {
         self.generated
@@ -113,7 +118,7 @@ impl OutputStage {
                 finished: Some(f),
             };
         }
-        if self.stop_tokens.binary_search(&token).is_ok() {
+        if self.is_stop_token(token) {
             self.finished = Some(FinishReason::Stop);
             return TokenOutput {
                 text: self.flush(),

@@ -141,7 +141,9 @@ fn speculation_backs_off_when_more_requests_decode_than_its_batch() {
 }
 
 /// On SmolLM2, a prompt whose answer copies it: the greedy answer is the
-/// same, and most drafted tokens are kept.
+/// same, and the drafted tokens are kept but one or two. (The copy ends the
+/// prompt's turn: a draft ends at the end-of-turn token, where it ran on
+/// into the template's next turn, 14 more tokens refused.)
 #[test]
 fn real_model_smollm2_copies_with_speculation_and_keeps_drafts() {
     let Some(path) = real_model("smollm2-135m") else {
@@ -167,7 +169,7 @@ fn real_model_smollm2_copies_with_speculation_and_keeps_drafts() {
         other => panic!("no finish: {other:?}"),
     }
     assert!(
-        s.accepted_tokens * 2 >= s.drafted_tokens && s.accepted_tokens >= 10,
+        s.drafted_tokens - s.accepted_tokens <= 2 && s.accepted_tokens >= 10,
         "{} kept of {} drafted: {:?}",
         s.accepted_tokens,
         s.drafted_tokens,
