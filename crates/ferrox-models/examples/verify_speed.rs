@@ -16,12 +16,13 @@ use ferrox_models::model::Model;
 
 /// Drafted tokens measured when the command names none.
 const DRAFTS: [usize; 5] = [2, 4, 8, 16, 32];
+/// KV positions a page (the engine's default).
 const PAGE: usize = 16;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
-        panic!("usage: verify_speed MODEL.gguf [DEPTH THREADS ROUNDS]");
+        panic!("usage: verify_speed MODEL.gguf [DEPTH THREADS ROUNDS [K ...]]");
     };
     let num =
         |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().expect("a count"));
