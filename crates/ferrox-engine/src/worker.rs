@@ -480,6 +480,12 @@ impl Worker {
                             .collect(),
                         None => a.decode_run(pending, speculation.as_ref()),
                     };
+                    // A draft ends at a token that would end the request:
+                    // nothing after one can be kept (a copy of the prompt's
+                    // last sentence drafts on into the template's next turn).
+                    if let Some(i) = run[1..].iter().position(|&t| a.output.is_stop_token(t)) {
+                        run.truncate(i + 2);
+                    }
                     // A grammar cuts the draft where it stops following it.
                     if let Some(c) = a.constraint.as_mut().filter(|_| run.len() > 1) {
                         run.truncate(1 + c.valid_prefix(&run[1..]));

@@ -12,9 +12,7 @@ impl Active {
     /// The tokens a decode row runs: `pending`, then what `speculation`
     /// drafts after it ([`crate::speculation::draft`]) within the request's
     /// draft budget and the positions it was promised (its prompt and
-    /// `max_tokens`), up to a token that would end the request (nothing
-    /// after one could be kept: a copy of the prompt's last sentence drafts
-    /// on into the chat template's next turn).
+    /// `max_tokens`).
     pub(super) fn decode_run(&self, pending: u32, speculation: Option<&Speculation>) -> Vec<u32> {
         let Some(s) = speculation else {
             return vec![pending];
@@ -25,12 +23,7 @@ impl Active {
             .saturating_sub(self.tokens.len() + 1)
             .min(self.draft_budget);
         let mut run = vec![pending];
-        let draft = crate::speculation::draft(&self.tokens, pending, s, room);
-        let end = draft
-            .iter()
-            .position(|&t| self.output.is_stop_token(t))
-            .map_or(draft.len(), |i| i + 1);
-        run.extend_from_slice(&draft[..end]);
+        run.extend(crate::speculation::draft(&self.tokens, pending, s, room));
         run
     }
 }
