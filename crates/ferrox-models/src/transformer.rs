@@ -210,8 +210,8 @@ struct Scratch {
     g: Vec<f32>,
     u: Vec<f32>,
     quantized: QuantizedRows,
-    /// The step's spans' KV widened for their attention, layer after layer.
-    widened: attention::WidenedSpans,
+    /// The attention tasks' outputs, task by task, before they are placed.
+    att_parts: Vec<f32>,
 }
 
 impl Scratch {
@@ -245,7 +245,7 @@ impl Scratch {
             g: vec![0.0; n * ff],
             u: vec![0.0; n * ff],
             quantized: QuantizedRows::default(),
-            widened: attention::WidenedSpans::default(),
+            att_parts: Vec::new(),
         }
     }
 }

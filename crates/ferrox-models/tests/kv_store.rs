@@ -12,7 +12,8 @@ fn layout() -> KvLayout {
     KvLayout::new(&HyperParams::from_metadata(&file.header().metadata).unwrap())
 }
 
-/// Positions `from..to` of kv head `h` in `layer`, widened: keys, values.
+/// Positions `from..to` of kv head `h` in `layer`, widened run by run (as
+/// attention reads them): keys, values.
 fn widened(
     s: &KvStore,
     t: &PageTable,
@@ -21,12 +22,9 @@ fn widened(
     from: usize,
     to: usize,
 ) -> (Vec<f32>, Vec<f32>) {
-    let p = s.layout().place(layer).unwrap();
-    let (mut k, mut v) = (
-        vec![0.0; (to - from) * p.head_dim_k],
-        vec![0.0; (to - from) * p.head_dim_v],
-    );
-    s.widen_into(t, layer, h, from, &mut k, &mut v);
+    let (mut k, mut v) = (Vec::new(), Vec::new());
+    s.for_each_key_run(t, layer, h, from, to, |_, run| k.extend_from_slice(run));
+    s.for_each_value_run(t, layer, h, from, to, |_, run| v.extend_from_slice(run));
     (k, v)
 }
 

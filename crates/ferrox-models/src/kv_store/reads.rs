@@ -1,5 +1,5 @@
-//! Reading positions back as f32: a head's positions widened into the
-//! caller's buffers, the runs of one page at a time, one position.
+//! Reading positions back as f32: the runs of a head's positions that lie
+//! in one page, widened one run at a time, and one position.
 
 use std::cell::RefCell;
 
@@ -19,51 +19,6 @@ thread_local! {
 }
 
 impl KvStore {
-    /// Writes the keys and values of kv head `head` in `layer` at positions
-    /// `from..from + n` to `keys` (`n` times `head_dim_k` values) and
-    /// `values` (`n` times `head_dim_v`) as f32: widened exactly from any
-    /// other type, and in a rotated cache ([`Self::rotated`]) as stored,
-    /// rotated. Page by page, the next page asked for while one is read.
-    ///
-    /// # Panics
-    /// If `layer` keeps no KV, or the two lengths are not of one count of
-    /// positions.
-    pub fn widen_into(
-        &self,
-        table: &PageTable,
-        layer: usize,
-        head: usize,
-        from: usize,
-        keys: &mut [f32],
-        values: &mut [f32],
-    ) {
-        let place = self.layout.place(layer).expect("a layer that keeps KV");
-        let (dk, dv) = (place.head_dim_k, place.head_dim_v);
-        let n = keys.len() / dk;
-        assert!(
-            keys.len() == n * dk && values.len() == n * dv,
-            "{} keys and {} values are not one count of positions",
-            keys.len(),
-            values.len()
-        );
-        let ahead = |store: &KvPages, at: &Place, m: usize, (k0, v0)| {
-            store.prefetch(at.page, k0, m * dk);
-            store.prefetch(at.page, v0, m * dv);
-        };
-        self.runs(
-            table,
-            layer,
-            head,
-            from..from + n,
-            ahead,
-            |store, at, p, m, (k0, v0)| {
-                let j = p - from;
-                store.read_into(at.page, k0, &mut keys[j * dk..(j + m) * dk]);
-                store.read_into(at.page, v0, &mut values[j * dv..(j + m) * dv]);
-            },
-        );
-    }
-
     /// Calls `f(first position, keys)` for each run of the positions
     /// `from..to` of kv head `head` in `layer` that lies in one page, in
     /// position order; `keys` holds `run * head_dim_k` values. Runs end at

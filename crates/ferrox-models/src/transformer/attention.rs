@@ -7,6 +7,8 @@ use ferrox_core::ops::exp::{exp, exp_shifted};
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each, rms_normalize_each};
 use ferrox_core::ops::rope;
 use ferrox_core::ops::vector::{self, scaled_dots_heads, weighted_sum_heads};
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::{Angles, Batch, Scratch, Transformer, add_residual, softcap, split_gates};
@@ -164,148 +166,194 @@ impl Transformer {
         s: &mut Scratch,
     ) {
         let hp = &self.hp;
-        let (nh, nkv, dk, dv) = (hp.n_heads, g.n_kv_heads, g.head_dim_k, g.head_dim_v);
-        let (qd, group, li) = (nh * dk, nh / nkv, g.kv_layer);
-        let (scale, cap) = (hp.attn_scale, hp.attn_softcap);
-        let q = &s.q;
-        let att = &mut s.att[..batch.len() * nh * dv];
-        // One task per token and KV head: its query heads read each key and value
-        // once; every head keeps its own order (SPEC S3).
+        let shape = Shape {
+            nkv: g.n_kv_heads,
+            group: hp.n_heads / g.n_kv_heads,
+            dk: g.head_dim_k,
+            dv: g.head_dim_v,
+            layer: g.kv_layer,
+            window,
+            scale: hp.attn_scale,
+            cap: hp.attn_softcap,
+            sinks,
+        };
+        // One task per group of a span's consecutive tokens and KV head: each
+        // page of the head's keys and values is read (and widened) once for
+        // all the group's query heads; every head keeps its own order and its
+        // own keys (SPEC S3).
+        let groups = token_groups(batch, shape.nkv, self.pool.current_num_threads());
+        let per_token = shape.group * shape.dv;
+        let tasks: Vec<(Range<usize>, usize)> = groups
+            .iter()
+            .flat_map(|r| (0..shape.nkv).map(move |kvh| (r.clone(), kvh)))
+            .collect();
+        s.att_parts.resize(batch.len() * hp.n_heads * shape.dv, 0.0);
+        let mut parts = Vec::with_capacity(tasks.len());
+        let mut rest = &mut s.att_parts[..];
+        for (tokens, _) in &tasks {
+            let (part, tail) = rest.split_at_mut(tokens.len() * per_token);
+            parts.push(part);
+            rest = tail;
+        }
+        let q = &s.q[..batch.len() * hp.n_heads * shape.dk];
+        tasks
+            .par_iter()
+            .zip(parts)
+            .for_each_init(Work::default, |w, ((tokens, kvh), out)| {
+                shape.attend_group(batch, tokens.clone(), *kvh, q, cache, w, out)
+            });
+        // Each task's rows into the token-major output.
+        let att = &mut s.att[..batch.len() * hp.n_heads * shape.dv];
+        let mut parts = s.att_parts.chunks_exact(per_token);
+        for (tokens, kvh) in &tasks {
+            for t in tokens.clone() {
+                let at = (t * shape.nkv + kvh) * per_token;
+                att[at..at + per_token].copy_from_slice(parts.next().expect("a part per token"));
+            }
+        }
+    }
+}
+
+/// What one layer's attention computes with: its head shape, the layer whose
+/// KV it reads, its window, scale, soft cap and sinks.
+struct Shape<'a> {
+    nkv: usize,
+    /// Query heads per KV head.
+    group: usize,
+    dk: usize,
+    dv: usize,
+    layer: usize,
+    window: Option<usize>,
+    scale: f32,
+    cap: Option<f32>,
+    sinks: Option<&'a [f32]>,
+}
+
+/// A task's working buffers: its queries, their scores and their sinks' terms.
+#[derive(Default)]
+struct Work {
+    queries: Vec<f32>,
+    scores: Vec<f32>,
+    sink_terms: Vec<f32>,
+}
+
+impl Shape<'_> {
+    /// Attention of the query heads of KV head `kvh` of the consecutive tokens
+    /// `tokens` of one span: `out` `[token][group][dv]`. The scores of the
+    /// group's keys, `first..end` over every token's reach, are computed page
+    /// by page for all its queries; each token then takes its own keys.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_group(
+        &self,
+        batch: &Batch<'_>,
+        tokens: Range<usize>,
+        kvh: usize,
+        q: &[f32],
+        cache: &KvStore,
+        w: &mut Work,
+        out: &mut [f32],
+    ) {
+        let (group, dk, dv) = (self.group, self.dk, self.dv);
+        let slots = &batch.slots[tokens.clone()];
+        let pages = batch.spans[slots[0].span].pages;
+        let qd = q.len() / batch.len();
+        let first = first_key(self.window, slots[0].pos);
+        let end = slots[slots.len() - 1].pos + 1;
+        let stride = end - first;
         // An 8- or 4-bit cache holds its vectors rotated (dot products kept):
         // queries are rotated to meet them, and the weighted sums of values
         // rotated back.
         let rotated = cache.rotated();
-        widen_spans(g, window, batch, cache, &mut s.widened);
-        let widened = &s.widened;
-        att.par_chunks_mut(group * dv).enumerate().for_each_init(
-            || (Vec::new(), vec![0.0f32; group], Vec::new()),
-            |(scores, sink_terms, turned), (i, out)| {
-                let (t, kvh) = (i / nkv, i % nkv);
-                let slot = batch.slots[t];
-                let seq = batch.spans[slot.span].pages;
-                let lo = first_key(window, slot.pos);
-                let n_keys = slot.pos + 1 - lo;
-                let mut qs = &q[t * qd + kvh * group * dk..t * qd + (kvh + 1) * group * dk];
-                if rotated {
-                    turned.clear();
-                    turned.extend_from_slice(qs);
-                    turned.chunks_exact_mut(dk).for_each(rotate);
-                    qs = turned;
+        w.queries.clear();
+        for t in tokens {
+            let at = t * qd + kvh * group * dk;
+            w.queries.extend_from_slice(&q[at..at + group * dk]);
+        }
+        if rotated {
+            w.queries.chunks_exact_mut(dk).for_each(rotate);
+        }
+        w.scores.resize(slots.len() * group * stride, 0.0);
+        cache.for_each_key_run(pages, self.layer, kvh, first, end, |p, keys| {
+            scaled_dots_heads(
+                &w.queries,
+                dk,
+                keys,
+                self.scale,
+                &mut w.scores,
+                stride,
+                p - first,
+            );
+        });
+        // Each query's own keys: `reach(i)` of the token at `slots[i]`.
+        let reach =
+            |i: usize| first_key(self.window, slots[i].pos) - first..slots[i].pos + 1 - first;
+        w.sink_terms.resize(slots.len() * group, 0.0);
+        for (i, (row, term)) in w
+            .scores
+            .chunks_exact_mut(stride)
+            .zip(&mut w.sink_terms)
+            .enumerate()
+        {
+            let sc = &mut row[reach(i / group)];
+            softcap(sc, self.cap);
+            let sink = self.sinks.map(|s| s[kvh * group + i % group]);
+            let max = sink.map_or(vector::max(sc), |s| vector::max(sc).max(s));
+            exp_shifted(sc, max);
+            *term = sink.map_or(0.0, |s| exp(s - max));
+        }
+        out.fill(0.0);
+        cache.for_each_value_run(pages, self.layer, kvh, first, end, |p, values| {
+            let run = p - first..p - first + values.len() / dv;
+            for (i, (acc, weights)) in out
+                .chunks_exact_mut(group * dv)
+                .zip(w.scores.chunks_exact(group * stride))
+                .enumerate()
+            {
+                let own = reach(i);
+                let (a, b) = (own.start.max(run.start), own.end.min(run.end));
+                if a < b {
+                    let rows = &values[(a - run.start) * dv..(b - run.start) * dv];
+                    weighted_sum_heads(acc, dv, weights, stride, a, b - a, rows);
                 }
-                scores.clear();
-                scores.resize(group * n_keys, 0.0);
-                let wide = widened.of(slot.span, kvh);
-                if let Some(w) = wide {
-                    let keys = &w.keys[(lo - w.first) * dk..(slot.pos + 1 - w.first) * dk];
-                    scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, 0);
-                } else {
-                    let mut j = 0;
-                    cache.for_each_key_run(seq, li, kvh, lo, slot.pos + 1, |_, keys| {
-                        scaled_dots_heads(qs, dk, keys, scale, scores, n_keys, j);
-                        j += keys.len() / dk;
-                    });
-                }
-                softcap(scores, cap);
-                for (g, sc) in scores.chunks_exact_mut(n_keys).enumerate() {
-                    let sink = sinks.map(|s| s[kvh * group + g]);
-                    let max = sink.map_or(vector::max(sc), |s| vector::max(sc).max(s));
-                    exp_shifted(sc, max);
-                    sink_terms[g] = sink.map_or(0.0, |s| exp(s - max));
-                }
-                out.fill(0.0);
-                if let Some(w) = wide {
-                    let values = &w.values[(lo - w.first) * dv..(slot.pos + 1 - w.first) * dv];
-                    weighted_sum_heads(out, dv, scores, n_keys, 0, n_keys, values);
-                } else {
-                    let mut j = 0;
-                    cache.for_each_value_run(seq, li, kvh, lo, slot.pos + 1, |_, values| {
-                        let m = values.len() / dv;
-                        weighted_sum_heads(out, dv, scores, n_keys, j, m, values);
-                        j += m;
-                    });
-                }
-                for (g, o) in out.chunks_exact_mut(dv).enumerate() {
-                    let total = vector::sum(&scores[g * n_keys..(g + 1) * n_keys]) + sink_terms[g];
-                    let inv = 1.0 / total;
-                    o.iter_mut().for_each(|x| *x *= inv);
-                    if rotated {
-                        rotate_back(o);
-                    }
-                }
-            },
-        );
+            }
+        });
+        for (i, o) in out.chunks_exact_mut(dv).enumerate() {
+            let row = &w.scores[i * stride..(i + 1) * stride];
+            let total = vector::sum(&row[reach(i / group)]) + w.sink_terms[i];
+            let inv = 1.0 / total;
+            o.iter_mut().for_each(|x| *x *= inv);
+            if rotated {
+                rotate_back(o);
+            }
+        }
     }
+}
+
+/// Most tokens of a span whose queries one attention task takes: their
+/// scores are held together (`tokens * group * keys` values).
+const MOST_GROUPED: usize = 16;
+
+/// The batch's tokens as runs of consecutive tokens of one span, each an
+/// attention task per KV head: a span's tokens share each page they read,
+/// in groups small enough that the step has about four tasks a thread.
+fn token_groups(batch: &Batch<'_>, nkv: usize, threads: usize) -> Vec<Range<usize>> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    for span in batch.spans {
+        let len = span.tokens.len();
+        let size = (len * nkv)
+            .div_ceil(4 * threads.max(1))
+            .clamp(1, MOST_GROUPED);
+        let count = len.div_ceil(size);
+        // `count` near-equal runs.
+        groups.extend((0..count).map(|i| start + i * len / count..start + (i + 1) * len / count));
+        start += len;
+    }
+    groups
 }
 
 /// The first position a token at `pos` attends to: 0, or the start of its
 /// window.
 fn first_key(window: Option<usize>, pos: usize) -> usize {
     window.map_or(0, |w| (pos + 1).saturating_sub(w))
-}
-
-/// One KV head's keys and values of a span, widened to f32: positions
-/// `first..`, `head_dim` values each.
-#[derive(Default)]
-struct Widened {
-    first: usize,
-    keys: Vec<f32>,
-    values: Vec<f32>,
-}
-
-/// The spans of a step whose KV [`widen_spans`] widened (`[span] -> [kv
-/// head]`, empty for a span it did not), kept in the step's scratch: each
-/// layer widens into the memory the layer before used.
-#[derive(Default)]
-pub(super) struct WidenedSpans(Vec<Vec<Widened>>);
-
-impl WidenedSpans {
-    /// Span `span`'s widened KV of kv head `kvh`, if it was widened.
-    fn of(&self, span: usize, kvh: usize) -> Option<&Widened> {
-        self.0.get(span).and_then(|heads| heads.get(kvh))
-    }
-}
-
-/// Bytes of f32 one span's widened keys and values may take (all its KV
-/// heads, one layer); a longer span is read run by run as before, so that a
-/// prefill deep in a long context adds no more than this beside the cache.
-const WIDEN_BYTES: usize = 64 << 20;
-
-/// Widens into `into` the keys and values of the spans with several tokens in
-/// this step, once per KV head, where the cache stores another type than f32
-/// and the copy fits in [`WIDEN_BYTES`]. Read run by run, each token of a
-/// prefill widened every key before it again (the whole sequence's, for each
-/// token). The same values, read in the same order: the same bits (SPEC S3).
-fn widen_spans(
-    g: &LayerAttention,
-    window: Option<usize>,
-    batch: &Batch<'_>,
-    cache: &KvStore,
-    into: &mut WidenedSpans,
-) {
-    let mut reach: Vec<Option<(usize, usize, usize)>> = vec![None; batch.spans.len()];
-    if cache.layout().element != crate::kv_store::KvElement::F32 {
-        for slot in &batch.slots {
-            let lo = first_key(window, slot.pos);
-            let r = reach[slot.span].get_or_insert((lo, slot.pos + 1, 0));
-            *r = (r.0.min(lo), r.1.max(slot.pos + 1), r.2 + 1);
-        }
-    }
-    into.0.resize_with(batch.spans.len(), Vec::new);
-    for (si, (r, heads)) in reach.into_iter().zip(&mut into.0).enumerate() {
-        let per_position = g.n_kv_heads * (g.head_dim_k + g.head_dim_v) * 4;
-        let Some((from, to, _)) =
-            r.filter(|r| r.2 > 1 && (r.1 - r.0) * per_position <= WIDEN_BYTES)
-        else {
-            heads.clear();
-            continue;
-        };
-        let pages = batch.spans[si].pages;
-        heads.resize_with(g.n_kv_heads, Widened::default);
-        heads.par_iter_mut().enumerate().for_each(|(kvh, w)| {
-            w.first = from;
-            w.keys.resize((to - from) * g.head_dim_k, 0.0);
-            w.values.resize((to - from) * g.head_dim_v, 0.0);
-            cache.widen_into(pages, g.kv_layer, kvh, from, &mut w.keys, &mut w.values);
-        });
-    }
 }
