@@ -146,6 +146,17 @@ fn tiny_models_give_identical_decode_logits_alone_and_beside_eight_others() {
     }
 }
 
+/// On four threads one sequence's decode has fewer tasks than threads (two KV
+/// heads): each KV head's query heads are split across tasks, each reading
+/// the KV again. Beside eight others it is not split: the bits agree.
+#[test]
+fn decode_with_query_heads_split_across_threads_gives_the_batched_bits() {
+    for arch in Architecture::ALL {
+        let m = TinyModel::new(arch).load_with(4, ActivationPath::Int16);
+        check_decode_batching(&m, &tiny_prompts(), 40, KvElement::F16);
+    }
+}
+
 /// With every layer windowed, position p sees only tokens p - layers * (window - 1)
 /// and later: changing earlier tokens leaves its logits bit-identical, changing a
 /// token inside that range does not. Exercises the window mask and the window pages

@@ -181,17 +181,14 @@ impl Transformer {
         // page of the head's keys and values is read (and widened) once for
         // all the group's query heads; every head keeps its own order and its
         // own keys (SPEC S3).
-        let groups = token_groups(batch, shape.nkv, self.pool.current_num_threads());
-        let per_token = shape.group * shape.dv;
-        let tasks: Vec<(Range<usize>, usize)> = groups
-            .iter()
-            .flat_map(|r| (0..shape.nkv).map(move |kvh| (r.clone(), kvh)))
-            .collect();
+        let threads = self.pool.current_num_threads();
+        let groups = token_groups(batch, shape.nkv, threads);
+        let tasks = tasks(&groups, shape.nkv, shape.group, threads);
         s.att_parts.resize(batch.len() * hp.n_heads * shape.dv, 0.0);
         let mut parts = Vec::with_capacity(tasks.len());
         let mut rest = &mut s.att_parts[..];
-        for (tokens, _) in &tasks {
-            let (part, tail) = rest.split_at_mut(tokens.len() * per_token);
+        for task in &tasks {
+            let (part, tail) = rest.split_at_mut(task.tokens.len() * task.heads.len() * shape.dv);
             parts.push(part);
             rest = tail;
         }
@@ -199,19 +196,50 @@ impl Transformer {
         tasks
             .par_iter()
             .zip(parts)
-            .for_each_init(Work::default, |w, ((tokens, kvh), out)| {
-                shape.attend_group(batch, tokens.clone(), *kvh, q, cache, w, out)
+            .for_each_init(Work::default, |w, (task, out)| {
+                shape.attend_group(batch, task, q, cache, w, out)
             });
         // Each task's rows into the token-major output.
         let att = &mut s.att[..batch.len() * hp.n_heads * shape.dv];
-        let mut parts = s.att_parts.chunks_exact(per_token);
-        for (tokens, kvh) in &tasks {
-            for t in tokens.clone() {
-                let at = (t * shape.nkv + kvh) * per_token;
-                att[at..at + per_token].copy_from_slice(parts.next().expect("a part per token"));
+        let mut done = &s.att_parts[..];
+        for task in &tasks {
+            let width = task.heads.len() * shape.dv;
+            for t in task.tokens.clone() {
+                let at = (t * hp.n_heads + task.kvh * shape.group + task.heads.start) * shape.dv;
+                let (part, tail) = done.split_at(width);
+                att[at..at + width].copy_from_slice(part);
+                done = tail;
             }
         }
     }
+}
+
+/// One attention task: the query heads `heads` (of the KV head's group) of
+/// KV head `kvh`, for the consecutive tokens `tokens` of one span.
+struct Task {
+    tokens: Range<usize>,
+    kvh: usize,
+    heads: Range<usize>,
+}
+
+/// The step's attention tasks: each token group's KV heads, each with its
+/// whole group of query heads, unless that gives the threads too few tasks
+/// (one sequence's decode on a model with one KV head, say): then each KV
+/// head's query heads are split, each part reading the KV head's pages
+/// again, so that every thread has work.
+fn tasks(groups: &[Range<usize>], nkv: usize, group: usize, threads: usize) -> Vec<Task> {
+    let parts = threads.div_ceil(groups.len() * nkv).clamp(1, group);
+    let mut tasks = Vec::with_capacity(groups.len() * nkv * parts);
+    for tokens in groups {
+        for kvh in 0..nkv {
+            tasks.extend((0..parts).map(|i| Task {
+                tokens: tokens.clone(),
+                kvh,
+                heads: i * group / parts..(i + 1) * group / parts,
+            }));
+        }
+    }
+    tasks
 }
 
 /// What one layer's attention computes with: its head shape, the layer whose
@@ -238,23 +266,23 @@ struct Work {
 }
 
 impl Shape<'_> {
-    /// Attention of the query heads of KV head `kvh` of the consecutive tokens
-    /// `tokens` of one span: `out` `[token][group][dv]`. The scores of the
-    /// group's keys, `first..end` over every token's reach, are computed page
-    /// by page for all its queries; each token then takes its own keys.
-    #[allow(clippy::too_many_arguments)]
+    /// Attention of `task`'s query heads: `out` `[token][head][dv]`. The
+    /// scores of the group's keys, `first..end` over every token's reach, are
+    /// computed page by page for all its queries; each token then takes its
+    /// own keys.
     fn attend_group(
         &self,
         batch: &Batch<'_>,
-        tokens: Range<usize>,
-        kvh: usize,
+        task: &Task,
         q: &[f32],
         cache: &KvStore,
         w: &mut Work,
         out: &mut [f32],
     ) {
-        let (group, dk, dv) = (self.group, self.dk, self.dv);
-        let slots = &batch.slots[tokens.clone()];
+        let (dk, dv, kvh) = (self.dk, self.dv, task.kvh);
+        // The task's query heads, and the first of them among all heads.
+        let (group, head0) = (task.heads.len(), kvh * self.group + task.heads.start);
+        let slots = &batch.slots[task.tokens.clone()];
         let pages = batch.spans[slots[0].span].pages;
         let qd = q.len() / batch.len();
         let first = first_key(self.window, slots[0].pos);
@@ -265,8 +293,8 @@ impl Shape<'_> {
         // rotated back.
         let rotated = cache.rotated();
         w.queries.clear();
-        for t in tokens {
-            let at = t * qd + kvh * group * dk;
+        for t in task.tokens.clone() {
+            let at = t * qd + head0 * dk;
             w.queries.extend_from_slice(&q[at..at + group * dk]);
         }
         if rotated {
@@ -296,7 +324,7 @@ impl Shape<'_> {
         {
             let sc = &mut row[reach(i / group)];
             softcap(sc, self.cap);
-            let sink = self.sinks.map(|s| s[kvh * group + i % group]);
+            let sink = self.sinks.map(|s| s[head0 + i % group]);
             let max = sink.map_or(vector::max(sc), |s| vector::max(sc).max(s));
             exp_shifted(sc, max);
             *term = sink.map_or(0.0, |s| exp(s - max));
