@@ -3,12 +3,13 @@
 //! which reads the KV of the layer it shares), and causal attention over the
 //! sequence's pages.
 
+use std::cell::RefCell;
+use std::ops::Range;
+
 use ferrox_core::ops::exp::{exp, exp_shifted};
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each, rms_normalize_each};
 use ferrox_core::ops::rope;
 use ferrox_core::ops::vector::{self, scaled_dots_heads, weighted_sum_heads};
-use std::ops::Range;
-
 use rayon::prelude::*;
 
 use super::{Angles, Batch, Scratch, Transformer, add_residual, softcap, split_gates};
@@ -182,7 +183,7 @@ impl Transformer {
         // all the group's query heads; every head keeps its own order and its
         // own keys (SPEC S3).
         let threads = self.pool.current_num_threads();
-        let groups = token_groups(batch, shape.nkv, threads);
+        let groups = token_groups(batch, shape.nkv, shape.group, threads);
         let tasks = tasks(&groups, shape.nkv, shape.group, threads);
         s.att_parts.resize(batch.len() * hp.n_heads * shape.dv, 0.0);
         let mut parts = Vec::with_capacity(tasks.len());
@@ -193,12 +194,9 @@ impl Transformer {
             rest = tail;
         }
         let q = &s.q[..batch.len() * hp.n_heads * shape.dk];
-        tasks
-            .par_iter()
-            .zip(parts)
-            .for_each_init(Work::default, |w, (task, out)| {
-                shape.attend_group(batch, task, q, cache, w, out)
-            });
+        tasks.par_iter().zip(parts).for_each(|(task, out)| {
+            WORK.with_borrow_mut(|w| shape.attend_group(batch, task, q, cache, w, out))
+        });
         // Each task's rows into the token-major output.
         let att = &mut s.att[..batch.len() * hp.n_heads * shape.dv];
         let mut done = &s.att_parts[..];
@@ -263,6 +261,11 @@ struct Work {
     queries: Vec<f32>,
     scores: Vec<f32>,
     sink_terms: Vec<f32>,
+}
+
+thread_local! {
+    /// Each thread's [`Work`], kept across tasks and layers.
+    static WORK: RefCell<Work> = RefCell::new(Work::default());
 }
 
 impl Shape<'_> {
@@ -357,21 +360,27 @@ impl Shape<'_> {
     }
 }
 
-/// Most tokens of a span whose queries one attention task takes: their
-/// scores are held together (`tokens * group * keys` values).
+/// Most tokens of a span whose queries one attention task takes.
 const MOST_GROUPED: usize = 16;
+
+/// Most bytes of scores one task holds (`tokens * group * keys` f32s): a
+/// prefill deep in a long context groups fewer tokens.
+const SCORE_BYTES: usize = 4 << 20;
 
 /// The batch's tokens as runs of consecutive tokens of one span, each an
 /// attention task per KV head: a span's tokens share each page they read,
-/// in groups small enough that the step has about four tasks a thread.
-fn token_groups(batch: &Batch<'_>, nkv: usize, threads: usize) -> Vec<Range<usize>> {
+/// in groups small enough that the step has about four tasks a thread and
+/// that a task's scores fit in [`SCORE_BYTES`].
+fn token_groups(batch: &Batch<'_>, nkv: usize, group: usize, threads: usize) -> Vec<Range<usize>> {
     let mut groups = Vec::new();
     let mut start = 0;
     for span in batch.spans {
         let len = span.tokens.len();
+        let keys = span.start + len;
+        let fits = SCORE_BYTES / (4 * group * keys).max(1);
         let size = (len * nkv)
             .div_ceil(4 * threads.max(1))
-            .clamp(1, MOST_GROUPED);
+            .clamp(1, MOST_GROUPED.min(fits).max(1));
         let count = len.div_ceil(size);
         // `count` near-equal runs.
         groups.extend((0..count).map(|i| start + i * len / count..start + (i + 1) * len / count));
