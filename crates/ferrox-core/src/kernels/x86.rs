@@ -70,6 +70,38 @@ unsafe fn fold_16(acc: &[__m512; 16]) -> [f32; 16] {
     }
 }
 
+/// `acc + a * b`: one fused multiply-add (rounded once) when `FUSED`, else a
+/// multiply then an add (`ops::vector`'s two dot products).
+#[inline(always)]
+unsafe fn multiply_add<const FUSED: bool>(acc: __m512, a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only arithmetic; callers run with AVX-512 F (and FMA when fused).
+    unsafe {
+        if FUSED {
+            _mm512_fmadd_ps(a, b, acc)
+        } else {
+            _mm512_add_ps(acc, _mm512_mul_ps(a, b))
+        }
+    }
+}
+
+/// [`multiply_add`] in the lanes of `mask`; the others keep `acc`.
+#[inline(always)]
+unsafe fn multiply_add_masked<const FUSED: bool>(
+    acc: __m512,
+    mask: __mmask16,
+    a: __m512,
+    b: __m512,
+) -> __m512 {
+    // SAFETY: as [`multiply_add`].
+    unsafe {
+        if FUSED {
+            _mm512_mask3_fmadd_ps(a, b, acc, mask)
+        } else {
+            _mm512_mask_add_ps(acc, mask, acc, _mm512_mul_ps(a, b))
+        }
+    }
+}
+
 /// `acc + w * x[0..16]`.
 #[inline(always)]
 unsafe fn step(acc: __m512, w: __m512, x: *const f32) -> __m512 {
@@ -272,13 +304,14 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
     }
 }
 
-/// `dot(a, b)` of `ops::vector` with one accumulator register.
+/// `dot(a, b)` of `ops::vector` with one accumulator register, each multiply-add
+/// fused when `FUSED` (attention's dot product, `fused_dot_portable`).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F.
+/// The CPU must have AVX-512 F, and FMA when `FUSED`.
 #[inline]
-#[target_feature(enable = "avx512f")]
-pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+#[target_feature(enable = "avx512f,fma")]
+pub unsafe fn dot_f32<const FUSED: bool>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let whole = n / LANES * LANES;
     let mut acc = _mm512_setzero_ps();
@@ -286,12 +319,10 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     unsafe {
         let mut i = 0;
         while i < whole {
-            acc = _mm512_add_ps(
+            acc = multiply_add::<FUSED>(
                 acc,
-                _mm512_mul_ps(
-                    _mm512_loadu_ps(a.as_ptr().add(i)),
-                    _mm512_loadu_ps(b.as_ptr().add(i)),
-                ),
+                _mm512_loadu_ps(a.as_ptr().add(i)),
+                _mm512_loadu_ps(b.as_ptr().add(i)),
             );
             i += LANES;
         }
@@ -300,7 +331,7 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
             let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
             let x = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(whole));
             let y = _mm512_maskz_loadu_ps(mask, b.as_ptr().add(whole));
-            acc = _mm512_mask_add_ps(acc, mask, acc, _mm512_mul_ps(x, y));
+            acc = multiply_add_masked::<FUSED>(acc, mask, x, y);
         }
         finish(acc)
     }
@@ -308,12 +339,14 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 
 /// `out[r][t] = dot(w[r], x[t])` for 4 weight rows and 4 token rows of equal
 /// length: 16 accumulators kept in registers, each reduced exactly as [`dot_f32`]
-/// reduces its pair (same chunks in the same order, same tail, same fold).
+/// reduces its pair with the same `FUSED` (same chunks in the same order, same
+/// tail, same fold).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, and all eight slices must have the same length.
-#[target_feature(enable = "avx512f")]
-pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
+/// The CPU must have AVX-512 F (and FMA when `FUSED`), and all eight slices must
+/// have the same length.
+#[target_feature(enable = "avx512f,fma")]
+pub unsafe fn dot_4x4<const FUSED: bool>(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
     let n = w[0].len();
     let whole = n / LANES * LANES;
     let mut acc = [[_mm512_setzero_ps(); 4]; 4];
@@ -330,7 +363,7 @@ pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
             for r in 0..4 {
                 let wv = _mm512_loadu_ps(w[r].as_ptr().add(i));
                 for t in 0..4 {
-                    acc[r][t] = _mm512_add_ps(acc[r][t], _mm512_mul_ps(wv, xv[t]));
+                    acc[r][t] = multiply_add::<FUSED>(acc[r][t], wv, xv[t]);
                 }
             }
             i += LANES;
@@ -342,8 +375,7 @@ pub unsafe fn dot_4x4(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
                 let wv = _mm512_maskz_loadu_ps(mask, w[r].as_ptr().add(whole));
                 for t in 0..4 {
                     let xv = _mm512_maskz_loadu_ps(mask, x[t].as_ptr().add(whole));
-                    acc[r][t] =
-                        _mm512_mask_add_ps(acc[r][t], mask, acc[r][t], _mm512_mul_ps(wv, xv));
+                    acc[r][t] = multiply_add_masked::<FUSED>(acc[r][t], mask, wv, xv);
                 }
             }
         }
@@ -468,14 +500,14 @@ pub unsafe fn dot_tile_avx2<const R: usize, const T: usize>(
     }
 }
 
-/// `out[k] = dot(q, rows[k]) * scale` for 16 rows of `q.len()` values: each exactly
-/// [`dot_f32`] (same chunks, same masked tail, same pairwise fold), the 16 folds
-/// done together by shuffles (level `w` adds lane `i + w` to lane `i` of every row,
-/// as `fold` does).
+/// `out[k] = fused_dot(q, rows[k]) * scale` for 16 rows of `q.len()` values: each
+/// exactly [`dot_f32`]`::<true>` (same chunks, same masked tail, same pairwise
+/// fold), the 16 folds done together by shuffles (level `w` adds lane `i + w` to
+/// lane `i` of every row, as `fold` does).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F; `rows` holds 16 rows of `q.len()` values.
-#[target_feature(enable = "avx512f")]
+/// The CPU must have AVX-512 F and FMA; `rows` holds 16 rows of `q.len()` values.
+#[target_feature(enable = "avx512f,fma")]
 pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32; 16]) {
     let n = q.len();
     debug_assert_eq!(rows.len(), 16 * n);
@@ -487,10 +519,7 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
         while i < whole {
             let qv = _mm512_loadu_ps(q.as_ptr().add(i));
             for (k, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_add_ps(
-                    *a,
-                    _mm512_mul_ps(qv, _mm512_loadu_ps(rows.as_ptr().add(k * n + i))),
-                );
+                *a = _mm512_fmadd_ps(qv, _mm512_loadu_ps(rows.as_ptr().add(k * n + i)), *a);
             }
             i += LANES;
         }
@@ -500,7 +529,7 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
             let qv = _mm512_maskz_loadu_ps(mask, q.as_ptr().add(whole));
             for (k, a) in acc.iter_mut().enumerate() {
                 let y = _mm512_maskz_loadu_ps(mask, rows.as_ptr().add(k * n + whole));
-                *a = _mm512_mask_add_ps(*a, mask, *a, _mm512_mul_ps(qv, y));
+                *a = _mm512_mask3_fmadd_ps(qv, y, *a, mask);
             }
         }
         let folded = fold_16(&acc);
@@ -510,13 +539,15 @@ pub unsafe fn scaled_dots_16(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32
     }
 }
 
-/// `acc += sum_j weights[j] * rows[j]`, each element updated as `acc + w * x` row
-/// after row (the bits of repeated `axpy`), up to 256 values of `acc` held in
-/// registers across all rows (rows are read once per 256 values).
+/// `acc += sum_j weights[j] * rows[j]`, each element updated as `w * x + acc`
+/// rounded once, row after row (the bits of repeated `axpy`), up to 256 values
+/// of `acc` held in registers across all rows (rows are read once per 256
+/// values).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F; `rows` holds `weights.len()` rows of `acc.len()`.
-#[target_feature(enable = "avx512f")]
+/// The CPU must have AVX-512 F and FMA; `rows` holds `weights.len()` rows of
+/// `acc.len()`.
+#[target_feature(enable = "avx512f,fma")]
 pub unsafe fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     // SAFETY: the caller's contract.
     unsafe {
@@ -529,7 +560,7 @@ pub unsafe fn weighted_sum(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
 }
 
 #[inline]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,fma")]
 unsafe fn weighted_sum_chunks<const K: usize>(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     let n = acc.len();
     debug_assert!(rows.len() >= weights.len() * n);
@@ -550,9 +581,10 @@ unsafe fn weighted_sum_chunks<const K: usize>(acc: &mut [f32], weights: &[f32], 
                 let wv = _mm512_set1_ps(w);
                 let row = rows.as_ptr().add(j * n + c);
                 for k in 0..live {
-                    a[k] = _mm512_add_ps(
+                    a[k] = _mm512_fmadd_ps(
+                        wv,
+                        _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES)),
                         a[k],
-                        _mm512_mul_ps(wv, _mm512_maskz_loadu_ps(masks[k], row.add(k * LANES))),
                     );
                 }
             }
@@ -564,16 +596,16 @@ unsafe fn weighted_sum_chunks<const K: usize>(acc: &mut [f32], weights: &[f32], 
     }
 }
 
-/// `out[g * stride + at + k] = dot(q_g, rows[k]) * scale` for the queries `q_g`
-/// (consecutive `n`-long pieces of `qs`) and every `n`-long row: each value
-/// exactly [`dot_f32`]'s (through [`dot_4x4`], 4 rows by 4 queries, padded by
-/// repeating the last and dropping the copies), so a row is read once for all
-/// the queries of a KV group.
+/// `out[g * stride + at + k] = fused_dot(q_g, rows[k]) * scale` for the queries
+/// `q_g` (consecutive `n`-long pieces of `qs`) and every `n`-long row: each value
+/// exactly [`dot_f32`]`::<true>`'s (through [`dot_4x4`], 4 rows by 4 queries,
+/// padded by repeating the last and dropping the copies), so a row is read once
+/// for all the queries of a KV group.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F; `qs` and `rows` hold whole pieces of `n > 0`, and
-/// `out` every `g * stride + at + k`.
-#[target_feature(enable = "avx512f")]
+/// The CPU must have AVX-512 F and FMA; `qs` and `rows` hold whole pieces of
+/// `n > 0`, and `out` every `g * stride + at + k`.
+#[target_feature(enable = "avx512f,fma")]
 pub unsafe fn scaled_dots_heads(
     qs: &[f32],
     n: usize,
@@ -592,7 +624,7 @@ pub unsafe fn scaled_dots_heads(
             let kr: [&[f32]; 4] = std::array::from_fn(|i| row((k0 + i).min(m - 1)));
             let mut o = [[0.0f32; 4]; 4];
             // SAFETY: the feature is this function's; the eight slices have length n.
-            unsafe { dot_4x4(kr, hq, &mut o) };
+            unsafe { dot_4x4::<true>(kr, hq, &mut o) };
             for (i, ok) in o.iter().enumerate().take(m - k0) {
                 for (h, &v) in ok.iter().enumerate().take(heads - h0) {
                     out[(h0 + h) * stride + at + k0 + i] = v * scale;
@@ -604,13 +636,13 @@ pub unsafe fn scaled_dots_heads(
 
 /// `acc_g += sum_k w_g[k] * rows[k]` for the heads `acc_g` (consecutive `n`-long
 /// pieces of `accs`, at most 4) with `w_g[k] = weights[g * stride + at + k]`, each
-/// element updated as `acc + w * x` row after row (the bits of repeated `axpy`), a
-/// row's 64-value chunk loaded once for all the heads.
+/// element updated as `w * x + acc` rounded once, row after row (the bits of
+/// repeated `axpy`), a row's 64-value chunk loaded once for all the heads.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F; at most 4 heads; `rows` holds `m` rows of `n`;
-/// `weights` every `g * stride + at + k`, `k < m`.
-#[target_feature(enable = "avx512f")]
+/// The CPU must have AVX-512 F and FMA; at most 4 heads; `rows` holds `m` rows
+/// of `n`; `weights` every `g * stride + at + k`, `k < m`.
+#[target_feature(enable = "avx512f,fma")]
 pub unsafe fn weighted_sum_heads(
     accs: &mut [f32],
     n: usize,
@@ -652,7 +684,7 @@ pub unsafe fn weighted_sum_heads(
                 for g in 0..heads {
                     let wv = _mm512_set1_ps(*weights.get_unchecked(g * stride + at + j));
                     for k in 0..live {
-                        a[g][k] = _mm512_add_ps(a[g][k], _mm512_mul_ps(wv, v[k]));
+                        a[g][k] = _mm512_fmadd_ps(wv, v[k], a[g][k]);
                     }
                 }
             }
@@ -670,14 +702,15 @@ pub unsafe fn weighted_sum_heads(
     }
 }
 
-/// `out[k] = dot(q, rows[k]) * scale` for 8 rows of `q.len()` values with AVX2:
-/// each exactly `dot`'s portable lanes (16 partial sums kept as two 8-wide
-/// halves, the tail into lanes `0..tail`, then the pairwise fold 8+8, 4+4, 2+2,
-/// 1+1), the 8 folds done together by 128-bit and in-lane shuffles.
+/// `out[k] = fused_dot(q, rows[k]) * scale` for 8 rows of `q.len()` values with
+/// AVX2 and FMA: each exactly `fused_dot_portable`'s lanes (16 partial sums kept
+/// as two 8-wide halves, the tail into lanes `0..tail`, then the pairwise fold
+/// 8+8, 4+4, 2+2, 1+1), the 8 folds done together by 128-bit and in-lane
+/// shuffles.
 ///
 /// # Safety
-/// The CPU must have AVX2; `rows` holds 8 rows of `q.len()` values.
-#[target_feature(enable = "avx2")]
+/// The CPU must have AVX2 and FMA; `rows` holds 8 rows of `q.len()` values.
+#[target_feature(enable = "avx2,fma")]
 pub unsafe fn scaled_dots_8_avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32; 8]) {
     let n = q.len();
     assert_eq!(rows.len(), 8 * n, "8 rows of the query's length");
@@ -695,15 +728,13 @@ pub unsafe fn scaled_dots_8_avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut 
             );
             for k in 0..8 {
                 let r = rows.as_ptr().add(k * n + i);
-                lo[k] = _mm256_add_ps(lo[k], _mm256_mul_ps(q0, _mm256_loadu_ps(r)));
-                hi[k] = _mm256_add_ps(hi[k], _mm256_mul_ps(q1, _mm256_loadu_ps(r.add(8))));
+                lo[k] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(r), lo[k]);
+                hi[k] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(r.add(8)), hi[k]);
             }
             i += LANES;
         }
         let tail = n - whole;
         if tail > 0 {
-            // Lanes at or past the tail add +0.0, which leaves every partial sum
-            // as it is (a sum of products started at +0.0 is never -0.0).
             let mask = |from: usize| {
                 let m: [i32; 8] = std::array::from_fn(|l| if from + l < tail { -1 } else { 0 });
                 _mm256_loadu_si256(m.as_ptr().cast())
@@ -715,11 +746,16 @@ pub unsafe fn scaled_dots_8_avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut 
                 _mm256_maskload_ps(q.as_ptr().add(whole), m0),
                 _mm256_maskload_ps(q.as_ptr().wrapping_add(whole + 8), m1),
             );
+            // Lanes at or past the tail keep their partial sum as it is (a fused
+            // sum may be -0.0, which adding +0.0 would change).
+            let (keep0, keep1) = (_mm256_castsi256_ps(m0), _mm256_castsi256_ps(m1));
             for k in 0..8 {
                 let r = rows.as_ptr().add(k * n + whole);
-                lo[k] = _mm256_add_ps(lo[k], _mm256_mul_ps(q0, _mm256_maskload_ps(r, m0)));
+                let sum = _mm256_fmadd_ps(q0, _mm256_maskload_ps(r, m0), lo[k]);
+                lo[k] = _mm256_blendv_ps(lo[k], sum, keep0);
                 let r1 = r.wrapping_add(8);
-                hi[k] = _mm256_add_ps(hi[k], _mm256_mul_ps(q1, _mm256_maskload_ps(r1, m1)));
+                let sum = _mm256_fmadd_ps(q1, _mm256_maskload_ps(r1, m1), hi[k]);
+                hi[k] = _mm256_blendv_ps(hi[k], sum, keep1);
             }
         }
     }
@@ -749,14 +785,14 @@ pub unsafe fn scaled_dots_8_avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut 
     *out = [t[0], t[4], t[1], t[5], t[2], t[6], t[3], t[7]];
 }
 
-/// `acc += sum_j weights[j] * rows[j]` with AVX2, 64 outputs at a time held in
-/// registers while every row is added: each output sees exactly the multiplies and
-/// adds of repeated `axpy`, in row order (outputs are independent, so blocking
-/// them changes no bits).
+/// `acc += sum_j weights[j] * rows[j]` with AVX2 and FMA, 64 outputs at a time
+/// held in registers while every row is added: each output sees exactly the
+/// fused multiply-adds of repeated `axpy`, in row order (outputs are
+/// independent, so blocking them changes no bits).
 ///
 /// # Safety
-/// The CPU must have AVX2.
-#[target_feature(enable = "avx2")]
+/// The CPU must have AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
 pub unsafe fn weighted_sum_avx2(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     let d = acc.len();
     assert!(
@@ -774,7 +810,7 @@ pub unsafe fn weighted_sum_avx2(acc: &mut [f32], weights: &[f32], rows: &[f32]) 
                 let wv = _mm256_set1_ps(w);
                 let row = rows.as_ptr().add(j * d + base);
                 for (i, x) in r.iter_mut().enumerate() {
-                    *x = _mm256_add_ps(*x, _mm256_mul_ps(wv, _mm256_loadu_ps(row.add(8 * i))));
+                    *x = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row.add(8 * i)), *x);
                 }
             }
             for (i, x) in r.iter().enumerate() {
@@ -786,7 +822,7 @@ pub unsafe fn weighted_sum_avx2(acc: &mut [f32], weights: &[f32], rows: &[f32]) 
         for (j, &w) in weights.iter().enumerate() {
             let row = &rows[j * d + whole..(j + 1) * d];
             for (a, &x) in acc[whole..].iter_mut().zip(row) {
-                *a += w * x;
+                *a = w.mul_add(x, *a);
             }
         }
     }

@@ -207,7 +207,7 @@ fn row_tile(
                 &row,
                 &tok,
                 &put,
-                |w, x, o| unsafe { crate::kernels::x86::dot_4x4(w, x, o) },
+                |w, x, o| unsafe { crate::kernels::x86::dot_4x4::<false>(w, x, o) },
             );
         } else if level.has_avx2() {
             // SAFETY: as above.

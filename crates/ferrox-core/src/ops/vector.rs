@@ -5,6 +5,12 @@
 //! lanes are folded pairwise (8+8, 4+4, 2+2, 1+1). Multiplies and adds are
 //! separate IEEE operations (no FMA contraction in Rust), so any vector width
 //! computes exactly this.
+//!
+//! Attention's kernels ([`scaled_dots_into`], [`weighted_sum`] and their
+//! several-head forms) take the same lanes and order, each multiply and add
+//! fused into one operation rounded once (`f32::mul_add`, IEEE
+//! fusedMultiplyAdd): every build with FMA units computes exactly that too, at
+//! half the arithmetic.
 
 /// Partial sums kept by reductions.
 pub const LANES: usize = 16;
@@ -22,8 +28,19 @@ pub(crate) fn fold(acc: [f32; LANES]) -> f32 {
     a[0]
 }
 
+/// `acc + x * y`: fused (rounded once) when `FUSED`, else a multiply then an add.
 #[inline(always)]
-pub(crate) fn dot_body(a: &[f32], b: &[f32]) -> f32 {
+fn multiply_add<const FUSED: bool>(acc: f32, x: f32, y: f32) -> f32 {
+    if FUSED {
+        x.mul_add(y, acc)
+    } else {
+        acc + x * y
+    }
+}
+
+/// The lanes' dot product, each step [`multiply_add`]`::<FUSED>`.
+#[inline(always)]
+fn lanes_dot<const FUSED: bool>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0.0f32; LANES];
@@ -33,13 +50,24 @@ pub(crate) fn dot_body(a: &[f32], b: &[f32]) -> f32 {
         .zip(b[..whole].chunks_exact(LANES))
     {
         for l in 0..LANES {
-            acc[l] += ca[l] * cb[l];
+            acc[l] = multiply_add::<FUSED>(acc[l], ca[l], cb[l]);
         }
     }
     for (l, (x, y)) in a[whole..].iter().zip(&b[whole..]).enumerate() {
-        acc[l] += x * y;
+        acc[l] = multiply_add::<FUSED>(acc[l], *x, *y);
     }
     fold(acc)
+}
+
+#[inline(always)]
+pub(crate) fn dot_body(a: &[f32], b: &[f32]) -> f32 {
+    lanes_dot::<false>(a, b)
+}
+
+/// [`dot`]'s lanes and fold, each multiply-add fused: attention's dot product.
+#[inline(always)]
+fn fused_dot_body(a: &[f32], b: &[f32]) -> f32 {
+    lanes_dot::<true>(a, b)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -66,7 +94,7 @@ fn dot_run(level: crate::isa::Level, a: &[f32], b: &[f32]) -> f32 {
     {
         if level.has_avx512() {
             // SAFETY: the feature was detected on this CPU.
-            return unsafe { crate::kernels::x86::dot_f32(a, b) };
+            return unsafe { crate::kernels::x86::dot_f32::<false>(a, b) };
         }
         if level.has_avx2() {
             // SAFETY: the feature was detected on this CPU.
@@ -80,6 +108,12 @@ fn dot_run(level: crate::isa::Level, a: &[f32], b: &[f32]) -> f32 {
 /// The portable build of [`dot`] (the scalar twin the dispatched builds must equal).
 pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     dot_body(a, b)
+}
+
+/// [`dot`] with each multiply-add fused (rounded once): the portable definition
+/// of the dot products [`scaled_dots_into`] and [`scaled_dots_heads`] compute.
+pub fn fused_dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    fused_dot_body(a, b)
 }
 
 #[inline(always)]
@@ -127,11 +161,11 @@ dispatched!(
     pub fn max / max_at = max_body(v: &[f32]) -> f32
 );
 
-/// `acc[i] += s * v[i]`.
+/// `acc[i] = s * v[i] + acc[i]`, each rounded once (a fused multiply-add).
 #[inline]
 pub fn axpy(acc: &mut [f32], s: f32, v: &[f32]) {
     for (a, &x) in acc.iter_mut().zip(v) {
-        *a += s * x;
+        *a = s.mul_add(x, *a);
     }
 }
 
@@ -142,8 +176,9 @@ fn weighted_sum_body(acc: &mut [f32], weights: &[f32], rows: &[f32]) {
     }
 }
 
-/// `out[k] = dot(q, row k) * scale` for each `q.len()`-long row of `rows`, in
-/// order (attention scores over a run of keys).
+/// `out[k] = fused_dot(q, row k) * scale` for each `q.len()`-long row of `rows`,
+/// in order (attention scores over a run of keys; the dot product of
+/// [`fused_dot_portable`]).
 pub fn scaled_dots_into(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
     scaled_dots_run(crate::isa::active(), q, rows, scale, out);
 }
@@ -167,7 +202,7 @@ fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32
     assert!(out.len() >= rows.len() / q.len(), "a value per row");
     #[cfg(target_arch = "x86_64")]
     if level.has_avx512() {
-        #[target_feature(enable = "avx512f")]
+        #[target_feature(enable = "avx512f,fma")]
         unsafe fn avx512(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
             let mut sixteen = rows.chunks_exact(16 * q.len());
             let mut k = 0;
@@ -179,7 +214,7 @@ fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32
             }
             for row in sixteen.remainder().chunks_exact(q.len()) {
                 // SAFETY: as above.
-                out[k] = unsafe { crate::kernels::x86::dot_f32(q, row) } * scale;
+                out[k] = unsafe { crate::kernels::x86::dot_f32::<true>(q, row) } * scale;
                 k += 1;
             }
         }
@@ -188,7 +223,7 @@ fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32
     }
     #[cfg(target_arch = "x86_64")]
     if level.has_avx2() {
-        #[target_feature(enable = "avx2")]
+        #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
             let mut eight = rows.chunks_exact(8 * q.len());
             let mut k = 0;
@@ -199,7 +234,7 @@ fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32
                 k += 8;
             }
             for row in eight.remainder().chunks_exact(q.len()) {
-                out[k] = dot_body(q, row) * scale;
+                out[k] = fused_dot_body(q, row) * scale;
                 k += 1;
             }
         }
@@ -213,7 +248,7 @@ fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32
 #[inline(always)]
 fn scaled_dots_body(q: &[f32], rows: &[f32], scale: f32, out: &mut [f32]) {
     for (o, row) in out.iter_mut().zip(rows.chunks_exact(q.len())) {
-        *o = dot_body(q, row) * scale;
+        *o = fused_dot_body(q, row) * scale;
     }
 }
 
@@ -255,7 +290,7 @@ const SHARED_READS_FROM: usize = 128;
 
 /// [`scaled_dots_into`] for several queries over the same rows (the query heads of one
 /// KV head): with `q_g` the consecutive `n`-long pieces of `qs`,
-/// `out[g * stride + at + k] = dot(q_g, rows[k]) * scale`, the same bits, each
+/// `out[g * stride + at + k] = fused_dot(q_g, rows[k]) * scale`, the same bits, each
 /// row read once for all the queries where the CPU allows.
 pub fn scaled_dots_heads(
     qs: &[f32],
@@ -421,7 +456,7 @@ mod tests {
                 let q = &qs[g * dk..(g + 1) * dk];
                 let want: Vec<u32> = rows
                     .chunks_exact(dk)
-                    .map(|k| (dot_portable(q, k) * 0.3).to_bits())
+                    .map(|k| (fused_dot_portable(q, k) * 0.3).to_bits())
                     .collect();
                 let got: Vec<u32> = scores[g * stride + at..g * stride + at + keys]
                     .iter()
@@ -441,13 +476,18 @@ mod tests {
             }
         }
         // The batched forms equal their one-at-a-time definitions.
+        let mut fusion_shows = false;
         for dk in [1usize, 9, 15, 16, 25, 31, 64, 80, 200, 256] {
             let q: Vec<f32> = (0..dk).map(|_| r()).collect();
             let rows: Vec<f32> = (0..37 * dk).map(|_| r()).collect();
             let want: Vec<f32> = rows
                 .chunks_exact(dk)
-                .map(|k| dot_portable(&q, k) * 0.125)
+                .map(|k| fused_dot_portable(&q, k) * 0.125)
                 .collect();
+            // The data tells a fused product from a multiply then an add.
+            fusion_shows |= rows
+                .chunks_exact(dk)
+                .any(|k| fused_dot_portable(&q, k) != dot_portable(&q, k));
             let w: Vec<f32> = (0..37).map(|_| r()).collect();
             let mut b = vec![0.5f32; dk];
             for (j, row) in rows.chunks_exact(dk).enumerate() {
@@ -466,6 +506,28 @@ mod tests {
                 assert!(
                     a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
                     "dk {dk} {level:?}"
+                );
+            }
+        }
+        assert!(fusion_shows, "some dot products round differently fused");
+    }
+
+    #[test]
+    fn fused_scores_keep_a_negative_zero_past_the_tail() {
+        // Every product underflows below zero: a fused partial sum rounds to -0.0,
+        // which a lane past the tail must keep (adding +0.0 would make it +0.0).
+        // Past the first 16 values every lane holds such a sum.
+        for dk in [25usize, 41, 57] {
+            let q = vec![-1e-30f32; dk];
+            let rows = vec![1e-30f32; 16 * dk];
+            let want = fused_dot_portable(&q, &rows[..dk]);
+            assert_eq!(want.to_bits(), (-0.0f32).to_bits(), "dk {dk}");
+            for level in crate::isa::Level::supported() {
+                let mut got = vec![1.0f32; 16];
+                scaled_dots_into_at(level, &q, &rows, 1.0, &mut got);
+                assert!(
+                    got.iter().all(|v| v.to_bits() == want.to_bits()),
+                    "dk {dk} {level:?}: {got:?}"
                 );
             }
         }
