@@ -74,7 +74,7 @@ unsafe fn fold_16(acc: &[__m512; 16]) -> [f32; 16] {
 /// multiply then an add (`ops::vector`'s two dot products).
 #[inline(always)]
 unsafe fn multiply_add<const FUSED: bool>(acc: __m512, a: __m512, b: __m512) -> __m512 {
-    // SAFETY: register-only arithmetic; callers run with AVX-512 F (and FMA when fused).
+    // SAFETY: register-only arithmetic; callers run with AVX-512 F and FMA.
     unsafe {
         if FUSED {
             _mm512_fmadd_ps(a, b, acc)
@@ -308,7 +308,7 @@ pub unsafe fn dot_row(dtype: DType, w: &[u8], x: &[f32]) -> Option<f32> {
 /// fused when `FUSED` (attention's dot product, `fused_dot_portable`).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, and FMA when `FUSED`.
+/// The CPU must have AVX-512 F and FMA (every level with AVX-512 has both).
 #[inline]
 #[target_feature(enable = "avx512f,fma")]
 pub unsafe fn dot_f32<const FUSED: bool>(a: &[f32], b: &[f32]) -> f32 {
@@ -343,8 +343,8 @@ pub unsafe fn dot_f32<const FUSED: bool>(a: &[f32], b: &[f32]) -> f32 {
 /// tail, same fold).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F (and FMA when `FUSED`), and all eight slices must
-/// have the same length.
+/// The CPU must have AVX-512 F and FMA, and all eight slices must have the same
+/// length.
 #[target_feature(enable = "avx512f,fma")]
 pub unsafe fn dot_4x4<const FUSED: bool>(w: [&[f32]; 4], x: [&[f32]; 4], out: &mut [[f32; 4]; 4]) {
     let n = w[0].len();
