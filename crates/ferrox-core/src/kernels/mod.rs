@@ -6,6 +6,8 @@ pub mod reference;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 #[cfg(target_arch = "x86_64")]
+pub mod x86_attention;
+#[cfg(target_arch = "x86_64")]
 pub mod x86_panel;
 
 /// Random quantized rows for kernel tests.

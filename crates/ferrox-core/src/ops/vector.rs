@@ -209,7 +209,7 @@ fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32
             for block in &mut sixteen {
                 let dst: &mut [f32; 16] = (&mut out[k..k + 16]).try_into().expect("16 values");
                 // SAFETY: this function runs only where AVX-512 F was detected.
-                unsafe { crate::kernels::x86::scaled_dots_16(q, block, scale, dst) };
+                unsafe { crate::kernels::x86_attention::scaled_dots_16(q, block, scale, dst) };
                 k += 16;
             }
             for row in sixteen.remainder().chunks_exact(q.len()) {
@@ -230,7 +230,7 @@ fn scaled_dots_run(level: crate::isa::Level, q: &[f32], rows: &[f32], scale: f32
             for block in &mut eight {
                 let dst: &mut [f32; 8] = (&mut out[k..k + 8]).try_into().expect("8 values");
                 // SAFETY: this function runs only where AVX2 was detected.
-                unsafe { crate::kernels::x86::scaled_dots_8_avx2(q, block, scale, dst) };
+                unsafe { crate::kernels::x86_attention::scaled_dots_8_avx2(q, block, scale, dst) };
                 k += 8;
             }
             for row in eight.remainder().chunks_exact(q.len()) {
@@ -273,11 +273,11 @@ fn weighted_sum_run(level: crate::isa::Level, acc: &mut [f32], weights: &[f32], 
                 "rows hold a row per weight"
             );
             // SAFETY: the feature was detected on this CPU; lengths checked above.
-            return unsafe { crate::kernels::x86::weighted_sum(acc, weights, rows) };
+            return unsafe { crate::kernels::x86_attention::weighted_sum(acc, weights, rows) };
         }
         if level.has_avx2() {
             // SAFETY: the feature was detected on this CPU (the kernel checks lengths).
-            return unsafe { crate::kernels::x86::weighted_sum_avx2(acc, weights, rows) };
+            return unsafe { crate::kernels::x86_attention::weighted_sum_avx2(acc, weights, rows) };
         }
     }
     let _ = level;
@@ -324,7 +324,7 @@ pub fn scaled_dots_heads(
     if n >= SHARED_READS_FROM && crate::isa::active().has_avx512() {
         // SAFETY: the feature was detected; lengths checked above.
         return unsafe {
-            crate::kernels::x86::scaled_dots_heads(qs, n, rows, scale, out, stride, at)
+            crate::kernels::x86_attention::scaled_dots_heads(qs, n, rows, scale, out, stride, at)
         };
     }
     for (g, q) in qs.chunks_exact(n).enumerate() {
@@ -367,7 +367,7 @@ pub fn weighted_sum_heads(
         for (i, a) in accs.chunks_mut(4 * n).enumerate() {
             // SAFETY: the feature was detected; lengths checked above.
             unsafe {
-                crate::kernels::x86::weighted_sum_heads(
+                crate::kernels::x86_attention::weighted_sum_heads(
                     a,
                     n,
                     weights,
