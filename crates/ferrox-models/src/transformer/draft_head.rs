@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use ferrox_core::ops::norm::rms_norm;
 use ferrox_core::packed::{PackedMatrix, QuantizedRows};
+use ferrox_core::threads::install_awake;
 
 use super::{Batch, Transformer, ropes};
 use crate::activation_path::ActivationPath;
@@ -122,7 +123,7 @@ impl DraftHead for MtpHead {
                 r.hp.n_embd
             )));
         }
-        Ok(r.pool.install(|| {
+        Ok(install_awake(&r.pool, || {
             let batch = Batch::new(spans);
             let x = self.input(&batch, hidden);
             r.round_from(store, &batch, x)
