@@ -8,7 +8,6 @@
 //! * [`ops`]: the forward pass's operations on f32 activations (the exact path).
 //! * [`packed`]: the integer-activation path: repacked weights, activations
 //!   quantized to 16-bit integers, exact integer block products.
-//! * [`threads`]: a pass's threads kept awake between its parallel regions.
 
 // Kernels index lanes, rows and heads by number, as the reference arithmetic
 // they mirror does; iterator chains would hide which lane meets which.
@@ -24,7 +23,6 @@ pub mod isa;
 pub mod kernels;
 pub mod ops;
 pub mod packed;
-pub mod threads;
 
 pub use dtype::DType;
 pub use error::CoreError;

@@ -25,7 +25,6 @@ use ferrox_core::ops::activation::{Gate, gated};
 use ferrox_core::ops::matmul_fused::{Epilogue, matmul_fused};
 use ferrox_core::ops::norm::layer_norm;
 use ferrox_core::ops::rope::{self, RopeFreqs, RopeStyle};
-use ferrox_core::threads::install_awake;
 use ferrox_gguf::GgufFile;
 
 use crate::decoder::{Decoder, Output, Rows, Span, Want};
@@ -294,7 +293,7 @@ impl Decoder for Encoder {
         if spans.iter().all(|s| s.tokens.is_empty()) {
             return Ok(out);
         }
-        let x = install_awake(&self.pool, || self.hidden(spans));
+        let x = self.pool.install(|| self.hidden(spans));
         let mut at = 0;
         for (si, s) in spans.iter().enumerate() {
             let n = s.tokens.len();

@@ -39,7 +39,6 @@ use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::rms_norm;
 use ferrox_core::ops::rope::RopeFreqs;
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_matmul_many};
-use ferrox_core::threads::install_awake;
 use ferrox_gguf::GgufFile;
 
 mod attention;
@@ -670,10 +669,9 @@ impl Transformer {
 impl Decoder for Transformer {
     fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
         self.check(store, spans)?;
-        // The whole pass runs on a pool thread, the others spinning for work:
-        // each parallel region inside then costs about a microsecond instead
-        // of a cross-thread hand-off or a sleeping worker's wake-up.
-        Ok(install_awake(&self.pool, || self.round(store, spans)))
+        // The whole pass runs on a pool thread: each parallel region inside then
+        // costs about a microsecond instead of a cross-thread hand-off.
+        Ok(self.pool.install(|| self.round(store, spans)))
     }
 
     fn hyper_params(&self) -> &HyperParams {

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use ferrox_core::ops::norm::rms_norm;
 use ferrox_core::packed::{PackedMatrix, QuantizedRows};
-use ferrox_core::threads::install_awake;
 
 use super::{Batch, Transformer, ropes};
 use crate::activation_path::ActivationPath;
@@ -123,7 +122,7 @@ impl DraftHead for MtpHead {
                 r.hp.n_embd
             )));
         }
-        Ok(install_awake(&r.pool, || {
+        Ok(r.pool.install(|| {
             let batch = Batch::new(spans);
             let x = self.input(&batch, hidden);
             r.round_from(store, &batch, x)
