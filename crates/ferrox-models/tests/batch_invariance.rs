@@ -157,6 +157,60 @@ fn decode_with_query_heads_split_across_threads_gives_the_batched_bits() {
     }
 }
 
+/// Prompts whose first runs past two softmax chunks (256 keys each).
+fn long_prompts() -> [Vec<u32>; 9] {
+    let mut prompts = tiny_prompts();
+    prompts[0] = (0..600).map(|j| ((j * 29 + 5) % 94 + 2) as u32).collect();
+    prompts
+}
+
+/// Deep in a context one sequence's decode cuts each KV head's keys into
+/// pieces of whole chunks, each on its own task, their chunks folded after;
+/// beside eight others (or on one thread) a task takes all of them: the bits
+/// agree.
+#[test]
+fn decode_with_keys_cut_into_pieces_gives_the_whole_bits() {
+    for arch in Architecture::ALL {
+        let m = TinyModel::new(arch).load_with(4, ActivationPath::Int16);
+        check_decode_batching(&m, &long_prompts(), 40, KvElement::F16);
+        let one = TinyModel::new(arch).load_with(1, ActivationPath::Int16);
+        let decode = |m: &Transformer| {
+            let (mut cache, seqs) = prefilled(m, &long_prompts(), KvElement::F32);
+            let span = Span {
+                pages: &seqs[0],
+                start: 600,
+                tokens: &[40],
+                want: Want::Last,
+            };
+            bits(
+                m.forward(&mut cache, &[span])
+                    .unwrap()
+                    .logits
+                    .last_of(0)
+                    .unwrap(),
+            )
+        };
+        assert_eq!(decode(&m), decode(&one), "{arch:?}");
+    }
+}
+
+/// A prompt past two chunks gives the same bits in one span as in spans of
+/// 1 and 97 tokens (rows whose keys end inside a chunk, tasks whose keys
+/// start inside one).
+#[test]
+fn long_prompts_give_identical_logits_for_any_chunking() {
+    for arch in Architecture::ALL {
+        let m = TinyModel::new(arch).load_with(2, ActivationPath::Int16);
+        let prompt = &long_prompts()[0];
+        let mut cache = m.kv_store(KvElement::F16, 16).unwrap();
+        let whole = prompt_logits(&m, &mut cache, prompt, prompt.len());
+        for chunk in [1, 97] {
+            let got = prompt_logits(&m, &mut cache, prompt, chunk);
+            assert_eq!(got, whole, "{arch:?}, spans of {chunk}");
+        }
+    }
+}
+
 /// With every layer windowed, position p sees only tokens p - layers * (window - 1)
 /// and later: changing earlier tokens leaves its logits bit-identical, changing a
 /// token inside that range does not. Exercises the window mask and the window pages
