@@ -8,10 +8,11 @@
 //! order, `M` the largest `m` (or the sink's logit): the softmax, its terms
 //! grouped by chunk. A task with all of a row's keys folds its chunks as it
 //! goes; pieces of a row's keys write each chunk's record, and
-//! [`place`] folds them in the same order with the same operations, so a row
-//! gives the same bits either way.
+//! [`Shape::place`] folds them in the same order with the same operations,
+//! so a row gives the same bits either way.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use ferrox_core::ops::exp::{exp, exp_shifted};
 use ferrox_core::ops::vector::{self, scaled_dots_heads, weighted_sum_heads};
@@ -49,8 +50,9 @@ struct Work {
     stats: Vec<(f32, f32)>,
     /// One chunk's weighted sums, `[token][head][dv]`.
     chunk: Vec<f32>,
-    /// Each row's folded `l` and its `M` (a whole task).
+    /// Each row's folded `l` (a whole task).
     totals: Vec<f32>,
+    /// Each row's `M` (a whole task).
     bigs: Vec<f32>,
 }
 
@@ -66,7 +68,7 @@ impl Shape<'_> {
     }
 
     /// The keys the token at `pos` reaches inside `keys` (empty when none).
-    fn own(&self, pos: usize, keys: &std::ops::Range<usize>) -> std::ops::Range<usize> {
+    fn own(&self, pos: usize, keys: &Range<usize>) -> Range<usize> {
         let end = (pos + 1).min(keys.end);
         first_key(self.window, pos).max(keys.start).min(end)..end
     }
@@ -114,27 +116,12 @@ impl Shape<'_> {
             let at = p - keys.start;
             scaled_dots_heads(&w.queries, dk, k, self.scale, &mut w.scores, stride, at);
         });
-        // Each row's chunks: shifted by their maxima, exponentiated, summed.
         let chunks = task.chunks();
         let nc = chunks.len();
         w.stats.clear();
         for (i, row) in w.scores.chunks_exact_mut(stride).enumerate() {
             let own = self.own(slots[i / group].pos, &keys);
-            for c in chunks.clone() {
-                let (a, b) = (
-                    own.start.max(c * KEY_CHUNK),
-                    own.end.min((c + 1) * KEY_CHUNK),
-                );
-                if a >= b {
-                    w.stats.push((f32::NEG_INFINITY, 0.0));
-                    continue;
-                }
-                let sc = &mut row[a - keys.start..b - keys.start];
-                softcap(sc, self.cap);
-                let m = vector::max(sc);
-                exp_shifted(sc, m);
-                w.stats.push((m, vector::sum(sc)));
-            }
+            self.chunk_stats(row, &keys, &own, &chunks, &mut w.stats);
         }
         if task.whole {
             out.fill(0.0);
@@ -214,6 +201,35 @@ impl Shape<'_> {
         }
     }
 
+    /// One row's chunks, `(m, l)` each into `stats` (`m` minus infinity for a
+    /// chunk the row does not reach): its scores `row` (over `keys`) inside
+    /// its own keys `own`, soft-capped, shifted by the chunk's maximum and
+    /// exponentiated in place.
+    fn chunk_stats(
+        &self,
+        row: &mut [f32],
+        keys: &Range<usize>,
+        own: &Range<usize>,
+        chunks: &Range<usize>,
+        stats: &mut Vec<(f32, f32)>,
+    ) {
+        for c in chunks.clone() {
+            let (a, b) = (
+                own.start.max(c * KEY_CHUNK),
+                own.end.min((c + 1) * KEY_CHUNK),
+            );
+            if a >= b {
+                stats.push((f32::NEG_INFINITY, 0.0));
+                continue;
+            }
+            let sc = &mut row[a - keys.start..b - keys.start];
+            softcap(sc, self.cap);
+            let m = vector::max(sc);
+            exp_shifted(sc, m);
+            stats.push((m, vector::sum(sc)));
+        }
+    }
+
     /// `M`: a row's largest chunk maximum, or its head's sink logit.
     fn largest(&self, stats: &[(f32, f32)], head: usize) -> f32 {
         let m = stats.iter().fold(f32::NEG_INFINITY, |a, s| a.max(s.0));
@@ -263,30 +279,43 @@ impl Shape<'_> {
                     piece
                 })
                 .collect();
-            let record = RECORD_HEAD + dv;
-            let mut stats = Vec::new();
-            for (i, tok) in task.tokens.clone().enumerate() {
-                for h in 0..group {
-                    let r = i * group + h;
-                    let records = || {
-                        pieces.iter().flat_map(move |&(p, nc)| {
-                            p[r * nc * record..(r + 1) * nc * record].chunks_exact(record)
-                        })
-                    };
-                    stats.clear();
-                    stats.extend(records().map(|c| (c[0], c[1])));
-                    let big = self.largest(&stats, head0 + h);
-                    let to = (tok * n_heads + head0 + h) * dv;
-                    let o = &mut att[to..to + dv];
-                    o.fill(0.0);
-                    let mut l = 0.0;
-                    for c in records() {
-                        fold(o, &mut l, (c[0], c[1], &c[RECORD_HEAD..]), big);
-                    }
-                    self.finish(o, l, big, head0 + h);
-                }
-            }
+            self.fold_pieces(task, &pieces, n_heads, att);
             t += family;
+        }
+    }
+
+    /// Folds the records of one family's `pieces` (each its part of the
+    /// output and its chunk count, in key order) into `task`'s rows of `att`.
+    fn fold_pieces(
+        &self,
+        task: &Task,
+        pieces: &[(&[f32], usize)],
+        n_heads: usize,
+        att: &mut [f32],
+    ) {
+        let (dv, group, head0) = (self.dv, task.heads.len(), self.head0(task));
+        let record = RECORD_HEAD + dv;
+        let mut stats = Vec::new();
+        for (i, tok) in task.tokens.clone().enumerate() {
+            for h in 0..group {
+                let r = i * group + h;
+                let records = || {
+                    pieces.iter().flat_map(move |&(p, nc)| {
+                        p[r * nc * record..(r + 1) * nc * record].chunks_exact(record)
+                    })
+                };
+                stats.clear();
+                stats.extend(records().map(|c| (c[0], c[1])));
+                let big = self.largest(&stats, head0 + h);
+                let to = (tok * n_heads + head0 + h) * dv;
+                let o = &mut att[to..to + dv];
+                o.fill(0.0);
+                let mut l = 0.0;
+                for c in records() {
+                    fold(o, &mut l, (c[0], c[1], &c[RECORD_HEAD..]), big);
+                }
+                self.finish(o, l, big, head0 + h);
+            }
         }
     }
 }
