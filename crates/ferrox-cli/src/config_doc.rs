@@ -16,7 +16,7 @@ pub fn render(cli: &Command) -> String {
          test fails when this page and the binary disagree). A flag wins over its\n\
          environment variable; a malformed value of either is a startup error that\n\
          names it.\n\n\
-         The kernel build is chosen once per process from the CPU: `FERROX_ISA=portable|avx2|avx512|avx512vnni|neon`\n\
+         The kernel build is chosen once per process from the CPU: `FERROX_ISA=portable|avx2|avx2vnni|avx512|avx512vnni|neon`\n\
          caps it (every command; a lower build gives the same bits, slower), and\n\
          `RUST_LOG` filters `ferrox serve`'s log.\n",
     );

@@ -2,7 +2,8 @@
 //! from register-only loops (no memory): `vpdpwssd` (16-bit pairs, ferrox's
 //! exact products), `vpdpbusd` (8-bit quads, llama.cpp's products with 8-bit
 //! activations), `vfmadd231ps` (f32, the encoder's fused product: one 512-bit
-//! FMA port or two decides its rate) and, on AVX2, `vpmaddwd` + `vpaddd`.
+//! FMA port or two decides its rate), on AVX2 `vpmaddwd` + `vpaddd`, and
+//! AVX-VNNI's 256-bit `vpdpwssd` and `vpdpbusd` (the AVX2 builds' fused form).
 //! `cargo run --release -p ferrox-core --example dot_peak`. Prints GMAC/s per
 //! core, the best of 5 runs; set beside `matmul_speed`'s packed-kernel rate, it
 //! says how close the kernel runs to what its instruction allows.
@@ -17,6 +18,7 @@ fn main() {
         ($name:literal, $macs:expr, $feature:literal, $body:literal) => {{
             let has = match $feature {
                 "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+                "avxvnni" => std::arch::is_x86_feature_detected!("avxvnni"),
                 _ => {
                     std::arch::is_x86_feature_detected!("avx512f")
                         && std::arch::is_x86_feature_detected!("avx512vnni")
@@ -86,6 +88,18 @@ fn main() {
         16,
         "avx2",
         "vpmaddwd ymm10, ymm8, ymm9\nvpaddd ymm0, ymm0, ymm10\nvpmaddwd ymm11, ymm8, ymm9\nvpaddd ymm1, ymm1, ymm11\nvpmaddwd ymm12, ymm8, ymm9\nvpaddd ymm2, ymm2, ymm12\nvpmaddwd ymm13, ymm8, ymm9\nvpaddd ymm3, ymm3, ymm13\nvpmaddwd ymm14, ymm8, ymm9\nvpaddd ymm4, ymm4, ymm14\nvpmaddwd ymm15, ymm8, ymm9\nvpaddd ymm5, ymm5, ymm15\nvpmaddwd ymm10, ymm8, ymm9\nvpaddd ymm6, ymm6, ymm10\nvpmaddwd ymm11, ymm8, ymm9\nvpaddd ymm7, ymm7, ymm11"
+    );
+    peak!(
+        "vpdpwssd ymm (AVX-VNNI)",
+        16,
+        "avxvnni",
+        "{{vex}} vpdpwssd ymm0, ymm8, ymm9\n{{vex}} vpdpwssd ymm1, ymm8, ymm9\n{{vex}} vpdpwssd ymm2, ymm8, ymm9\n{{vex}} vpdpwssd ymm3, ymm8, ymm9\n{{vex}} vpdpwssd ymm4, ymm8, ymm9\n{{vex}} vpdpwssd ymm5, ymm8, ymm9\n{{vex}} vpdpwssd ymm6, ymm8, ymm9\n{{vex}} vpdpwssd ymm7, ymm8, ymm9"
+    );
+    peak!(
+        "vpdpbusd ymm (AVX-VNNI)",
+        32,
+        "avxvnni",
+        "{{vex}} vpdpbusd ymm0, ymm8, ymm9\n{{vex}} vpdpbusd ymm1, ymm8, ymm9\n{{vex}} vpdpbusd ymm2, ymm8, ymm9\n{{vex}} vpdpbusd ymm3, ymm8, ymm9\n{{vex}} vpdpbusd ymm4, ymm8, ymm9\n{{vex}} vpdpbusd ymm5, ymm8, ymm9\n{{vex}} vpdpbusd ymm6, ymm8, ymm9\n{{vex}} vpdpbusd ymm7, ymm8, ymm9"
     );
 }
 

@@ -3,9 +3,9 @@
 //! Every kernel with several builds (hand-written AVX-512 / AVX2 / NEON, the
 //! compiler-vectorized `dispatched!` bodies, the portable twin) asks
 //! [`active`] which build to run; the level is detected on first use and never
-//! changes. `FERROX_ISA` caps it (`portable`, `avx2`, `avx512`, `avx512vnni`,
-//! `neon`), so a machine with AVX-512 can run the whole engine on its AVX2
-//! builds. Tests run each kernel at every [`Level::supported`] level through
+//! changes. `FERROX_ISA` caps it (`portable`, `avx2`, `avx2vnni`, `avx512`,
+//! `avx512vnni`, `neon`), so a machine with AVX-512 can run the whole engine on
+//! its AVX2 builds. Tests run each kernel at every [`Level::supported`] level through
 //! the kernels' `*_at(level, ...)` forms, which refuse a level this CPU lacks.
 //!
 //! Every build of a kernel returns the bits of its portable twin, so the level
@@ -20,6 +20,10 @@ pub enum Level {
     Portable,
     /// x86-64 AVX2 with F16C and FMA.
     Avx2,
+    /// AVX2 plus AVX-VNNI (`vpdpwssd` on 256-bit registers, VEX-encoded):
+    /// Intel's client cores since Alder Lake, which have no AVX-512. The AVX2
+    /// builds run with the multiply-add of 16-bit pairs and its sum fused.
+    Avx2Vnni,
     /// AVX2 plus AVX-512 F, BW and VL.
     Avx512,
     /// AVX-512 plus VNNI (`vpdpwssd`).
@@ -31,7 +35,7 @@ pub enum Level {
 /// `FERROX_ISA` names no level this CPU runs.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IsaError {
-    #[error("FERROX_ISA={0:?} is not a level (portable, avx2, avx512, avx512vnni, neon)")]
+    #[error("FERROX_ISA={0:?} is not a level (portable, avx2, avx2vnni, avx512, avx512vnni, neon)")]
     Unknown(String),
     #[error("FERROX_ISA={0:?}: this CPU does not have those instructions")]
     Unsupported(String),
@@ -39,9 +43,10 @@ pub enum IsaError {
 
 impl Level {
     /// Every level, lowest first per architecture.
-    pub const ALL: [Level; 5] = [
+    pub const ALL: [Level; 6] = [
         Level::Portable,
         Level::Avx2,
+        Level::Avx2Vnni,
         Level::Avx512,
         Level::Avx512Vnni,
         Level::Neon,
@@ -52,6 +57,7 @@ impl Level {
         match self {
             Level::Portable => "portable",
             Level::Avx2 => "avx2",
+            Level::Avx2Vnni => "avx2vnni",
             Level::Avx512 => "avx512",
             Level::Avx512Vnni => "avx512vnni",
             Level::Neon => "neon",
@@ -67,6 +73,10 @@ impl Level {
                 std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("f16c")
                     && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2Vnni => {
+                Level::Avx2.runs_here() && std::arch::is_x86_feature_detected!("avxvnni")
             }
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => {
@@ -93,10 +103,16 @@ impl Level {
 
     /// The widest level this CPU runs.
     pub fn best() -> Level {
-        [Level::Avx512Vnni, Level::Avx512, Level::Avx2, Level::Neon]
-            .into_iter()
-            .find(|l| l.runs_here())
-            .unwrap_or(Level::Portable)
+        [
+            Level::Avx512Vnni,
+            Level::Avx512,
+            Level::Avx2Vnni,
+            Level::Avx2,
+            Level::Neon,
+        ]
+        .into_iter()
+        .find(|l| l.runs_here())
+        .unwrap_or(Level::Portable)
     }
 
     /// The level named `name`, if this CPU runs it.
@@ -114,7 +130,16 @@ impl Level {
 
     /// AVX2 builds may run (AVX-512 levels include AVX2).
     pub fn has_avx2(self) -> bool {
-        matches!(self, Level::Avx2 | Level::Avx512 | Level::Avx512Vnni)
+        matches!(
+            self,
+            Level::Avx2 | Level::Avx2Vnni | Level::Avx512 | Level::Avx512Vnni
+        )
+    }
+
+    /// The AVX2 builds may fuse `vpmaddwd` and `vpaddd` into AVX-VNNI's
+    /// `vpdpwssd` (the AVX-512 levels run their own builds where it matters).
+    pub fn has_avx_vnni(self) -> bool {
+        self == Level::Avx2Vnni
     }
 
     /// AVX-512 F/BW/VL builds may run.

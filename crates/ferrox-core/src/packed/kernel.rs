@@ -268,9 +268,15 @@ fn run(
         return;
     }
     #[cfg(target_arch = "x86_64")]
+    if level.has_avx_vnni() {
+        // SAFETY: as above.
+        unsafe { super::x86::group_avx2::<true>(format, group, nb, tokens, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if level.has_avx2() {
         // SAFETY: as above.
-        unsafe { super::x86::group_avx2(format, group, nb, tokens, out) };
+        unsafe { super::x86::group_avx2::<false>(format, group, nb, tokens, out) };
         return;
     }
     #[cfg(target_arch = "aarch64")]

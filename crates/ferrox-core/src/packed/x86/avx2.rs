@@ -1,9 +1,10 @@
 //! The AVX2 build of the group kernel (`packed::kernel::group_portable`): two
 //! registers of 8 rows per group, `vpmaddwd` + `vpaddd` for the exact integer
-//! sums, each line unpacked in the 8-bit domain; the invariants are those of
-//! the AVX-512 build in [`super`]. This file holds the dispatch and what the
-//! paths share (a block's lines and scales, a term's f32 operations);
-//! [`single`] multiplies one token, [`tile`] two or more.
+//! sums (fused into AVX-VNNI's `vpdpwssd` where the CPU has it: the same
+//! integers, so the same bits), each line unpacked in the 8-bit domain; the
+//! invariants are those of the AVX-512 build in [`super`]. This file holds the
+//! dispatch and what the paths share (a block's lines and scales, a term's f32
+//! operations); [`single`] multiplies one token, [`tile`] two or more.
 
 use std::arch::x86_64::*;
 
@@ -14,19 +15,68 @@ use super::{
     format_of, grid_table, is_grid,
 };
 
+/// The `asm!` lines that add the sums of `{$a}`'s and `{$b}`'s adjacent
+/// 16-bit products to `{$s}` ([`dot_add`] in an `asm!` loop): `plain` is
+/// `vpmaddwd` into `{$a}` (or into `{$tmp}`, keeping `{$a}`) then `vpaddd`;
+/// `vnni` is AVX-VNNI's `vpdpwssd`, which names `{$tmp}` in a comment only
+/// (an operand must be used).
+macro_rules! dot_add_asm {
+    (plain, $s:ident, $a:ident, $b:ident) => {
+        dot_add_asm!(plain, $s, $a, $a, $b)
+    };
+    (vnni, $s:ident, $a:ident, $b:ident) => {
+        concat!(
+            "{{vex}} vpdpwssd {",
+            stringify!($s),
+            "}, {",
+            stringify!($a),
+            "}, {",
+            stringify!($b),
+            "}",
+        )
+    };
+    (plain, $s:ident, $tmp:ident, $a:ident, $b:ident) => {
+        concat!(
+            "vpmaddwd {",
+            stringify!($tmp),
+            "}, {",
+            stringify!($a),
+            "}, {",
+            stringify!($b),
+            "}\nvpaddd {",
+            stringify!($s),
+            "}, {",
+            stringify!($s),
+            "}, {",
+            stringify!($tmp),
+            "}",
+        )
+    };
+    (vnni, $s:ident, $tmp:ident, $a:ident, $b:ident) => {
+        concat!(
+            dot_add_asm!(vnni, $s, $a, $b),
+            " # {",
+            stringify!($tmp),
+            "} unused",
+        )
+    };
+}
+
 mod single;
 mod tile;
 
-use single::single_avx2;
-use tile::{few_avx2, tile_avx2};
+use single::{single_avx2, single_avx2_vnni};
+use tile::{few_avx2, few_avx2_vnni, tile_avx2, tile_avx2_vnni};
 
 /// The AVX2 build of the group kernel: 8 rows per register (two halves of the
-/// group), `vpmaddwd` plus `vpaddd` for the exact integer sums, and the scalar
-/// twin's f32 operations in its order per row.
+/// group), `vpmaddwd` plus `vpaddd` for the exact integer sums (`VNNI`:
+/// AVX-VNNI's `vpdpwssd`, which adds the same pairs' products to the same
+/// sums), and the scalar twin's f32 operations in its order per row.
 ///
 /// # Safety
-/// The CPU must run [`crate::isa::Level::Avx2`]; the rest as for [`super::group`].
-pub unsafe fn group_avx2(
+/// The CPU must run [`crate::isa::Level::Avx2`], and
+/// [`crate::isa::Level::Avx2Vnni`] if `VNNI`; the rest as for [`super::group`].
+pub unsafe fn group_avx2<const VNNI: bool>(
     format: Format,
     g: &[u8],
     nb: usize,
@@ -40,17 +90,45 @@ pub unsafe fn group_avx2(
                 // A decode step's one token, and two tokens, keep their sums
                 // in registers and unpack each step where it is used; more
                 // tokens share a block unpacked once into L1 (`tile_avx2`).
-                match tokens.len() {
-                    1 => {
+                match (tokens.len(), VNNI) {
+                    (1, false) => {
                         single_avx2::<{ $q }, $off, $split, { $s }>(g, nb, &tokens[0], &mut out[0])
                     }
-                    2 => few_avx2::<2, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
-                    _ => tile_avx2::<{ $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    (1, true) => single_avx2_vnni::<{ $q }, $off, $split, { $s }>(
+                        g,
+                        nb,
+                        &tokens[0],
+                        &mut out[0],
+                    ),
+                    (2, false) => few_avx2::<2, { $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    (2, true) => {
+                        few_avx2_vnni::<2, { $q }, $off, $split, { $s }>(g, nb, tokens, out)
+                    }
+                    (_, false) => tile_avx2::<{ $q }, $off, $split, { $s }>(g, nb, tokens, out),
+                    (_, true) => tile_avx2_vnni::<{ $q }, $off, $split, { $s }>(g, nb, tokens, out),
                 }
             }
         };
     }
     by_format!(format, run)
+}
+
+/// `acc` plus the sums of `a`'s and `b`'s adjacent 16-bit products, per 32-bit
+/// lane: `vpmaddwd` then `vpaddd`, or AVX-VNNI's `vpdpwssd` (`VNNI`), which
+/// wraps as they do, so both give the same integers.
+///
+/// # Safety
+/// AVX2 runs, and AVX-VNNI if `VNNI` (the caller is built with it).
+#[inline(always)]
+unsafe fn dot_add<const VNNI: bool>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    // SAFETY: register operations on instructions this CPU runs (caller).
+    unsafe {
+        if VNNI {
+            _mm256_dpwssd_avx_epi32(acc, a, b)
+        } else {
+            _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+        }
+    }
 }
 
 /// 8 scales (or offsets) at `p`: f32, halves, or multipliers of `base`.

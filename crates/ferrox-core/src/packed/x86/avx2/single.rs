@@ -6,23 +6,22 @@ use std::arch::x86_64::*;
 use super::super::super::kernel::TokenActs;
 use super::super::super::{BLOCK, GROUP_ROWS};
 use super::super::{NIBBLE, NIBBLE6, format_of, prefetch_ahead, prefetches};
-use super::{Scales8, add_term, line_avx2, rows_in_order, scales_avx2};
+use super::{Scales8, add_term, dot_add, line_avx2, rows_in_order, scales_avx2};
 
 /// The `asm!` lines of [`q6_sums`] that multiply a step's values (`{v}`,
 /// 32 bytes) by the token's pair at byte `$at` of `{x}` and add the products
-/// to the sums.
+/// to the sums (`$flavor`: see `dot_add_asm!`).
 macro_rules! q6_step {
-    ($at:literal) => {
+    ($flavor:ident, $at:literal) => {
         concat!(
             "vpbroadcastd {p}, dword ptr [{x} + ",
             $at,
             "]\n",
             "vpunpcklbw {t}, {v}, {z}\n",
             "vpunpckhbw {v}, {v}, {z}\n",
-            "vpmaddwd {t}, {t}, {p}\n",
-            "vpaddd {s0}, {s0}, {t}\n",
-            "vpmaddwd {v}, {v}, {p}\n",
-            "vpaddd {s1}, {s1}, {v}",
+            dot_add_asm!($flavor, s0, t, p),
+            "\n",
+            dot_add_asm!($flavor, s1, v, p),
         )
     };
 }
@@ -41,62 +40,76 @@ macro_rules! q6_step {
 /// `bits_at`, and `a` the token's 32 values.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn q6_sums(blk: *const u8, bits_at: usize, a: *const i16, from: usize) -> [__m256i; 2] {
+unsafe fn q6_sums<const VNNI: bool>(
+    blk: *const u8,
+    bits_at: usize,
+    a: *const i16,
+    from: usize,
+) -> [__m256i; 2] {
     let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
     // SAFETY: line pairs from..from + 2 (64 bytes each, and 32 bytes of high
     // bits each) lie in the block, and their pairs (16 bytes a line pair) in
     // the token's block (caller).
     unsafe {
-        std::arch::asm!(
-            "2:",
-            "vmovdqu {b}, ymmword ptr [{hb}]",
-            // Line 2k: steps 4k (low nibbles, bits 0-1) and 4k + 1 (high
-            // nibbles, bits 2-3).
-            "vmovdqu {r}, ymmword ptr [{w}]",
-            "vpand {v}, {r}, {m4}",
-            "vpsllw {t}, {b}, 4",
-            "vpand {t}, {t}, {m6}",
-            "vpor {v}, {v}, {t}",
-            q6_step!("0"),
-            "vpsrlw {v}, {r}, 4",
-            "vpand {v}, {v}, {m4}",
-            "vpsllw {t}, {b}, 2",
-            "vpand {t}, {t}, {m6}",
-            "vpor {v}, {v}, {t}",
-            q6_step!("4"),
-            // Line 2k + 1: steps 4k + 2 (bits 4-5) and 4k + 3 (bits 6-7).
-            "vmovdqu {r}, ymmword ptr [{w} + 32]",
-            "vpand {v}, {r}, {m4}",
-            "vpand {t}, {b}, {m6}",
-            "vpor {v}, {v}, {t}",
-            q6_step!("8"),
-            "vpsrlw {v}, {r}, 4",
-            "vpand {v}, {v}, {m4}",
-            "vpsrlw {t}, {b}, 2",
-            "vpand {t}, {t}, {m6}",
-            "vpor {v}, {v}, {t}",
-            q6_step!("12"),
-            "add {w}, 64",
-            "add {hb}, 32",
-            "add {x}, 16",
-            "cmp {w}, {end}",
-            "jne 2b",
-            s0 = inout(ymm_reg) s0,
-            s1 = inout(ymm_reg) s1,
-            w = inout(reg) blk.add(64 * from) => _,
-            hb = inout(reg) blk.add(bits_at + 32 * from) => _,
-            x = inout(reg) a.add(8 * from) => _,
-            end = in(reg) blk.add(64 * (from + 2)),
-            m4 = in(ymm_reg) _mm256_set1_epi8(0x0F),
-            m6 = in(ymm_reg) _mm256_set1_epi8(0x30),
-            z = in(ymm_reg) _mm256_setzero_si256(),
-            b = out(ymm_reg) _,
-            r = out(ymm_reg) _,
-            v = out(ymm_reg) _,
-            t = out(ymm_reg) _,
-            p = out(ymm_reg) _,
-            options(pure, readonly, nostack),
-        );
+        macro_rules! sums {
+            ($flavor:ident) => {
+            std::arch::asm!(
+                "2:",
+                "vmovdqu {b}, ymmword ptr [{hb}]",
+                // Line 2k: steps 4k (low nibbles, bits 0-1) and 4k + 1 (high
+                // nibbles, bits 2-3).
+                "vmovdqu {r}, ymmword ptr [{w}]",
+                "vpand {v}, {r}, {m4}",
+                "vpsllw {t}, {b}, 4",
+                "vpand {t}, {t}, {m6}",
+                "vpor {v}, {v}, {t}",
+                q6_step!($flavor, "0"),
+                "vpsrlw {v}, {r}, 4",
+                "vpand {v}, {v}, {m4}",
+                "vpsllw {t}, {b}, 2",
+                "vpand {t}, {t}, {m6}",
+                "vpor {v}, {v}, {t}",
+                q6_step!($flavor, "4"),
+                // Line 2k + 1: steps 4k + 2 (bits 4-5) and 4k + 3 (bits 6-7).
+                "vmovdqu {r}, ymmword ptr [{w} + 32]",
+                "vpand {v}, {r}, {m4}",
+                "vpand {t}, {b}, {m6}",
+                "vpor {v}, {v}, {t}",
+                q6_step!($flavor, "8"),
+                "vpsrlw {v}, {r}, 4",
+                "vpand {v}, {v}, {m4}",
+                "vpsrlw {t}, {b}, 2",
+                "vpand {t}, {t}, {m6}",
+                "vpor {v}, {v}, {t}",
+                q6_step!($flavor, "12"),
+                "add {w}, 64",
+                "add {hb}, 32",
+                "add {x}, 16",
+                "cmp {w}, {end}",
+                "jne 2b",
+                s0 = inout(ymm_reg) s0,
+                s1 = inout(ymm_reg) s1,
+                w = inout(reg) blk.add(64 * from) => _,
+                hb = inout(reg) blk.add(bits_at + 32 * from) => _,
+                x = inout(reg) a.add(8 * from) => _,
+                end = in(reg) blk.add(64 * (from + 2)),
+                m4 = in(ymm_reg) _mm256_set1_epi8(0x0F),
+                m6 = in(ymm_reg) _mm256_set1_epi8(0x30),
+                z = in(ymm_reg) _mm256_setzero_si256(),
+                b = out(ymm_reg) _,
+                r = out(ymm_reg) _,
+                v = out(ymm_reg) _,
+                t = out(ymm_reg) _,
+                p = out(ymm_reg) _,
+                options(pure, readonly, nostack),
+            );
+            };
+        }
+        if VNNI {
+            sums!(vnni);
+        } else {
+            sums!(plain);
+        }
     }
     [s0, s1]
 }
@@ -116,7 +129,7 @@ unsafe fn q6_sums(blk: *const u8, bits_at: usize, a: *const i16, from: usize) ->
 /// token's 32 values.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn nibble_sums(blk: *const u8, a: *const i16) -> [__m256i; 2] {
+unsafe fn nibble_sums<const VNNI: bool>(blk: *const u8, a: *const i16) -> [__m256i; 2] {
     let (mut s0, mut s1, mut s2, mut s3) = (
         _mm256_setzero_si256(),
         _mm256_setzero_si256(),
@@ -126,44 +139,49 @@ unsafe fn nibble_sums(blk: *const u8, a: *const i16) -> [__m256i; 2] {
     // SAFETY: the block's 8 lines (32 bytes each) and the token's 16 pairs are
     // read, nothing else (caller).
     unsafe {
-        std::arch::asm!(
-            "2:",
-            "vpmovzxbw {w0}, xmmword ptr [{w}]",
-            "vpmovzxbw {w1}, xmmword ptr [{w} + 16]",
-            "vpbroadcastd {p0}, dword ptr [{x}]",
-            "vpbroadcastd {p1}, dword ptr [{x} + 4]",
-            "vpand {l0}, {w0}, {m}",
-            "vpand {l1}, {w1}, {m}",
-            "vpsrlw {w0}, {w0}, 4",
-            "vpsrlw {w1}, {w1}, 4",
-            "vpmaddwd {l0}, {l0}, {p0}",
-            "vpaddd {s0}, {s0}, {l0}",
-            "vpmaddwd {l1}, {l1}, {p0}",
-            "vpaddd {s1}, {s1}, {l1}",
-            "vpmaddwd {w0}, {w0}, {p1}",
-            "vpaddd {s2}, {s2}, {w0}",
-            "vpmaddwd {w1}, {w1}, {p1}",
-            "vpaddd {s3}, {s3}, {w1}",
-            "add {w}, 32",
-            "add {x}, 8",
-            "cmp {w}, {end}",
-            "jne 2b",
-            s0 = inout(ymm_reg) s0,
-            s1 = inout(ymm_reg) s1,
-            s2 = inout(ymm_reg) s2,
-            s3 = inout(ymm_reg) s3,
-            w = inout(reg) blk => _,
-            x = inout(reg) a => _,
-            end = in(reg) blk.add(32 * 8),
-            m = in(ymm_reg) _mm256_set1_epi16(0x0F),
-            w0 = out(ymm_reg) _,
-            w1 = out(ymm_reg) _,
-            l0 = out(ymm_reg) _,
-            l1 = out(ymm_reg) _,
-            p0 = out(ymm_reg) _,
-            p1 = out(ymm_reg) _,
-            options(pure, readonly, nostack),
-        );
+        macro_rules! sums {
+            ($flavor:ident) => {
+                std::arch::asm!(
+                    "2:",
+                    "vpmovzxbw {w0}, xmmword ptr [{w}]",
+                    "vpmovzxbw {w1}, xmmword ptr [{w} + 16]",
+                    "vpbroadcastd {p0}, dword ptr [{x}]",
+                    "vpbroadcastd {p1}, dword ptr [{x} + 4]",
+                    "vpand {l0}, {w0}, {m}",
+                    "vpand {l1}, {w1}, {m}",
+                    "vpsrlw {w0}, {w0}, 4",
+                    "vpsrlw {w1}, {w1}, 4",
+                    dot_add_asm!($flavor, s0, l0, p0),
+                    dot_add_asm!($flavor, s1, l1, p0),
+                    dot_add_asm!($flavor, s2, w0, p1),
+                    dot_add_asm!($flavor, s3, w1, p1),
+                    "add {w}, 32",
+                    "add {x}, 8",
+                    "cmp {w}, {end}",
+                    "jne 2b",
+                    s0 = inout(ymm_reg) s0,
+                    s1 = inout(ymm_reg) s1,
+                    s2 = inout(ymm_reg) s2,
+                    s3 = inout(ymm_reg) s3,
+                    w = inout(reg) blk => _,
+                    x = inout(reg) a => _,
+                    end = in(reg) blk.add(32 * 8),
+                    m = in(ymm_reg) _mm256_set1_epi16(0x0F),
+                    w0 = out(ymm_reg) _,
+                    w1 = out(ymm_reg) _,
+                    l0 = out(ymm_reg) _,
+                    l1 = out(ymm_reg) _,
+                    p0 = out(ymm_reg) _,
+                    p1 = out(ymm_reg) _,
+                    options(pure, readonly, nostack),
+                );
+            };
+        }
+        if VNNI {
+            sums!(vnni);
+        } else {
+            sums!(plain);
+        }
         [_mm256_add_epi32(s0, s2), _mm256_add_epi32(s1, s3)]
     }
 }
@@ -218,7 +236,13 @@ unsafe fn block_term<const OFF: bool, const SPLIT: bool>(
 /// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)` and `a`
 /// the token's 32 values.
 #[inline(always)]
-unsafe fn half_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+unsafe fn half_sums<
+    const VNNI: bool,
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const S: u8,
+>(
     blk: *const u8,
     a: *const i16,
     q: usize,
@@ -233,8 +257,8 @@ unsafe fn half_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
                 for (e, parts) in steps.iter().enumerate() {
                     let pair =
                         _mm256_set1_epi32(a.add(2 * (2 * c + e)).cast::<i32>().read_unaligned());
-                    sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(parts[0], pair));
-                    sum[1] = _mm256_add_epi32(sum[1], _mm256_madd_epi16(parts[1], pair));
+                    sum[0] = dot_add::<VNNI>(sum[0], parts[0], pair);
+                    sum[1] = dot_add::<VNNI>(sum[1], parts[1], pair);
                 }
             }
         }
@@ -251,7 +275,13 @@ unsafe fn half_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8
 /// AVX2 runs; `blk` holds a whole block of format `(Q, OFF, SPLIT, S)`, `a`
 /// the token's 32 values and `hs` their two half sums.
 #[inline(always)]
-unsafe fn single_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+unsafe fn single_sums<
+    const VNNI: bool,
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const S: u8,
+>(
     blk: *const u8,
     a: *const i16,
     hs: *const i32,
@@ -260,17 +290,17 @@ unsafe fn single_sums<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     unsafe {
         match Q {
             // Row order already.
-            NIBBLE => [nibble_sums(blk, a), [_mm256_setzero_si256(); 2]],
+            NIBBLE => [nibble_sums::<VNNI>(blk, a), [_mm256_setzero_si256(); 2]],
             NIBBLE6 => {
                 let bits_at = format_of(Q, OFF, SPLIT, S).bits_at();
                 [
-                    rows_in_order(less_bias(q6_sums(blk, bits_at, a, 0), *hs)),
-                    rows_in_order(less_bias(q6_sums(blk, bits_at, a, 2), *hs.add(1))),
+                    rows_in_order(less_bias(q6_sums::<VNNI>(blk, bits_at, a, 0), *hs)),
+                    rows_in_order(less_bias(q6_sums::<VNNI>(blk, bits_at, a, 2), *hs.add(1))),
                 ]
             }
             _ => [
-                rows_in_order(half_sums::<Q, OFF, SPLIT, S>(blk, a, 0)),
-                rows_in_order(half_sums::<Q, OFF, SPLIT, S>(blk, a, 1)),
+                rows_in_order(half_sums::<VNNI, Q, OFF, SPLIT, S>(blk, a, 0)),
+                rows_in_order(half_sums::<VNNI, Q, OFF, SPLIT, S>(blk, a, 1)),
             ],
         }
     }
@@ -292,6 +322,9 @@ unsafe fn less_bias(sums: [__m256i; 2], half_sum: i32) -> [__m256i; 2] {
 
 /// One token (a decode step): each line is unpacked where it is used and the
 /// sums stay in registers.
+///
+/// # Safety
+/// As for [`super::group_avx2`], with one token.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     g: &[u8],
@@ -299,9 +332,45 @@ pub(super) unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool
     tok: &TokenActs<'_>,
     out: &mut [f32; GROUP_ROWS],
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { single::<false, Q, OFF, SPLIT, S>(g, nb, tok, out) }
+}
+
+/// [`single_avx2`] with AVX-VNNI's `vpdpwssd`.
+///
+/// # Safety
+/// As for [`single_avx2`], and the CPU runs AVX-VNNI.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+pub(super) unsafe fn single_avx2_vnni<
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const S: u8,
+>(
+    g: &[u8],
+    nb: usize,
+    tok: &TokenActs<'_>,
+    out: &mut [f32; GROUP_ROWS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { single::<true, Q, OFF, SPLIT, S>(g, nb, tok, out) }
+}
+
+/// The body of [`single_avx2`] and [`single_avx2_vnni`].
+///
+/// # Safety
+/// As for [`single_avx2_vnni`] if `VNNI`, else [`single_avx2`].
+#[inline(always)]
+unsafe fn single<const VNNI: bool, const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+    g: &[u8],
+    nb: usize,
+    tok: &TokenActs<'_>,
+    out: &mut [f32; GROUP_ROWS],
+) {
     let format = format_of(Q, OFF, SPLIT, S);
     let prefetch = prefetches(format);
-    let mut acc = [_mm256_setzero_ps(); 2];
+    // SAFETY: AVX2 runs (caller).
+    let mut acc = unsafe { [_mm256_setzero_ps(); 2] };
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..], the
     // token's values at qa[32 b..32 b + 32] and its half sums at hs[2 b..2 b +
     // 2], all in bounds for b < nb (the caller's contract).
@@ -310,7 +379,8 @@ pub(super) unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool
             let blk = g.as_ptr().add(format.block_at(b));
             prefetch_ahead(prefetch, format, blk);
             let a = tok.qa.as_ptr().add(BLOCK * b);
-            let [lo, hi] = single_sums::<Q, OFF, SPLIT, S>(blk, a, tok.hs.as_ptr().add(2 * b));
+            let [lo, hi] =
+                single_sums::<VNNI, Q, OFF, SPLIT, S>(blk, a, tok.hs.as_ptr().add(2 * b));
             for (h, acc) in acc.iter_mut().enumerate() {
                 let sc = scales_avx2::<Q, OFF, SPLIT, S>(g, blk, b, h);
                 *acc = block_term::<OFF, SPLIT>(*acc, lo[h], hi[h], &sc, tok, b);

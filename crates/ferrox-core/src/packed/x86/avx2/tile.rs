@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 use super::super::super::kernel::{TOKEN_TILE, TokenActs};
 use super::super::super::{BLOCK, GROUP_ROWS};
 use super::super::{format_of, prefetch_ahead, prefetches};
-use super::{add_term, line_avx2, scales_avx2};
+use super::{add_term, dot_add, line_avx2, scales_avx2};
 
 /// The exact sums of `K` tokens' values over lines `FROM..TO` of the block at
 /// `blk` (steps `2 FROM..2 TO`), token `t`'s block at `a[t]`, in part order
@@ -19,6 +19,7 @@ use super::{add_term, line_avx2, scales_avx2};
 /// `a[..K]` point at the tokens' 32 values.
 #[inline(always)]
 unsafe fn few_sums<
+    const VNNI: bool,
     const K: usize,
     const FROM: usize,
     const TO: usize,
@@ -50,8 +51,8 @@ unsafe fn few_sums<
                         let pair = _mm256_set1_epi32(
                             a.add(2 * (2 * c + e)).cast::<i32>().read_unaligned(),
                         );
-                        sum[0] = _mm256_add_epi32(sum[0], _mm256_madd_epi16(parts[0], pair));
-                        sum[1] = _mm256_add_epi32(sum[1], _mm256_madd_epi16(parts[1], pair));
+                        sum[0] = dot_add::<VNNI>(sum[0], parts[0], pair);
+                        sum[1] = dot_add::<VNNI>(sum[1], parts[1], pair);
                     }
                 }
             }
@@ -89,6 +90,49 @@ pub(super) unsafe fn few_avx2<
     tokens: &[TokenActs<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { few::<false, K, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
+}
+
+/// [`few_avx2`] with AVX-VNNI's `vpdpwssd`.
+///
+/// # Safety
+/// As for [`few_avx2`], and the CPU runs AVX-VNNI.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+pub(super) unsafe fn few_avx2_vnni<
+    const K: usize,
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const S: u8,
+>(
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { few::<true, K, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
+}
+
+/// The body of [`few_avx2`] and [`few_avx2_vnni`].
+///
+/// # Safety
+/// As for [`few_avx2_vnni`] if `VNNI`, else [`few_avx2`].
+#[inline(always)]
+unsafe fn few<
+    const VNNI: bool,
+    const K: usize,
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const S: u8,
+>(
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     assert!(
         tokens.len() == K && out.len() >= K && K <= SUB_TILE,
         "{} tokens in a call for {K}",
@@ -97,7 +141,8 @@ pub(super) unsafe fn few_avx2<
     let format = format_of(Q, OFF, SPLIT, S);
     let prefetch = prefetches(format);
     let rows = TokenRows::new::<SPLIT>(tokens);
-    let mut acc = [[_mm256_setzero_ps(); 2]; K];
+    // SAFETY: AVX2 runs (caller).
+    let mut acc = unsafe { [[_mm256_setzero_ps(); 2]; K] };
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and
     // each token's values at qa[32 b..32 b + 32], both in bounds for b < nb
     // (the caller's contract); the K tokens are rows 0..K of `rows`.
@@ -109,12 +154,12 @@ pub(super) unsafe fn few_avx2<
                 std::array::from_fn(|t| rows.qa.get_unchecked(t).add(BLOCK * b));
             let sc = part_scales::<Q, OFF, SPLIT, S>(g, blk, b);
             if SPLIT {
-                let lo = few_sums::<K, 0, 4, Q, OFF, SPLIT, S>(blk, &a);
+                let lo = few_sums::<VNNI, K, 0, 4, Q, OFF, SPLIT, S>(blk, &a);
                 add_half::<K, OFF, SPLIT>(&mut acc, &rows, 0, K, &lo, &sc, b, 0);
-                let hi = few_sums::<K, 4, 8, Q, OFF, SPLIT, S>(blk, &a);
+                let hi = few_sums::<VNNI, K, 4, 8, Q, OFF, SPLIT, S>(blk, &a);
                 add_half::<K, OFF, SPLIT>(&mut acc, &rows, 0, K, &hi, &sc, b, 1);
             } else {
-                let sums = few_sums::<K, 0, 8, Q, OFF, SPLIT, S>(blk, &a);
+                let sums = few_sums::<VNNI, K, 0, 8, Q, OFF, SPLIT, S>(blk, &a);
                 add_half::<K, OFF, SPLIT>(&mut acc, &rows, 0, K, &sums, &sc, b, 0);
             }
         }
@@ -195,10 +240,11 @@ macro_rules! tile_sums {
         $(#[$doc])*
         ///
         /// # Safety
-        /// AVX2 runs; each `a[k]` used points at a token's 32 values.
+        /// AVX2 runs, and AVX-VNNI if `VNNI`; each `a[k]` used points at a
+        /// token's 32 values.
         #[inline]
         #[target_feature(enable = "avx2")]
-        unsafe fn $name<const FROM: usize, const TO: usize>(
+        unsafe fn $name<const VNNI: bool, const FROM: usize, const TO: usize>(
             steps: &[[__m256i; 16]; 2],
             a: &[*const i16; SUB_TILE],
         ) -> [[__m256i; 2]; SUB_TILE] {
@@ -208,34 +254,41 @@ macro_rules! tile_sums {
             // FROM..TO of each token's block (4 bytes at a[k] + 4 p): in
             // bounds (caller).
             unsafe {
-                std::arch::asm!(
-                    "2:",
-                    "vmovdqa {w0}, ymmword ptr [{s} + 8*{i}]",
-                    "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 512]",
-                    $(
-                        concat!("vpbroadcastd {t}, dword ptr [{", stringify!($a), "} + {i}]"),
-                        "vpmaddwd {x}, {w0}, {t}",
-                        concat!("vpaddd {", stringify!($s0), "}, {", stringify!($s0), "}, {x}"),
-                        "vpmaddwd {t}, {w1}, {t}",
-                        concat!("vpaddd {", stringify!($s1), "}, {", stringify!($s1), "}, {t}"),
-                    )+
-                    "add {i}, 4",
-                    "cmp {i}, {end}",
-                    "jne 2b",
-                    $(
-                        $s0 = inout(ymm_reg) s[$k][0],
-                        $s1 = inout(ymm_reg) s[$k][1],
-                        $a = in(reg) a[$k],
-                    )+
-                    w0 = out(ymm_reg) _,
-                    w1 = out(ymm_reg) _,
-                    t = out(ymm_reg) _,
-                    x = out(ymm_reg) _,
-                    s = in(reg) steps.as_ptr(),
-                    i = inout(reg) 4 * FROM => _,
-                    end = in(reg) 4 * TO,
-                    options(pure, readonly, nostack),
-                );
+                macro_rules! sums {
+                    ($flavor:ident) => {
+                        std::arch::asm!(
+                            "2:",
+                            "vmovdqa {w0}, ymmword ptr [{s} + 8*{i}]",
+                            "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 512]",
+                            $(
+                                concat!("vpbroadcastd {t}, dword ptr [{", stringify!($a), "} + {i}]"),
+                                dot_add_asm!($flavor, $s0, x, w0, t),
+                                dot_add_asm!($flavor, $s1, t, w1, t),
+                            )+
+                            "add {i}, 4",
+                            "cmp {i}, {end}",
+                            "jne 2b",
+                            $(
+                                $s0 = inout(ymm_reg) s[$k][0],
+                                $s1 = inout(ymm_reg) s[$k][1],
+                                $a = in(reg) a[$k],
+                            )+
+                            w0 = out(ymm_reg) _,
+                            w1 = out(ymm_reg) _,
+                            t = out(ymm_reg) _,
+                            x = out(ymm_reg) _,
+                            s = in(reg) steps.as_ptr(),
+                            i = inout(reg) 4 * FROM => _,
+                            end = in(reg) 4 * TO,
+                            options(pure, readonly, nostack),
+                        );
+                    };
+                }
+                if VNNI {
+            sums!(vnni);
+        } else {
+            sums!(plain);
+        }
             }
             s
         }
@@ -269,17 +322,17 @@ tile_sums!(
 /// # Safety
 /// AVX2 runs; `a[..K]` point at the tokens' 32 values.
 #[inline(always)]
-unsafe fn tile_sums<const K: usize, const FROM: usize, const TO: usize>(
+unsafe fn tile_sums<const VNNI: bool, const K: usize, const FROM: usize, const TO: usize>(
     steps: &[[__m256i; 16]; 2],
     a: &[*const i16; SUB_TILE],
 ) -> [[__m256i; 2]; SUB_TILE] {
     // SAFETY: the caller's contract.
     unsafe {
         match K {
-            1 => sums1::<FROM, TO>(steps, a),
-            2 => sums2::<FROM, TO>(steps, a),
-            3 => sums3::<FROM, TO>(steps, a),
-            _ => sums4::<FROM, TO>(steps, a),
+            1 => sums1::<VNNI, FROM, TO>(steps, a),
+            2 => sums2::<VNNI, FROM, TO>(steps, a),
+            3 => sums3::<VNNI, FROM, TO>(steps, a),
+            _ => sums4::<VNNI, FROM, TO>(steps, a),
         }
     }
 }
@@ -294,7 +347,7 @@ unsafe fn tile_sums<const K: usize, const FROM: usize, const TO: usize>(
 /// block `b`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn sub_tile<const K: usize, const OFF: bool, const SPLIT: bool>(
+unsafe fn sub_tile<const VNNI: bool, const K: usize, const OFF: bool, const SPLIT: bool>(
     acc: &mut [[__m256; 2]; TOKEN_TILE],
     rows: &TokenRows,
     t0: usize,
@@ -306,12 +359,12 @@ unsafe fn sub_tile<const K: usize, const OFF: bool, const SPLIT: bool>(
     // SAFETY: the caller's contract.
     unsafe {
         if SPLIT {
-            let lo = tile_sums::<K, 0, 8>(steps, a);
+            let lo = tile_sums::<VNNI, K, 0, 8>(steps, a);
             add_half::<TOKEN_TILE, OFF, SPLIT>(acc, rows, t0, K, &lo, sc, b, 0);
-            let hi = tile_sums::<K, 8, 16>(steps, a);
+            let hi = tile_sums::<VNNI, K, 8, 16>(steps, a);
             add_half::<TOKEN_TILE, OFF, SPLIT>(acc, rows, t0, K, &hi, sc, b, 1);
         } else {
-            let sums = tile_sums::<K, 0, 16>(steps, a);
+            let sums = tile_sums::<VNNI, K, 0, 16>(steps, a);
             add_half::<TOKEN_TILE, OFF, SPLIT>(acc, rows, t0, K, &sums, sc, b, 0);
         }
     }
@@ -398,8 +451,46 @@ unsafe fn add_half<const N: usize, const OFF: bool, const SPLIT: bool>(
 /// (Each part of the rows on its own broadcast every activation pair twice:
 /// Q6_K ran at 38 GMAC/s a thread on a Zen 4, 51 without it.) Sums, scales and
 /// accumulators stay in part order; rows are put in order once, at the end.
+///
+/// # Safety
+/// As for [`super::group_avx2`].
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { tile::<false, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
+}
+
+/// [`tile_avx2`] with AVX-VNNI's `vpdpwssd`.
+///
+/// # Safety
+/// As for [`tile_avx2`], and the CPU runs AVX-VNNI.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+pub(super) unsafe fn tile_avx2_vnni<
+    const Q: u8,
+    const OFF: bool,
+    const SPLIT: bool,
+    const S: u8,
+>(
+    g: &[u8],
+    nb: usize,
+    tokens: &[TokenActs<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { tile::<true, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
+}
+
+/// The body of [`tile_avx2`] and [`tile_avx2_vnni`].
+///
+/// # Safety
+/// As for [`tile_avx2_vnni`] if `VNNI`, else [`tile_avx2`].
+#[inline(always)]
+unsafe fn tile<const VNNI: bool, const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
     g: &[u8],
     nb: usize,
     tokens: &[TokenActs<'_>],
@@ -414,9 +505,11 @@ pub(super) unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, 
     let format = format_of(Q, OFF, SPLIT, S);
     let prefetch = prefetches(format);
     let rows = TokenRows::new::<SPLIT>(tokens);
-    let mut acc = [[_mm256_setzero_ps(); 2]; TOKEN_TILE];
+    // SAFETY: AVX2 runs (caller).
+    let mut acc = unsafe { [[_mm256_setzero_ps(); 2]; TOKEN_TILE] };
     // steps[part][p]: step p of the rows of `part` (see `line_avx2`).
-    let mut steps = [[_mm256_setzero_si256(); 16]; 2];
+    // SAFETY: AVX2 runs (caller).
+    let mut steps = unsafe { [[_mm256_setzero_si256(); 16]; 2] };
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token
     // values at qa[32 b..32 b + 32], both in bounds for b < nb (the caller's
     // contract); a sub-tile starts at a multiple t0 < n <= TOKEN_TILE of
@@ -439,10 +532,10 @@ pub(super) unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, 
                     std::array::from_fn(|i| rows.qa.get_unchecked(t0 + i).add(BLOCK * b));
                 let (acc, sc) = (&mut acc, &sc);
                 match n - t0 {
-                    1 => sub_tile::<1, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
-                    2 => sub_tile::<2, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
-                    3 => sub_tile::<3, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
-                    _ => sub_tile::<SUB_TILE, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
+                    1 => sub_tile::<VNNI, 1, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
+                    2 => sub_tile::<VNNI, 2, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
+                    3 => sub_tile::<VNNI, 3, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
+                    _ => sub_tile::<VNNI, SUB_TILE, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
                 }
             }
         }
