@@ -1,6 +1,7 @@
 //! The AVX2 build's product of two tokens and more: two tokens unpack each
 //! line in registers ([`few_avx2`]); more share a block unpacked once into L1
-//! ([`tile_avx2`]), [`SUB_TILE`] tokens' sums at a time in registers.
+//! ([`tile_avx2`]), [`SUB_TILE`] tokens' sums at a time in registers
+//! ([`VNNI_SUB_TILE`] with AVX-VNNI).
 
 use std::arch::x86_64::*;
 
@@ -177,6 +178,12 @@ unsafe fn few<
 /// the stack).
 const SUB_TILE: usize = 4;
 
+/// Tokens a register tile sums at once with AVX-VNNI: each token's 16 rows
+/// take 4 registers (`tile_sums_vnni!`), so 3 tokens and a step's three
+/// working registers fill the 16. At most [`SUB_TILE`], which sizes the
+/// sub-tiles' arrays.
+const VNNI_SUB_TILE: usize = 3;
+
 /// Two registers of 8 rows (rows 0..8, 8..16) in [`line_avx2`]'s part order
 /// (part 0 rows 0..4 and 8..12, part 1 rows 4..8 and 12..16), or back: the
 /// permutation is its own inverse.
@@ -240,11 +247,10 @@ macro_rules! tile_sums {
         $(#[$doc])*
         ///
         /// # Safety
-        /// AVX2 runs, and AVX-VNNI if `VNNI`; each `a[k]` used points at a
-        /// token's 32 values.
+        /// AVX2 runs; each `a[k]` used points at a token's 32 values.
         #[inline]
         #[target_feature(enable = "avx2")]
-        unsafe fn $name<const VNNI: bool, const FROM: usize, const TO: usize>(
+        unsafe fn $name<const FROM: usize, const TO: usize>(
             steps: &[[__m256i; 16]; 2],
             a: &[*const i16; SUB_TILE],
         ) -> [[__m256i; 2]; SUB_TILE] {
@@ -254,41 +260,34 @@ macro_rules! tile_sums {
             // FROM..TO of each token's block (4 bytes at a[k] + 4 p): in
             // bounds (caller).
             unsafe {
-                macro_rules! sums {
-                    ($flavor:ident) => {
-                        std::arch::asm!(
-                            "2:",
-                            "vmovdqa {w0}, ymmword ptr [{s} + 8*{i}]",
-                            "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 512]",
-                            $(
-                                concat!("vpbroadcastd {t}, dword ptr [{", stringify!($a), "} + {i}]"),
-                                dot_add_asm!($flavor, $s0, x, w0, t),
-                                dot_add_asm!($flavor, $s1, t, w1, t),
-                            )+
-                            "add {i}, 4",
-                            "cmp {i}, {end}",
-                            "jne 2b",
-                            $(
-                                $s0 = inout(ymm_reg) s[$k][0],
-                                $s1 = inout(ymm_reg) s[$k][1],
-                                $a = in(reg) a[$k],
-                            )+
-                            w0 = out(ymm_reg) _,
-                            w1 = out(ymm_reg) _,
-                            t = out(ymm_reg) _,
-                            x = out(ymm_reg) _,
-                            s = in(reg) steps.as_ptr(),
-                            i = inout(reg) 4 * FROM => _,
-                            end = in(reg) 4 * TO,
-                            options(pure, readonly, nostack),
-                        );
-                    };
-                }
-                if VNNI {
-            sums!(vnni);
-        } else {
-            sums!(plain);
-        }
+                std::arch::asm!(
+                    "2:",
+                    "vmovdqa {w0}, ymmword ptr [{s} + 8*{i}]",
+                    "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 512]",
+                    $(
+                        concat!("vpbroadcastd {t}, dword ptr [{", stringify!($a), "} + {i}]"),
+                        "vpmaddwd {x}, {w0}, {t}",
+                        concat!("vpaddd {", stringify!($s0), "}, {", stringify!($s0), "}, {x}"),
+                        "vpmaddwd {t}, {w1}, {t}",
+                        concat!("vpaddd {", stringify!($s1), "}, {", stringify!($s1), "}, {t}"),
+                    )+
+                    "add {i}, 4",
+                    "cmp {i}, {end}",
+                    "jne 2b",
+                    $(
+                        $s0 = inout(ymm_reg) s[$k][0],
+                        $s1 = inout(ymm_reg) s[$k][1],
+                        $a = in(reg) a[$k],
+                    )+
+                    w0 = out(ymm_reg) _,
+                    w1 = out(ymm_reg) _,
+                    t = out(ymm_reg) _,
+                    x = out(ymm_reg) _,
+                    s = in(reg) steps.as_ptr(),
+                    i = inout(reg) 4 * FROM => _,
+                    end = in(reg) 4 * TO,
+                    options(pure, readonly, nostack),
+                );
             }
             s
         }
@@ -316,8 +315,91 @@ tile_sums!(
     sums1: 0 => s00, s01, a0
 );
 
-/// The sums of a sub-tile's first `K` tokens (1 to [`SUB_TILE`]), each count
-/// its own loop.
+/// Defines `$name::<FROM, TO>(steps, a)`: [`tile_sums!`]'s sums with
+/// AVX-VNNI, each token's sums in two sets of registers, one for the even
+/// steps and one for the odd, added at the end (the same integers): one set
+/// would chain each register's `vpdpwssd`s, five cycles apart, and at four
+/// tokens the loop waits on them.
+macro_rules! tile_sums_vnni {
+    ($(#[$doc:meta])* $name:ident: $($k:literal => $e0:ident, $e1:ident, $o0:ident, $o1:ident, $a:ident);+) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// AVX2 and AVX-VNNI run; each `a[k]` used points at a token's 32
+        /// values.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $name<const FROM: usize, const TO: usize>(
+            steps: &[[__m256i; 16]; 2],
+            a: &[*const i16; SUB_TILE],
+        ) -> [[__m256i; 2]; SUB_TILE] {
+            const { assert!(FROM < TO && TO <= 16 && FROM % 2 == 0 && TO % 2 == 0) };
+            let mut s = [[_mm256_setzero_si256(); 2]; SUB_TILE];
+            let mut odd = [[_mm256_setzero_si256(); 2]; SUB_TILE];
+            // SAFETY: the loop reads steps FROM..TO of `steps` and pairs
+            // FROM..TO of each token's block: in bounds (caller).
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    "vmovdqa {w0}, ymmword ptr [{s} + 8*{i}]",
+                    "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 512]",
+                    $(
+                        concat!("vpbroadcastd {t}, dword ptr [{", stringify!($a), "} + {i}]"),
+                        dot_add_asm!(vnni, $e0, w0, t),
+                        dot_add_asm!(vnni, $e1, w1, t),
+                    )+
+                    "vmovdqa {w0}, ymmword ptr [{s} + 8*{i} + 32]",
+                    "vmovdqa {w1}, ymmword ptr [{s} + 8*{i} + 544]",
+                    $(
+                        concat!("vpbroadcastd {t}, dword ptr [{", stringify!($a), "} + {i} + 4]"),
+                        dot_add_asm!(vnni, $o0, w0, t),
+                        dot_add_asm!(vnni, $o1, w1, t),
+                    )+
+                    "add {i}, 8",
+                    "cmp {i}, {end}",
+                    "jne 2b",
+                    $(
+                        $e0 = inout(ymm_reg) s[$k][0],
+                        $e1 = inout(ymm_reg) s[$k][1],
+                        $o0 = inout(ymm_reg) odd[$k][0],
+                        $o1 = inout(ymm_reg) odd[$k][1],
+                        $a = in(reg) a[$k],
+                    )+
+                    w0 = out(ymm_reg) _,
+                    w1 = out(ymm_reg) _,
+                    t = out(ymm_reg) _,
+                    s = in(reg) steps.as_ptr(),
+                    i = inout(reg) 4 * FROM => _,
+                    end = in(reg) 4 * TO,
+                    options(pure, readonly, nostack),
+                );
+                for (s, odd) in s.iter_mut().zip(odd) {
+                    s[0] = _mm256_add_epi32(s[0], odd[0]);
+                    s[1] = _mm256_add_epi32(s[1], odd[1]);
+                }
+            }
+            s
+        }
+    };
+}
+
+tile_sums_vnni!(
+    /// Three tokens: a whole sub-tile with AVX-VNNI.
+    vnni3: 0 => e00, e01, o00, o01, a0; 1 => e10, e11, o10, o11, a1; 2 => e20, e21, o20, o21, a2
+);
+
+tile_sums_vnni!(
+    /// Two tokens.
+    vnni2: 0 => e00, e01, o00, o01, a0; 1 => e10, e11, o10, o11, a1
+);
+
+tile_sums_vnni!(
+    /// One token.
+    vnni1: 0 => e00, e01, o00, o01, a0
+);
+
+/// The sums of a sub-tile's first `K` tokens (1 to [`SUB_TILE`], to
+/// [`VNNI_SUB_TILE`] with AVX-VNNI), each count its own loop.
 ///
 /// # Safety
 /// AVX2 runs; `a[..K]` point at the tokens' 32 values.
@@ -328,11 +410,19 @@ unsafe fn tile_sums<const VNNI: bool, const K: usize, const FROM: usize, const T
 ) -> [[__m256i; 2]; SUB_TILE] {
     // SAFETY: the caller's contract.
     unsafe {
+        if VNNI {
+            assert!(K <= VNNI_SUB_TILE, "{K} tokens in a sub-tile of AVX-VNNI's");
+            return match K {
+                1 => vnni1::<FROM, TO>(steps, a),
+                2 => vnni2::<FROM, TO>(steps, a),
+                _ => vnni3::<FROM, TO>(steps, a),
+            };
+        }
         match K {
-            1 => sums1::<VNNI, FROM, TO>(steps, a),
-            2 => sums2::<VNNI, FROM, TO>(steps, a),
-            3 => sums3::<VNNI, FROM, TO>(steps, a),
-            _ => sums4::<VNNI, FROM, TO>(steps, a),
+            1 => sums1::<FROM, TO>(steps, a),
+            2 => sums2::<FROM, TO>(steps, a),
+            3 => sums3::<FROM, TO>(steps, a),
+            _ => sums4::<FROM, TO>(steps, a),
         }
     }
 }
@@ -444,8 +534,8 @@ unsafe fn add_half<const N: usize, const OFF: bool, const SPLIT: bool>(
 }
 
 /// Several tokens: each block is unpacked once into 1 KiB of 16-bit steps
-/// (L1), then multiplied [`SUB_TILE`] tokens at a time with every sum in a
-/// register. A split format's two halves (steps 0..8, then 8..16) run in
+/// (L1), then multiplied [`SUB_TILE`] tokens at a time ([`VNNI_SUB_TILE`]
+/// with AVX-VNNI) with every sum in a register. A split format's two halves (steps 0..8, then 8..16) run in
 /// turn, each half's term added to the token's accumulators as soon as its
 /// sums are done, as the twin adds the first half's term, then the second's.
 /// (Each part of the rows on its own broadcast every activation pair twice:
@@ -501,20 +591,19 @@ unsafe fn tile<const VNNI: bool, const Q: u8, const OFF: bool, const SPLIT: bool
         (1..=TOKEN_TILE).contains(&n),
         "{n} tokens in one group call"
     );
-    const { assert!(TOKEN_TILE.is_multiple_of(SUB_TILE)) };
     let format = format_of(Q, OFF, SPLIT, S);
     let prefetch = prefetches(format);
     let rows = TokenRows::new::<SPLIT>(tokens);
     // SAFETY: AVX2 runs (caller).
     let mut acc = unsafe { [[_mm256_setzero_ps(); 2]; TOKEN_TILE] };
-    // steps[part][p]: step p of the rows of `part` (see `line_avx2`).
+    // steps[part][p]: step p of the rows of `part` (see `line_avx2`);
     // SAFETY: AVX2 runs (caller).
     let mut steps = unsafe { [[_mm256_setzero_si256(); 16]; 2] };
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token
     // values at qa[32 b..32 b + 32], both in bounds for b < nb (the caller's
-    // contract); a sub-tile starts at a multiple t0 < n <= TOKEN_TILE of
-    // SUB_TILE, which divides TOKEN_TILE, so its tokens lie below TOKEN_TILE
-    // (those past n repeat the last).
+    // contract); a sub-tile's tokens t0..t0 + live lie below n <= TOKEN_TILE,
+    // and the pointers past them (clamped to the last row, whose entries
+    // repeat the last token) are never read.
     unsafe {
         for b in 0..nb {
             let blk = g.as_ptr().add(format.block_at(b));
@@ -527,11 +616,15 @@ unsafe fn tile<const VNNI: bool, const Q: u8, const OFF: bool, const SPLIT: bool
                 }
             }
             let sc = part_scales::<Q, OFF, SPLIT, S>(g, blk, b);
-            for t0 in (0..n).step_by(SUB_TILE) {
-                let a: [*const i16; SUB_TILE] =
-                    std::array::from_fn(|i| rows.qa.get_unchecked(t0 + i).add(BLOCK * b));
+            // AVX-VNNI's sums take two sets of registers a token (`tile_sums_vnni!`).
+            let sub = if VNNI { VNNI_SUB_TILE } else { SUB_TILE };
+            for t0 in (0..n).step_by(sub) {
+                let a: [*const i16; SUB_TILE] = std::array::from_fn(|i| {
+                    let t = (t0 + i).min(TOKEN_TILE - 1);
+                    rows.qa.get_unchecked(t).add(BLOCK * b)
+                });
                 let (acc, sc) = (&mut acc, &sc);
-                match n - t0 {
+                match (n - t0).min(sub) {
                     1 => sub_tile::<VNNI, 1, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
                     2 => sub_tile::<VNNI, 2, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
                     3 => sub_tile::<VNNI, 3, OFF, SPLIT>(acc, &rows, t0, &steps, &a, sc, b),
