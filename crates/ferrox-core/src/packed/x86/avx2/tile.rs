@@ -333,7 +333,7 @@ macro_rules! tile_sums_vnni {
             steps: &[[__m256i; 16]; 2],
             a: &[*const i16; SUB_TILE],
         ) -> [[__m256i; 2]; SUB_TILE] {
-            const { assert!(FROM < TO && TO <= 16 && FROM % 2 == 0 && TO % 2 == 0) };
+            const { assert!(FROM < TO && TO <= 16 && FROM.is_multiple_of(2) && TO.is_multiple_of(2)) };
             let mut s = [[_mm256_setzero_si256(); 2]; SUB_TILE];
             let mut odd = [[_mm256_setzero_si256(); 2]; SUB_TILE];
             // SAFETY: the loop reads steps FROM..TO of `steps` and pairs
@@ -535,9 +535,10 @@ unsafe fn add_half<const N: usize, const OFF: bool, const SPLIT: bool>(
 
 /// Several tokens: each block is unpacked once into 1 KiB of 16-bit steps
 /// (L1), then multiplied [`SUB_TILE`] tokens at a time ([`VNNI_SUB_TILE`]
-/// with AVX-VNNI) with every sum in a register. A split format's two halves (steps 0..8, then 8..16) run in
-/// turn, each half's term added to the token's accumulators as soon as its
-/// sums are done, as the twin adds the first half's term, then the second's.
+/// with AVX-VNNI) with every sum in a register. A split format's two halves
+/// (steps 0..8, then 8..16) run in turn, each half's term added to the
+/// token's accumulators as soon as its sums are done, as the twin adds the
+/// first half's term, then the second's.
 /// (Each part of the rows on its own broadcast every activation pair twice:
 /// Q6_K ran at 38 GMAC/s a thread on a Zen 4, 51 without it.) Sums, scales and
 /// accumulators stay in part order; rows are put in order once, at the end.
@@ -596,7 +597,7 @@ unsafe fn tile<const VNNI: bool, const Q: u8, const OFF: bool, const SPLIT: bool
     let rows = TokenRows::new::<SPLIT>(tokens);
     // SAFETY: AVX2 runs (caller).
     let mut acc = unsafe { [[_mm256_setzero_ps(); 2]; TOKEN_TILE] };
-    // steps[part][p]: step p of the rows of `part` (see `line_avx2`);
+    // steps[part][p]: step p of the rows of `part` (see `line_avx2`).
     // SAFETY: AVX2 runs (caller).
     let mut steps = unsafe { [[_mm256_setzero_si256(); 16]; 2] };
     // SAFETY: (the whole body) block b lies at g[format.block_at(b)..] and token
