@@ -40,27 +40,33 @@ pub(crate) unsafe fn fold_16(acc: &[__m512; 16]) -> [f32; 16] {
     // SAFETY: register-only arithmetic and a store into a local array; callers
     // run with AVX-512 F.
     unsafe {
+        // No closure (`std::array::from_fn(|j| ..)`) holds an intrinsic: a
+        // closure does not take the caller's target features, so its
+        // intrinsics may stay calls (they did, once other code moved).
         // Level 8: [a lanes 0..8 + 8..16 | b lanes 0..8 + 8..16] for pairs.
-        let l8: [__m512; 8] = std::array::from_fn(|j| {
+        let mut l8 = [_mm512_setzero_ps(); 8];
+        for (j, l) in l8.iter_mut().enumerate() {
             let (a, b) = (acc[2 * j], acc[2 * j + 1]);
-            _mm512_add_ps(
+            *l = _mm512_add_ps(
                 _mm512_shuffle_f32x4(a, b, 0x44),
                 _mm512_shuffle_f32x4(a, b, 0xEE),
-            )
-        });
+            );
+        }
         // Level 4: 128-bit lane L of l4[j] holds accumulator 4 j + L.
-        let l4: [__m512; 4] = std::array::from_fn(|j| {
+        let mut l4 = [_mm512_setzero_ps(); 4];
+        for (j, l) in l4.iter_mut().enumerate() {
             let (a, b) = (l8[2 * j], l8[2 * j + 1]);
-            _mm512_add_ps(
+            *l = _mm512_add_ps(
                 _mm512_shuffle_f32x4(a, b, 0x88),
                 _mm512_shuffle_f32x4(a, b, 0xDD),
-            )
-        });
+            );
+        }
         // Level 2: lane L of l2[j]: [acc 8 j + L: two sums, acc 8 j + 4 + L: two sums].
-        let l2: [__m512; 2] = std::array::from_fn(|j| {
+        let mut l2 = [_mm512_setzero_ps(); 2];
+        for (j, l) in l2.iter_mut().enumerate() {
             let (a, b) = (l4[2 * j], l4[2 * j + 1]);
-            _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE))
-        });
+            *l = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
+        }
         // Level 1: lane 4 L + m holds accumulator L + 4 m.
         let l1 = _mm512_add_ps(
             _mm512_shuffle_ps(l2[0], l2[1], 0x88),

@@ -62,6 +62,38 @@ macro_rules! dot_add_asm {
     };
 }
 
+/// Defines a path's two entries: `$plain`, built for AVX2, and `$vnni`,
+/// built for AVX2 with AVX-VNNI, each running `$body::<VNNI, ...>` (an
+/// `#[inline(always)]` body generic over the flag, so each entry's features
+/// cover what its body runs).
+macro_rules! entries {
+    (
+        $(#[$doc:meta])*
+        $plain:ident, $vnni:ident => $body:ident
+        <$(const $g:ident: $t:ty),*>($($arg:ident: $ty:ty),*)
+    ) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As for [`super::group_avx2`].
+        #[target_feature(enable = "avx2,f16c")]
+        pub(super) unsafe fn $plain<$(const $g: $t),*>($($arg: $ty),*) {
+            // SAFETY: the caller's contract.
+            unsafe { $body::<false, $($g),*>($($arg),*) }
+        }
+
+        #[doc = concat!("[`", stringify!($plain), "`] with AVX-VNNI's `vpdpwssd`.")]
+        ///
+        /// # Safety
+        /// As for [`super::group_avx2`], and the CPU runs AVX-VNNI.
+        #[target_feature(enable = "avx2,f16c,avxvnni")]
+        pub(super) unsafe fn $vnni<$(const $g: $t),*>($($arg: $ty),*) {
+            // SAFETY: the caller's contract.
+            unsafe { $body::<true, $($g),*>($($arg),*) }
+        }
+    };
+}
+
 mod single;
 mod tile;
 

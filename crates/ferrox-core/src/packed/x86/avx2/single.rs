@@ -320,41 +320,17 @@ unsafe fn less_bias(sums: [__m256i; 2], half_sum: i32) -> [__m256i; 2] {
     }
 }
 
-/// One token (a decode step): each line is unpacked where it is used and the
-/// sums stay in registers.
-///
-/// # Safety
-/// As for [`super::group_avx2`], with one token.
-#[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn single_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
-    g: &[u8],
-    nb: usize,
-    tok: &TokenActs<'_>,
-    out: &mut [f32; GROUP_ROWS],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { single::<false, Q, OFF, SPLIT, S>(g, nb, tok, out) }
-}
-
-/// [`single_avx2`] with AVX-VNNI's `vpdpwssd`.
-///
-/// # Safety
-/// As for [`single_avx2`], and the CPU runs AVX-VNNI.
-#[target_feature(enable = "avx2,f16c,avxvnni")]
-pub(super) unsafe fn single_avx2_vnni<
-    const Q: u8,
-    const OFF: bool,
-    const SPLIT: bool,
-    const S: u8,
->(
-    g: &[u8],
-    nb: usize,
-    tok: &TokenActs<'_>,
-    out: &mut [f32; GROUP_ROWS],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { single::<true, Q, OFF, SPLIT, S>(g, nb, tok, out) }
-}
+entries!(
+    /// One token (a decode step): each line is unpacked where it is used and
+    /// the sums stay in registers.
+    single_avx2, single_avx2_vnni => single
+    <const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+        g: &[u8],
+        nb: usize,
+        tok: &TokenActs<'_>,
+        out: &mut [f32; GROUP_ROWS]
+    )
+);
 
 /// The body of [`single_avx2`] and [`single_avx2_vnni`].
 ///

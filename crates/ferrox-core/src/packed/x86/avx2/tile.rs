@@ -62,59 +62,28 @@ unsafe fn few_sums<
     }
 }
 
-/// `K` tokens, two where it is called (a mixture's expert, two clients'
-/// decode step, a draft of one): each line is unpacked in registers where it
-/// is used, as for one token, and the tokens' sums stay in registers. Terms
-/// are added as [`tile_avx2`] adds them (part order, a split format's halves
-/// in turn).
-///
-/// Staging the block in L1 ([`tile_avx2`]) shares its 32 stores a block among
-/// too few products for two tokens. On a Zen 4, one thread, `matmul_speed
-/// 2048 4096 2`, staged / this way, GMAC/s: Q4_K 38-40 / 44-46, Q8_0 41 /
-/// 47-52, Q6_K 32-33 / 34-35. Three tokens ran faster this way from L3 (Q4_K
-/// 44 / 50) but slower from memory (`matmul_speed 32768 4096 3`: Q4_K 38.4 /
-/// 36.7, Q6_K 38.5 / 34.6), as did the Llama-1B's decode of three sequences
-/// (56 / 52 t/s), so three stay staged.
-///
-/// # Safety
-/// As for [`super::group_avx2`], with `K` tokens.
-#[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn few_avx2<
-    const K: usize,
-    const Q: u8,
-    const OFF: bool,
-    const SPLIT: bool,
-    const S: u8,
->(
-    g: &[u8],
-    nb: usize,
-    tokens: &[TokenActs<'_>],
-    out: &mut [[f32; GROUP_ROWS]],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { few::<false, K, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
-}
-
-/// [`few_avx2`] with AVX-VNNI's `vpdpwssd`.
-///
-/// # Safety
-/// As for [`few_avx2`], and the CPU runs AVX-VNNI.
-#[target_feature(enable = "avx2,f16c,avxvnni")]
-pub(super) unsafe fn few_avx2_vnni<
-    const K: usize,
-    const Q: u8,
-    const OFF: bool,
-    const SPLIT: bool,
-    const S: u8,
->(
-    g: &[u8],
-    nb: usize,
-    tokens: &[TokenActs<'_>],
-    out: &mut [[f32; GROUP_ROWS]],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { few::<true, K, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
-}
+entries!(
+    /// `K` tokens, two where it is called (a mixture's expert, two clients'
+    /// decode step, a draft of one): each line is unpacked in registers where it
+    /// is used, as for one token, and the tokens' sums stay in registers. Terms
+    /// are added as [`tile_avx2`] adds them (part order, a split format's halves
+    /// in turn).
+    ///
+    /// Staging the block in L1 ([`tile_avx2`]) shares its 32 stores a block among
+    /// too few products for two tokens. On a Zen 4, one thread, `matmul_speed
+    /// 2048 4096 2`, staged / this way, GMAC/s: Q4_K 38-40 / 44-46, Q8_0 41 /
+    /// 47-52, Q6_K 32-33 / 34-35. Three tokens ran faster this way from L3 (Q4_K
+    /// 44 / 50) but slower from memory (`matmul_speed 32768 4096 3`: Q4_K 38.4 /
+    /// 36.7, Q6_K 38.5 / 34.6), as did the Llama-1B's decode of three sequences
+    /// (56 / 52 t/s), so three stay staged.
+    few_avx2, few_avx2_vnni => few
+    <const K: usize, const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+        g: &[u8],
+        nb: usize,
+        tokens: &[TokenActs<'_>],
+        out: &mut [[f32; GROUP_ROWS]]
+    )
+);
 
 /// The body of [`few_avx2`] and [`few_avx2_vnni`].
 ///
@@ -533,48 +502,24 @@ unsafe fn add_half<const N: usize, const OFF: bool, const SPLIT: bool>(
     }
 }
 
-/// Several tokens: each block is unpacked once into 1 KiB of 16-bit steps
-/// (L1), then multiplied [`SUB_TILE`] tokens at a time ([`VNNI_SUB_TILE`]
-/// with AVX-VNNI) with every sum in a register. A split format's two halves
-/// (steps 0..8, then 8..16) run in turn, each half's term added to the
-/// token's accumulators as soon as its sums are done, as the twin adds the
-/// first half's term, then the second's.
-/// (Each part of the rows on its own broadcast every activation pair twice:
-/// Q6_K ran at 38 GMAC/s a thread on a Zen 4, 51 without it.) Sums, scales and
-/// accumulators stay in part order; rows are put in order once, at the end.
-///
-/// # Safety
-/// As for [`super::group_avx2`].
-#[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn tile_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
-    g: &[u8],
-    nb: usize,
-    tokens: &[TokenActs<'_>],
-    out: &mut [[f32; GROUP_ROWS]],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { tile::<false, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
-}
-
-/// [`tile_avx2`] with AVX-VNNI's `vpdpwssd`.
-///
-/// # Safety
-/// As for [`tile_avx2`], and the CPU runs AVX-VNNI.
-#[target_feature(enable = "avx2,f16c,avxvnni")]
-pub(super) unsafe fn tile_avx2_vnni<
-    const Q: u8,
-    const OFF: bool,
-    const SPLIT: bool,
-    const S: u8,
->(
-    g: &[u8],
-    nb: usize,
-    tokens: &[TokenActs<'_>],
-    out: &mut [[f32; GROUP_ROWS]],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { tile::<true, Q, OFF, SPLIT, S>(g, nb, tokens, out) }
-}
+entries!(
+    /// Several tokens: each block is unpacked once into 1 KiB of 16-bit steps
+    /// (L1), then multiplied [`SUB_TILE`] tokens at a time ([`VNNI_SUB_TILE`]
+    /// with AVX-VNNI) with every sum in a register. A split format's two halves
+    /// (steps 0..8, then 8..16) run in turn, each half's term added to the
+    /// token's accumulators as soon as its sums are done, as the twin adds the
+    /// first half's term, then the second's.
+    /// (Each part of the rows on its own broadcast every activation pair twice:
+    /// Q6_K ran at 38 GMAC/s a thread on a Zen 4, 51 without it.) Sums, scales and
+    /// accumulators stay in part order; rows are put in order once, at the end.
+    tile_avx2, tile_avx2_vnni => tile
+    <const Q: u8, const OFF: bool, const SPLIT: bool, const S: u8>(
+        g: &[u8],
+        nb: usize,
+        tokens: &[TokenActs<'_>],
+        out: &mut [[f32; GROUP_ROWS]]
+    )
+);
 
 /// The body of [`tile_avx2`] and [`tile_avx2_vnni`].
 ///
