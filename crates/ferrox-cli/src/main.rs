@@ -124,6 +124,9 @@ fn llama_cli_spellings(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<st
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // Every command runs kernels at the level `FERROX_ISA` caps (CONFIGURATION.md):
+    // a level that is no level, or that this CPU lacks, is refused before any.
+    ferrox_core::isa::from_env()?;
     match cli.command {
         Command::Inspect {
             model_pos,

@@ -370,7 +370,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     init_logging(a.log_format)?;
     let server = Arc::new(a.server()?);
     a.check_cors_origins()?;
-    ferrox_core::isa::from_env()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -132,3 +132,40 @@ fn inspect_of_a_missing_or_malformed_file_says_so() {
     let o = ferrox(&["inspect", path.to_str().unwrap()], &[]);
     assert!(stderr(&o).contains("not a GGUF file"), "{}", stderr(&o));
 }
+
+/// `FERROX_ISA` caps the kernels of every command, so every command refuses a
+/// value that names no level, or a level this CPU cannot run, before it does
+/// anything else (`serve` is in `cli.rs`'s start-up refusals).
+#[test]
+fn every_command_refuses_a_kernel_level_it_cannot_run() {
+    let missing = if cfg!(target_arch = "x86_64") {
+        "neon"
+    } else {
+        "avx2"
+    };
+    for (level, says) in [
+        ("sse9", "is not a level"),
+        (missing, "this CPU does not have those instructions"),
+    ] {
+        for args in [
+            vec!["inspect", "/no/such/model.gguf"],
+            vec!["bench", "-m", "/no/such/model.gguf"],
+            vec![
+                "perplexity",
+                "-m",
+                "/no/such/model.gguf",
+                "-f",
+                "/no/such.txt",
+            ],
+            vec!["models"],
+        ] {
+            let o = ferrox(&args, &[("FERROX_ISA", level)]);
+            let err = stderr(&o);
+            assert!(!o.status.success(), "{args:?} ran with FERROX_ISA={level}");
+            assert!(
+                err.contains(&format!("FERROX_ISA={level:?}")) && err.contains(says),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
