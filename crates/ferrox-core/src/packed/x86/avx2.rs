@@ -17,12 +17,25 @@ use super::{
 
 /// The `asm!` lines that add the sums of `{$a}`'s and `{$b}`'s adjacent
 /// 16-bit products to `{$s}` ([`dot_add`] in an `asm!` loop): `plain` is
-/// `vpmaddwd` into `{$a}` (or into `{$tmp}`, keeping `{$a}`) then `vpaddd`;
-/// `vnni` is AVX-VNNI's `vpdpwssd`, which names `{$tmp}` in a comment only
-/// (an operand must be used).
+/// `vpmaddwd` into `{$a}` (its values are spent) then `vpaddd`; `vnni` is
+/// AVX-VNNI's `vpdpwssd`.
 macro_rules! dot_add_asm {
     (plain, $s:ident, $a:ident, $b:ident) => {
-        dot_add_asm!(plain, $s, $a, $a, $b)
+        concat!(
+            "vpmaddwd {",
+            stringify!($a),
+            "}, {",
+            stringify!($a),
+            "}, {",
+            stringify!($b),
+            "}\nvpaddd {",
+            stringify!($s),
+            "}, {",
+            stringify!($s),
+            "}, {",
+            stringify!($a),
+            "}",
+        )
     };
     (vnni, $s:ident, $a:ident, $b:ident) => {
         concat!(
@@ -33,31 +46,6 @@ macro_rules! dot_add_asm {
             "}, {",
             stringify!($b),
             "}",
-        )
-    };
-    (plain, $s:ident, $tmp:ident, $a:ident, $b:ident) => {
-        concat!(
-            "vpmaddwd {",
-            stringify!($tmp),
-            "}, {",
-            stringify!($a),
-            "}, {",
-            stringify!($b),
-            "}\nvpaddd {",
-            stringify!($s),
-            "}, {",
-            stringify!($s),
-            "}, {",
-            stringify!($tmp),
-            "}",
-        )
-    };
-    (vnni, $s:ident, $tmp:ident, $a:ident, $b:ident) => {
-        concat!(
-            dot_add_asm!(vnni, $s, $a, $b),
-            " # {",
-            stringify!($tmp),
-            "} unused",
         )
     };
 }
