@@ -177,20 +177,19 @@ pub fn group_portable(
             let (da, sa) = (acts.da[b], acts.sa[b]);
             for r in 0..GROUP_ROWS {
                 if format.split {
-                    let mut lo_term = (lo[r] as f32 * scale0[r]) * da;
-                    let mut hi_term = (hi[r] as f32 * scale1[r]) * da;
+                    acc[r] = (lo[r] as f32 * scale0[r]).mul_add(da, acc[r]);
                     if format.offset {
-                        lo_term += offset0[r] * acts.sh[2 * b];
-                        hi_term += offset1[r] * acts.sh[2 * b + 1];
+                        acc[r] = offset0[r].mul_add(acts.sh[2 * b], acc[r]);
                     }
-                    acc[r] += lo_term;
-                    acc[r] += hi_term;
+                    acc[r] = (hi[r] as f32 * scale1[r]).mul_add(da, acc[r]);
+                    if format.offset {
+                        acc[r] = offset1[r].mul_add(acts.sh[2 * b + 1], acc[r]);
+                    }
                 } else {
-                    let mut term = ((lo[r] + hi[r]) as f32 * scale0[r]) * da;
+                    acc[r] = ((lo[r] + hi[r]) as f32 * scale0[r]).mul_add(da, acc[r]);
                     if format.offset {
-                        term += offset0[r] * sa;
+                        acc[r] = offset0[r].mul_add(sa, acc[r]);
                     }
-                    acc[r] += term;
                 }
             }
         }

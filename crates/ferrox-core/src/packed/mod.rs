@@ -7,20 +7,23 @@
 //!
 //! ```text
 //! I[b]   = sum_i w[r][b][i] * qa[t][b][i]                (exact, 32-bit integers)
-//! out    = 0;  for b in order:  out = out + ((I[b] as f32 * scale[r][b]) * da[t][b])
-//!                                            (+ offset[r][b] * sa[t][b])
+//! out    = 0;  for b in order:  out = fma(I[b] as f32 * scale[r][b], da[t][b], out)
+//!                               (then out = fma(offset[r][b], sa[t][b], out))
 //! ```
 //!
-//! where `w`, `scale`, `offset` come from the GGUF block exactly (the value is
-//! `scale * w + offset`, see [`layout`]) and `qa`, `da`, `sa` are the token's
-//! activations quantized per block (see [`activations`]). In the split formats
-//! (Q3_K, Q6_K, Q2_K) the two 16-value halves `h` have their own scales, and Q2_K
-//! its own offsets: each half's term `(I[b][h] as f32 * scale[r][b][h]) * da[t][b]`
-//! (`+ offset[r][b][h] * sh[t][b][h]`, the half's sum) is added in turn. The
-//! per-block integer sums are exact,
-//! so their order never matters; the f32 operations run in block order, one lane per
-//! weight row. Nothing depends on the other tokens of the call or on how rows are
-//! split across threads (SPEC S3).
+//! where `fma(a, b, c)` is `a * b + c` rounded once, `w`, `scale`, `offset` come
+//! from the GGUF block exactly (the value is `scale * w + offset`, see [`layout`])
+//! and `qa`, `da`, `sa` are the token's activations quantized per block (see
+//! [`activations`]). In the split formats (Q3_K, Q6_K, Q2_K) the two 16-value
+//! halves `h` have their own scales, and Q2_K its own offsets: each half in turn
+//! takes `out = fma(I[b][h] as f32 * scale[r][b][h], da[t][b], out)` (then `out =
+//! fma(offset[r][b][h], sh[t][b][h], out)`, `sh` the half's sum). The per-block
+//! integer sums are exact, so their order never matters; the f32 operations run in
+//! block order, one lane per weight row, each multiply-add fused (a product of
+//! many tokens is bound by the instructions that fold each block's sum into its
+//! row's: a fused one is one instruction where a product and a sum are two).
+//! Nothing depends on the other tokens of the call or on how rows are split
+//! across threads (SPEC S3).
 //!
 //! Error against the f32-activation path: the activation rounding, at most
 //! `max|x| / 65534` per value of a block, ~1e-5 relative.

@@ -240,22 +240,22 @@ pub unsafe fn group(
                     let lo = vpaddq_s32(part[0][0], part[0][1]);
                     let hi = vpaddq_s32(part[1][0], part[1][1]);
                     let da = *tok.da.get_unchecked(b);
+                    let a = &mut acc[t][s];
                     if format.split {
-                        let mut l = vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(lo), s0), da);
-                        let mut u = vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(hi), s1), da);
+                        *a = vfmaq_n_f32(*a, vmulq_f32(vcvtq_f32_s32(lo), s0), da);
                         if format.offset {
-                            let sh = tok.sh.as_ptr().add(2 * b);
-                            l = vaddq_f32(l, vmulq_n_f32(off, *sh));
-                            u = vaddq_f32(u, vmulq_n_f32(off1, *sh.add(1)));
+                            *a = vfmaq_n_f32(*a, off, *tok.sh.get_unchecked(2 * b));
                         }
-                        acc[t][s] = vaddq_f32(vaddq_f32(acc[t][s], l), u);
+                        *a = vfmaq_n_f32(*a, vmulq_f32(vcvtq_f32_s32(hi), s1), da);
+                        if format.offset {
+                            *a = vfmaq_n_f32(*a, off1, *tok.sh.get_unchecked(2 * b + 1));
+                        }
                     } else {
-                        let mut term =
-                            vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(vaddq_s32(lo, hi)), s0), da);
+                        let sum = vcvtq_f32_s32(vaddq_s32(lo, hi));
+                        *a = vfmaq_n_f32(*a, vmulq_f32(sum, s0), da);
                         if format.offset {
-                            term = vaddq_f32(term, vmulq_n_f32(off, *tok.sa.get_unchecked(b)));
+                            *a = vfmaq_n_f32(*a, off, *tok.sa.get_unchecked(b));
                         }
-                        acc[t][s] = vaddq_f32(acc[t][s], term);
                     }
                 }
             }

@@ -592,23 +592,22 @@ unsafe fn kernel<const MAX: usize, const Q: u8, const OFF: bool, const SPLIT: bo
             // Token t's products `i` into its lane sums, in the scalar twin's order.
             let mut fold = |t: usize, lo: __m512i, hi: __m512i| {
                 let dav = _mm512_set1_ps(*da[t].add(b));
+                let a = &mut acc[t];
                 if SPLIT {
-                    let mut lo = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), s0), dav);
-                    let mut hi = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), s1), dav);
+                    *a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), s0), dav, *a);
                     if OFF {
-                        let (sh0, sh1) = (*sh[t].add(2 * b), *sh[t].add(2 * b + 1));
-                        lo = _mm512_add_ps(lo, _mm512_mul_ps(off, _mm512_set1_ps(sh0)));
-                        hi = _mm512_add_ps(hi, _mm512_mul_ps(off1, _mm512_set1_ps(sh1)));
+                        *a = _mm512_fmadd_ps(off, _mm512_set1_ps(*sh[t].add(2 * b)), *a);
                     }
-                    acc[t] = _mm512_add_ps(_mm512_add_ps(acc[t], lo), hi);
+                    *a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), s1), dav, *a);
+                    if OFF {
+                        *a = _mm512_fmadd_ps(off1, _mm512_set1_ps(*sh[t].add(2 * b + 1)), *a);
+                    }
                 } else {
-                    let sum = _mm512_add_epi32(lo, hi);
-                    let mut term = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), s0), dav);
+                    let sum = _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi));
+                    *a = _mm512_fmadd_ps(_mm512_mul_ps(sum, s0), dav, *a);
                     if OFF {
-                        term =
-                            _mm512_add_ps(term, _mm512_mul_ps(off, _mm512_set1_ps(*sa[t].add(b))));
+                        *a = _mm512_fmadd_ps(off, _mm512_set1_ps(*sa[t].add(b)), *a);
                     }
-                    acc[t] = _mm512_add_ps(acc[t], term);
                 }
             };
             let at = |t: usize| qa[t].add(BLOCK * b);

@@ -64,7 +64,7 @@ macro_rules! entries {
         ///
         /// # Safety
         /// As for [`super::group_avx2`].
-        #[target_feature(enable = "avx2,f16c")]
+        #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) unsafe fn $plain<$(const $g: $t),*>($($arg: $ty),*) {
             // SAFETY: the caller's contract.
             unsafe { $body::<false, $($g),*>($($arg),*) }
@@ -74,7 +74,7 @@ macro_rules! entries {
         ///
         /// # Safety
         /// As for [`super::group_avx2`], and the CPU runs AVX-VNNI.
-        #[target_feature(enable = "avx2,f16c,avxvnni")]
+        #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
         pub(super) unsafe fn $vnni<$(const $g: $t),*>($($arg: $ty),*) {
             // SAFETY: the caller's contract.
             unsafe { $body::<true, $($g),*>($($arg),*) }
@@ -377,8 +377,8 @@ unsafe fn scales_avx2<const Q: u8, const OFF: bool, const SPLIT: bool, const S: 
     }
 }
 
-/// `acc + ((sum * scale) * da + offset * x)` per lane, the twin's order (no
-/// offset term without offsets): one token's term of one half of a block.
+/// `fma(offset, x, fma(sum * scale, da, acc))` per lane, the twin's order (the
+/// outer one only with offsets): one token's term of one half of a block.
 #[inline(always)]
 unsafe fn add_term<const OFF: bool>(
     acc: __m256,
@@ -388,12 +388,13 @@ unsafe fn add_term<const OFF: bool>(
     offset: __m256,
     x: __m256,
 ) -> __m256 {
-    // SAFETY: register operations; AVX2 runs (callers).
+    // SAFETY: register operations; AVX2 and FMA run (callers).
     unsafe {
-        let mut term = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), scale), da);
+        let acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), scale), da, acc);
         if OFF {
-            term = _mm256_add_ps(term, _mm256_mul_ps(offset, x));
+            _mm256_fmadd_ps(offset, x, acc)
+        } else {
+            acc
         }
-        _mm256_add_ps(acc, term)
     }
 }
