@@ -23,6 +23,7 @@ pub mod isa;
 pub mod kernels;
 pub mod ops;
 pub mod packed;
+pub mod pool;
 
 pub use dtype::DType;
 pub use error::CoreError;

@@ -39,6 +39,7 @@ use ferrox_core::ops::matmul::matmul;
 use ferrox_core::ops::norm::rms_norm;
 use ferrox_core::ops::rope::RopeFreqs;
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul, packed_matmul_many};
+use ferrox_core::pool::SpinPool;
 use ferrox_gguf::GgufFile;
 
 mod attention;
@@ -65,6 +66,9 @@ pub struct Transformer {
     spec: ArchSpec,
     weights: Weights,
     pool: Arc<rayon::ThreadPool>,
+    /// The same number of threads for the pass's hot regions (the packed
+    /// products, attention): its workers stay awake between them.
+    spin: Arc<SpinPool>,
     path: ActivationPath,
     /// RoPE of full-attention layers, and of window layers when they differ.
     rope_global: RopeFreqs,
@@ -346,6 +350,8 @@ impl Transformer {
             .thread_name(|i| format!("ferrox-compute-{i}"))
             .build()
             .map_err(|e| ModelError::Threads(e.to_string()))?;
+        let spin = SpinPool::new(threads.max(1), "ferrox-region")
+            .map_err(|e| ModelError::Threads(e.to_string()))?;
         if path == ActivationPath::Int16 {
             // A packed matrix's bytes in the map are not read again (a tied
             // head's rows only for the few tokens looked up): their pages leave
@@ -371,6 +377,7 @@ impl Transformer {
             hp,
             weights,
             pool: Arc::new(pool),
+            spin: Arc::new(spin),
             path,
             rope_global,
             rope_local,
@@ -484,12 +491,12 @@ impl Transformer {
                     .iter_mut()
                     .filter_map(|(l, out)| l.packed.as_deref().map(|p| (p, &mut **out)))
                     .collect();
-                packed_matmul_many(&mut packed, q, &self.pool);
+                packed_matmul_many(&mut packed, q, &*self.spin);
             }
             _ => {
                 for (l, out) in jobs.iter_mut() {
                     match (&l.packed, input.q) {
-                        (Some(p), Some(q)) => packed_matmul(p, q, out, &self.pool),
+                        (Some(p), Some(q)) => packed_matmul(p, q, out, &*self.spin),
                         _ => matmul(
                             &l.weight.matrix(&self.file),
                             input.x,

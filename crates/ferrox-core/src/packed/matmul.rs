@@ -6,10 +6,9 @@
 //! Invariant: an output element is the kernel's function of its own row and its own
 //! token's activations, whatever the tokens in the call, the tiles or the threads.
 
-use rayon::prelude::*;
-
 use super::kernel::{TOKEN_TILE, TokenActs, group};
 use super::{GROUP_ROWS, PackedMatrix, QuantizedRows};
+use crate::pool::Parallel;
 
 /// Tokens whose activations are swept over a task's groups before the next ones
 /// (they stay in L2 while the groups' weights come round again).
@@ -25,12 +24,7 @@ unsafe impl Sync for Out {}
 
 /// `out[t * rows + r]` for the `acts.n` tokens of `acts` (quantized from rows of
 /// `w.cols` values), on `pool`'s threads.
-pub fn packed_matmul(
-    w: &PackedMatrix,
-    acts: &QuantizedRows,
-    out: &mut [f32],
-    pool: &rayon::ThreadPool,
-) {
+pub fn packed_matmul(w: &PackedMatrix, acts: &QuantizedRows, out: &mut [f32], pool: &dyn Parallel) {
     packed_matmul_each(&mut [(w, acts, out)], pool);
 }
 
@@ -39,7 +33,7 @@ pub fn packed_matmul(
 pub fn packed_matmul_many(
     jobs: &mut [(&PackedMatrix, &mut [f32])],
     acts: &QuantizedRows,
-    pool: &rayon::ThreadPool,
+    pool: &dyn Parallel,
 ) {
     let mut each: Vec<(&PackedMatrix, &QuantizedRows, &mut [f32])> = jobs
         .iter_mut()
@@ -53,9 +47,9 @@ pub fn packed_matmul_many(
 /// region. Each output is what [`packed_matmul`] gives alone.
 pub fn packed_matmul_each(
     jobs: &mut [(&PackedMatrix, &QuantizedRows, &mut [f32])],
-    pool: &rayon::ThreadPool,
+    pool: &dyn Parallel,
 ) {
-    let threads = pool.current_num_threads().max(1);
+    let threads = pool.threads().max(1);
     // (job, groups) pairs, a few per thread and matrix.
     let mut tasks = Vec::new();
     let mut outs = Vec::with_capacity(jobs.len());
@@ -84,39 +78,38 @@ pub fn packed_matmul_each(
     }
     let jobs: Vec<(&PackedMatrix, &QuantizedRows)> =
         jobs.iter().map(|(w, acts, _)| (*w, *acts)).collect();
-    pool.install(|| {
-        tasks.par_iter().for_each(|(j, groups)| {
-            let ((w, acts), ptr) = (jobs[*j], outs[*j]);
-            let (n, nb) = (acts.n, acts.blocks());
-            let mut tile = [[0.0f32; GROUP_ROWS]; TOKEN_TILE];
-            for chunk in (0..n).step_by(TOKEN_CHUNK) {
-                let end = (chunk + TOKEN_CHUNK).min(n);
-                // The chunk's tokens, sliced once for all its groups.
-                let toks: Vec<TokenActs<'_>> = (chunk..end).map(|t| acts.token(t)).collect();
-                for g in groups.clone() {
-                    let r0 = g * GROUP_ROWS;
-                    let valid = (w.rows - r0).min(GROUP_ROWS);
-                    let mut t0 = chunk;
-                    while t0 < end {
-                        let k = (end - t0).min(TOKEN_TILE);
-                        let tile_toks = &toks[t0 - chunk..t0 - chunk + k];
-                        group(w.format, w.group(g), nb, tile_toks, &mut tile[..k]);
-                        for (i, row) in tile[..k].iter().enumerate() {
-                            // SAFETY: (t0 + i, r0..r0 + valid) is inside this job's
-                            // output and these rows belong to this task alone.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    row.as_ptr(),
-                                    ptr.0.add((t0 + i) * w.rows + r0),
-                                    valid,
-                                )
-                            };
-                        }
-                        t0 += k;
+    pool.for_each(tasks.len(), &|task| {
+        let (j, groups) = &tasks[task];
+        let ((w, acts), ptr) = (jobs[*j], outs[*j]);
+        let (n, nb) = (acts.n, acts.blocks());
+        let mut tile = [[0.0f32; GROUP_ROWS]; TOKEN_TILE];
+        for chunk in (0..n).step_by(TOKEN_CHUNK) {
+            let end = (chunk + TOKEN_CHUNK).min(n);
+            // The chunk's tokens, sliced once for all its groups.
+            let toks: Vec<TokenActs<'_>> = (chunk..end).map(|t| acts.token(t)).collect();
+            for g in groups.clone() {
+                let r0 = g * GROUP_ROWS;
+                let valid = (w.rows - r0).min(GROUP_ROWS);
+                let mut t0 = chunk;
+                while t0 < end {
+                    let k = (end - t0).min(TOKEN_TILE);
+                    let tile_toks = &toks[t0 - chunk..t0 - chunk + k];
+                    group(w.format, w.group(g), nb, tile_toks, &mut tile[..k]);
+                    for (i, row) in tile[..k].iter().enumerate() {
+                        // SAFETY: (t0 + i, r0..r0 + valid) is inside this job's
+                        // output and these rows belong to this task alone.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                row.as_ptr(),
+                                ptr.0.add((t0 + i) * w.rows + r0),
+                                valid,
+                            )
+                        };
                     }
+                    t0 += k;
                 }
             }
-        });
+        }
     });
 }
 

@@ -6,10 +6,12 @@
 mod heads;
 mod tasks;
 
+use std::sync::{Mutex, PoisonError};
+
 use ferrox_core::ops::exp::exp;
 use ferrox_core::ops::norm::{rms_norm, rms_norm_each, rms_normalize_each};
 use ferrox_core::ops::rope;
-use rayon::prelude::*;
+use ferrox_core::pool::Parallel;
 
 use self::heads::Shape;
 use self::tasks::tasks;
@@ -184,7 +186,7 @@ impl Transformer {
         // piece of one): each page of the head's keys and values is read (and
         // widened) once for all the task's query heads; every head keeps its
         // own order and its own keys (SPEC S3).
-        let threads = self.pool.current_num_threads();
+        let threads = self.spin.threads();
         let tasks = tasks(batch, window, shape.nkv, shape.group, threads);
         let sizes: Vec<usize> = tasks.iter().map(|t| t.output_len(shape.dv)).collect();
         s.att_parts.resize(sizes.iter().sum(), 0.0);
@@ -192,14 +194,15 @@ impl Transformer {
         let mut rest = &mut s.att_parts[..];
         for &len in &sizes {
             let (part, tail) = rest.split_at_mut(len);
-            parts.push(part);
+            parts.push(Mutex::new(part));
             rest = tail;
         }
         let q = &s.q[..batch.len() * hp.n_heads * shape.dk];
-        tasks
-            .par_iter()
-            .zip(parts)
-            .for_each(|(task, out)| shape.attend(batch, task, q, cache, out));
+        // Each task locks its own part, once (never contended).
+        self.spin.for_each(tasks.len(), &|i| {
+            let mut out = parts[i].lock().unwrap_or_else(PoisonError::into_inner);
+            shape.attend(batch, &tasks[i], q, cache, &mut out);
+        });
         let att = &mut s.att[..batch.len() * hp.n_heads * shape.dv];
         shape.place(&tasks, &s.att_parts, hp.n_heads, att);
     }

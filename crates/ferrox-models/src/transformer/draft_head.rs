@@ -65,6 +65,7 @@ impl MtpHead {
             hp,
             weights,
             pool: Arc::clone(&trunk.pool),
+            spin: Arc::clone(&trunk.spin),
             path: trunk.path,
             rope_global,
             rope_local,

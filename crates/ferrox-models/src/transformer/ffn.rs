@@ -4,11 +4,14 @@
 use ferrox_core::ops::activation::gated;
 use ferrox_core::ops::norm::{rms_norm, rms_normalize};
 use ferrox_core::packed::{PackedMatrix, QuantizedRows, packed_matmul_each};
-use rayon::prelude::*;
+use ferrox_core::pool::for_each_chunk_mut;
 
 use super::{Scratch, Transformer, add_bias, add_residual};
 use crate::ActivationPath;
 use crate::weights::{BesideDense, Ffn, GatedFfn, LayerWeights, Linear};
+
+/// Values of `act(g) * u` per task.
+const GATE_CHUNK: usize = 4096;
 
 impl Transformer {
     /// One layer's feed-forward block: `x += mlp(x)`.
@@ -74,9 +77,9 @@ impl Transformer {
     /// no value).
     fn gate_in_place(&self, g: &mut [f32], u: &[f32]) {
         let act = self.spec.gate;
-        g.par_chunks_mut(4096)
-            .zip(u.par_chunks(4096))
-            .for_each(|(gc, uc)| gated(gc, uc, act));
+        for_each_chunk_mut(&*self.spin, g, GATE_CHUNK, |i, gc| {
+            gated(gc, &u[i * GATE_CHUNK..][..gc.len()], act)
+        });
     }
 
     /// Gemma 4's two paths into `s.o`: the dense feed-forward on `s.h`, normed,
@@ -240,7 +243,7 @@ impl Transformer {
             jobs.push((packed_of(&f.gate), q, g));
             jobs.push((packed_of(&f.up), q, u));
         }
-        packed_matmul_each(&mut jobs, &self.pool);
+        packed_matmul_each(&mut jobs, &*self.spin);
         let second: Vec<QuantizedRows> = inputs
             .iter()
             .zip(gates.iter_mut().zip(&mut ups))
@@ -257,7 +260,7 @@ impl Transformer {
             .zip(outs.iter_mut())
             .map(|(((f, _), q), o)| (packed_of(&f.down), q, o.as_mut_slice()))
             .collect();
-        packed_matmul_each(&mut jobs, &self.pool);
+        packed_matmul_each(&mut jobs, &*self.spin);
         for ((f, _), o) in inputs.iter().zip(outs.iter_mut()) {
             add_bias(o, f.down.bias.as_deref());
         }
