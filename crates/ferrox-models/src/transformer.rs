@@ -67,7 +67,8 @@ pub struct Transformer {
     weights: Weights,
     pool: Arc<rayon::ThreadPool>,
     /// The same number of threads for the pass's hot regions (the packed
-    /// products, attention): its workers stay awake between them.
+    /// products, attention, the gated activation): its workers stay awake
+    /// between them.
     spin: Arc<SpinPool>,
     path: ActivationPath,
     /// RoPE of full-attention layers, and of window layers when they differ.
