@@ -45,6 +45,19 @@ impl Parallel for rayon::ThreadPool {
     }
 }
 
+/// The calling thread alone.
+pub struct Serial;
+
+impl Parallel for Serial {
+    fn threads(&self) -> usize {
+        1
+    }
+
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        (0..n).for_each(f);
+    }
+}
+
 /// Calls `f(i, chunk)` for each `chunk`-long piece `i` of `data` (the last
 /// may be shorter), on `pool`'s threads.
 pub fn for_each_chunk_mut<T: Send>(

@@ -67,8 +67,8 @@ pub struct Transformer {
     weights: Weights,
     pool: Arc<rayon::ThreadPool>,
     /// The same number of threads for the pass's hot regions (the packed
-    /// products, attention, the gated activation): its workers stay awake
-    /// between them.
+    /// products and their inputs' quantization, attention, the gated
+    /// activation): its workers stay awake between them.
     spin: Arc<SpinPool>,
     path: ActivationPath,
     /// RoPE of full-attention layers, and of window layers when they differ.
@@ -473,7 +473,7 @@ impl Transformer {
             && cols.is_multiple_of(ferrox_core::packed::BLOCK)
             && consumers.iter().any(|l| l.packed.is_some()))
         .then(|| {
-            buf.quantize(x, n, cols);
+            buf.quantize_on(x, n, cols, &*self.spin);
             let packed = consumers.iter().filter_map(|l| l.packed.as_ref());
             if packed.clone().any(|p| p.format.needs_half_sums()) {
                 buf.add_half_sums();

@@ -17,17 +17,40 @@
 //!   whose kernels take it would need the AVX2 kernel to run without it too.
 //! * The rounding error is at most `da / 2` per value.
 
-use rayon::prelude::*;
+use std::sync::{Mutex, PoisonError};
 
 use super::BLOCK;
 use super::kernel::TokenActs;
+use crate::isa::Level;
+use crate::pool::{Parallel, Serial};
 
-/// One 32-value block to quantize: (inputs, outputs), ((its scale, its sum),
-/// its halves' integer sums).
-type BlockJob<'a> = (
-    (&'a [f32], &'a mut [i16]),
-    ((&'a mut f32, &'a mut f32), &'a mut [i32]),
-);
+/// Consecutive blocks to quantize: their inputs, outputs, scales, sums and
+/// halves' integer sums.
+struct Blocks<'a> {
+    x: &'a [f32],
+    qa: &'a mut [i16],
+    da: &'a mut [f32],
+    sa: &'a mut [f32],
+    hs: &'a mut [i32],
+}
+
+impl Blocks<'_> {
+    fn quantize(&mut self, level: Level) {
+        let blocks = self
+            .x
+            .chunks_exact(BLOCK)
+            .zip(self.qa.chunks_exact_mut(BLOCK));
+        let sums = self.da.iter_mut().zip(self.sa.iter_mut());
+        for (((xb, qb), (da, sa)), hs) in blocks.zip(sums).zip(self.hs.chunks_exact_mut(2)) {
+            let (xb, qb): (&[f32; BLOCK], &mut [i16; BLOCK]) = (
+                xb.try_into().expect("32 values"),
+                qb.try_into().expect("32 values"),
+            );
+            let hs: &mut [i32; 2] = hs.try_into().expect("two halves");
+            (*da, *sa) = quantize_block_at(level, xb, qb, hs);
+        }
+    }
+}
 
 /// `n` token rows of `cols` values, quantized block by block.
 #[derive(Clone, Debug, Default)]
@@ -49,13 +72,21 @@ pub struct QuantizedRows {
 
 const QMAX: f32 = 32767.0;
 
-/// Blocks from which quantization is split across the thread pool.
+/// Blocks from which quantization is split across the thread pool
+/// ([`QuantizedRows::quantize_on`]).
 const PARALLEL_BLOCKS: usize = 1024;
 
 impl QuantizedRows {
     /// Quantizes `x` (`n` rows of `cols` values, `cols` a multiple of 32), reusing
-    /// this value's buffers.
+    /// this value's buffers, on the calling thread.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
+        self.quantize_on(x, n, cols, &Serial);
+    }
+
+    /// [`QuantizedRows::quantize`], split across `pool`'s threads from 1,024
+    /// blocks (prefill chunks, full batches): each block is
+    /// its own function of its own values, so the split changes nothing.
+    pub fn quantize_on(&mut self, x: &[f32], n: usize, cols: usize, pool: &dyn Parallel) {
         assert!(
             cols.is_multiple_of(BLOCK),
             "{cols} values per row are not whole blocks of {BLOCK}"
@@ -70,38 +101,31 @@ impl QuantizedRows {
         self.hs.resize(2 * nb, 0);
         self.sh.clear();
         let level = crate::isa::active();
-        let one = |((xb, qb), ((da, sa), hs)): BlockJob<'_>| {
-            let (xb, qb): (&[f32; BLOCK], &mut [i16; BLOCK]) = (
-                xb.try_into().expect("32 values"),
-                qb.try_into().expect("32 values"),
-            );
-            let hs: &mut [i32; 2] = hs.try_into().expect("two halves");
-            (*da, *sa) = quantize_block_at(level, xb, qb, hs);
-        };
-        // Each block is its own function of its own values: splitting the blocks
-        // across the current pool's threads (prefill chunks) changes nothing.
-        if nb >= PARALLEL_BLOCKS {
-            x.par_chunks_exact(BLOCK)
-                .zip(self.qa.par_chunks_exact_mut(BLOCK))
-                .zip(
-                    self.da
-                        .par_iter_mut()
-                        .zip(self.sa.par_iter_mut())
-                        .zip(self.hs.par_chunks_exact_mut(2)),
-                )
-                .with_min_len(PARALLEL_BLOCKS / 4)
-                .for_each(one);
+        let per_task = if nb >= PARALLEL_BLOCKS {
+            PARALLEL_BLOCKS / 4
         } else {
-            x.chunks_exact(BLOCK)
-                .zip(self.qa.chunks_exact_mut(BLOCK))
-                .zip(
-                    self.da
-                        .iter_mut()
-                        .zip(self.sa.iter_mut())
-                        .zip(self.hs.chunks_exact_mut(2)),
-                )
-                .for_each(one);
+            nb.max(1)
+        };
+        let tasks = x
+            .chunks(per_task * BLOCK)
+            .zip(self.qa.chunks_mut(per_task * BLOCK))
+            .zip(
+                self.da
+                    .chunks_mut(per_task)
+                    .zip(self.sa.chunks_mut(per_task)),
+            )
+            .zip(self.hs.chunks_mut(2 * per_task))
+            .map(|(((x, qa), (da, sa)), hs)| Blocks { x, qa, da, sa, hs });
+        if nb < PARALLEL_BLOCKS {
+            tasks.for_each(|mut t| t.quantize(level));
+            return;
         }
+        // Each task locks its own blocks, once (never contended).
+        let tasks: Vec<Mutex<Blocks<'_>>> = tasks.map(Mutex::new).collect();
+        pool.for_each(tasks.len(), &|i| {
+            let mut t = tasks[i].lock().unwrap_or_else(PoisonError::into_inner);
+            t.quantize(level);
+        });
     }
 
     /// The integers of token `t`.
@@ -148,7 +172,7 @@ impl QuantizedRows {
 /// [`quantize_block`] on the build of `level`, which this CPU runs.
 #[inline(always)]
 fn quantize_block_at(
-    level: crate::isa::Level,
+    level: Level,
     x: &[f32; BLOCK],
     q: &mut [i16; BLOCK],
     halves: &mut [i32; 2],
@@ -355,12 +379,15 @@ mod tests {
             .map(|i| ((i * 7919) % 2003) as f32 / 700.0 - 1.4)
             .collect();
         let mut whole = QuantizedRows::default();
-        whole.quantize(&big, n, cols);
-        for t in [0, 31, 63] {
+        let pool = crate::pool::SpinPool::new(2, "test").expect("a thread");
+        whole.quantize_on(&big, n, cols, &pool);
+        for t in 0..n {
             let mut one = QuantizedRows::default();
             one.quantize(&big[t * cols..(t + 1) * cols], 1, cols);
             assert_eq!(one.row(0), whole.row(t));
+            assert_eq!(one.da, whole.da[t * 32..(t + 1) * 32]);
             assert_eq!(one.sa, whole.sa[t * 32..(t + 1) * 32]);
+            assert_eq!(one.hs, whole.hs[t * 64..(t + 1) * 64]);
         }
         let mut zeros = QuantizedRows::default();
         zeros.quantize(&[0.0; 32], 1, 32);
