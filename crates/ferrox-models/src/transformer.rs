@@ -66,9 +66,9 @@ pub struct Transformer {
     spec: ArchSpec,
     weights: Weights,
     pool: Arc<rayon::ThreadPool>,
-    /// The same number of threads for the pass's hot regions (the packed
-    /// products and their inputs' quantization, attention, the gated
-    /// activation): its workers stay awake between them.
+    /// The same number of threads for the pass's regions (the products and
+    /// their inputs' quantization, attention, the gated activation): its
+    /// workers stay awake between them.
     spin: Arc<SpinPool>,
     path: ActivationPath,
     /// RoPE of full-attention layers, and of window layers when they differ.
@@ -503,7 +503,7 @@ impl Transformer {
                             input.x,
                             input.n,
                             out,
-                            &self.pool,
+                            &*self.spin,
                         ),
                     }
                 }

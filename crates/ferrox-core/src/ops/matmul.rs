@@ -12,7 +12,7 @@
 //!   or block by block inside the fused row dot for a single token (bit-identical,
 //!   see `kernels::fast`).
 
-use rayon::prelude::*;
+use crate::pool::Parallel;
 
 use crate::dtype::DType;
 use crate::error::CoreError;
@@ -290,14 +290,14 @@ pub(super) fn split(
     x: &[f32],
     n_tokens: usize,
     out: &[f32],
-    pool: &rayon::ThreadPool,
+    pool: &dyn Parallel,
     unit: usize,
 ) -> Option<(usize, usize)> {
     check_shapes(w, x, n_tokens, out);
     if n_tokens == 0 || w.rows == 0 {
         return None;
     }
-    let threads = pool.current_num_threads().max(1);
+    let threads = pool.threads().max(1);
     let per_task = w
         .rows
         .div_ceil(threads * 4)
@@ -307,25 +307,20 @@ pub(super) fn split(
 }
 
 /// `out[t * rows + r] = W[r] . x[t * cols ..]` for `n_tokens` tokens, on `pool`'s threads.
-pub fn matmul(
-    w: &Matrix<'_>,
-    x: &[f32],
-    n_tokens: usize,
-    out: &mut [f32],
-    pool: &rayon::ThreadPool,
-) {
+pub fn matmul(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32], pool: &dyn Parallel) {
     let Some((per_task, n_tasks)) = split(w, x, n_tokens, out, pool, ROW_TILE) else {
         return;
     };
     let ptr = Out(out.as_mut_ptr());
-    pool.install(|| {
-        (0..n_tasks)
-            .into_par_iter()
-            .for_each_init(Vec::new, |buf, i| {
-                let rows = i * per_task..((i + 1) * per_task).min(w.rows);
-                tile(w, x, n_tokens, rows, ptr, buf);
-            });
+    pool.for_each(n_tasks, &|i| {
+        let rows = i * per_task..((i + 1) * per_task).min(w.rows);
+        SCRATCH.with_borrow_mut(|buf| tile(w, x, n_tokens, rows, ptr, buf));
     });
+}
+
+thread_local! {
+    /// A thread's dequantized rows for [`tile`], kept across products.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]
