@@ -79,16 +79,29 @@ pub fn for_each_chunk_mut<T: Send>(
     });
 }
 
-/// A pointer to disjoint pieces of a slice written from several threads.
-struct SharedMut<T>(*mut T);
+/// A pointer to a slice whose disjoint elements a region's tasks write, each
+/// its own (the products' outputs, [`for_each_chunk_mut`]'s pieces).
+pub(crate) struct SharedMut<T>(pub(crate) *mut T);
 
 impl<T> SharedMut<T> {
-    fn at(&self, i: usize) -> *mut T {
+    /// The pointer to element `i` (a method, so that a closure captures the
+    /// whole `Sync` value rather than its raw pointer).
+    pub(crate) fn at(&self, i: usize) -> *mut T {
         self.0.wrapping_add(i)
     }
 }
 
-// SAFETY: each piece is handed to one task only ([`for_each_chunk_mut`]).
+impl<T> Clone for SharedMut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SharedMut<T> {}
+
+// SAFETY: every user hands each element to one task only.
+unsafe impl<T: Send> Send for SharedMut<T> {}
+// SAFETY: as for `Send`: no two tasks touch the same element.
 unsafe impl<T: Send> Sync for SharedMut<T> {}
 
 /// How long an idle worker keeps yielding before it sleeps until the next

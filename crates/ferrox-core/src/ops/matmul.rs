@@ -12,11 +12,10 @@
 //!   or block by block inside the fused row dot for a single token (bit-identical,
 //!   see `kernels::fast`).
 
-use crate::pool::Parallel;
-
 use crate::dtype::DType;
 use crate::error::CoreError;
 use crate::kernels::fast;
+use crate::pool::{Parallel, SharedMut};
 
 use super::vector::dot;
 
@@ -115,14 +114,6 @@ impl<'a> Matrix<'a> {
     }
 }
 
-/// A pointer to disjoint output elements written from several threads.
-#[derive(Clone, Copy)]
-pub(super) struct Out(pub(super) *mut f32);
-// SAFETY: every task writes a disjoint set of elements (its own rows).
-unsafe impl Send for Out {}
-// SAFETY: as for `Send`: no two tasks touch the same element.
-unsafe impl Sync for Out {}
-
 /// Activation bytes a token block may hold: the block is swept once for each
 /// row tile, so it must stay in the core's L2 (all of a prefill's tokens, swept
 /// for every tile, were streamed from L3 once per eight rows).
@@ -149,7 +140,7 @@ fn tile(
     x: &[f32],
     n_tokens: usize,
     rows: std::ops::Range<usize>,
-    out: Out,
+    out: SharedMut<f32>,
     buf: &mut Vec<f32>,
 ) {
     let cols = w.cols;
@@ -186,7 +177,7 @@ fn row_tile(
     tokens: std::ops::Range<usize>,
     rows: std::ops::Range<usize>,
     buf: &[f32],
-    out: Out,
+    out: SharedMut<f32>,
 ) {
     let (cols, r0) = (w.cols, rows.start);
     let row = |r: usize| &buf[(r - r0) * cols..(r - r0 + 1) * cols];
@@ -311,7 +302,7 @@ pub fn matmul(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32], pool:
     let Some((per_task, n_tasks)) = split(w, x, n_tokens, out, pool, ROW_TILE) else {
         return;
     };
-    let ptr = Out(out.as_mut_ptr());
+    let ptr = SharedMut(out.as_mut_ptr());
     pool.for_each(n_tasks, &|i| {
         let rows = i * per_task..((i + 1) * per_task).min(w.rows);
         SCRATCH.with_borrow_mut(|buf| tile(w, x, n_tokens, rows, ptr, buf));

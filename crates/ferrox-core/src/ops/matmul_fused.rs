@@ -24,7 +24,8 @@
 use rayon::prelude::*;
 
 use super::activation::gelu_tanh;
-use super::matmul::{Matrix, Out, check_shapes, split};
+use super::matmul::{Matrix, check_shapes, split};
+use crate::pool::SharedMut;
 
 /// Weight rows per panel: two AVX-512 registers, four AVX2 ones.
 pub const PANEL: usize = 32;
@@ -129,7 +130,7 @@ pub fn matmul_fused_at(
     let Some((per_task, n_tasks)) = split(w, x, n_tokens, out, pool, PANEL) else {
         return;
     };
-    let ptr = Out(out.as_mut_ptr());
+    let ptr = SharedMut(out.as_mut_ptr());
     pool.install(|| {
         (0..n_tasks).into_par_iter().for_each(|i| {
             let rows = i * per_task..((i + 1) * per_task).min(w.rows);
@@ -143,7 +144,7 @@ pub fn matmul_fused_at(
 /// many small products in parallel themselves): the same bits.
 pub fn matmul_fused_serial(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32]) {
     check_shapes(w, x, n_tokens, out);
-    let ptr = Out(out.as_mut_ptr());
+    let ptr = SharedMut(out.as_mut_ptr());
     let level = crate::isa::active();
     // `task` makes no parallel call, and this is not called inside one of its
     // emits, so the borrow is never nested.
@@ -182,7 +183,7 @@ fn task(
     x: &[f32],
     n_tokens: usize,
     rows: std::ops::Range<usize>,
-    out: Out,
+    out: SharedMut<f32>,
     epilogue: Epilogue<'_>,
     buf: &mut Vec<f32>,
 ) {

@@ -8,19 +8,11 @@
 
 use super::kernel::{TOKEN_TILE, TokenActs, group};
 use super::{GROUP_ROWS, PackedMatrix, QuantizedRows};
-use crate::pool::Parallel;
+use crate::pool::{Parallel, SharedMut};
 
 /// Tokens whose activations are swept over a task's groups before the next ones
 /// (they stay in L2 while the groups' weights come round again).
 const TOKEN_CHUNK: usize = 64;
-
-/// A pointer to disjoint output elements written from several threads.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: every task writes the elements of its own rows only.
-unsafe impl Send for Out {}
-// SAFETY: as for `Send`: no two tasks touch the same element.
-unsafe impl Sync for Out {}
 
 /// `out[t * rows + r]` for the `acts.n` tokens of `acts` (quantized from rows of
 /// `w.cols` values), on `pool`'s threads.
@@ -61,7 +53,7 @@ pub fn packed_matmul_each(
             w.dtype
         );
         assert_eq!(out.len(), acts.n * w.rows, "output must be n_tokens x rows");
-        outs.push(Out(out.as_mut_ptr()));
+        outs.push(SharedMut(out.as_mut_ptr()));
         if acts.n == 0 {
             continue;
         }
