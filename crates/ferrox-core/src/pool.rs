@@ -79,6 +79,37 @@ pub fn for_each_chunk_mut<T: Send>(
     });
 }
 
+/// Calls `f(i, a_i, b_i)` for the `i`-th `a_chunk`-long piece of `a` and the
+/// `i`-th `b_chunk`-long piece of `b`, on `pool`'s threads: two slices cut into
+/// the same number of whole pieces (a recurrent layer's per-head states and
+/// outputs).
+pub fn for_each_chunk_pair_mut<A: Send, B: Send>(
+    pool: &dyn Parallel,
+    (a, a_chunk): (&mut [A], usize),
+    (b, b_chunk): (&mut [B], usize),
+    f: impl Fn(usize, &mut [A], &mut [B]) + Sync,
+) {
+    assert!(
+        a_chunk > 0 && b_chunk > 0 && a.len() % a_chunk == 0 && b.len() % b_chunk == 0,
+        "whole pieces of at least one element"
+    );
+    let n = a.len() / a_chunk;
+    assert_eq!(n, b.len() / b_chunk, "as many pieces of each slice");
+    let (pa, pb) = (SharedMut(a.as_mut_ptr()), SharedMut(b.as_mut_ptr()));
+    pool.for_each(n, &|i| {
+        // SAFETY: piece i of each slice lies inside it and is disjoint from
+        // every other piece; `for_each` calls each i once, while both slices
+        // stay borrowed.
+        let (x, y) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(pa.at(i * a_chunk), a_chunk),
+                std::slice::from_raw_parts_mut(pb.at(i * b_chunk), b_chunk),
+            )
+        };
+        f(i, x, y);
+    });
+}
+
 /// A pointer to a slice whose disjoint elements a region's tasks write, each
 /// its own (the products' outputs, [`for_each_chunk_mut`]'s pieces).
 pub(crate) struct SharedMut<T>(pub(crate) *mut T);
@@ -399,6 +430,26 @@ mod tests {
             c.iter_mut().for_each(|x| *x += i + 1);
         });
         assert!(v.iter().enumerate().all(|(k, &x)| x == k / 64 + 1));
+    }
+
+    #[test]
+    fn paired_chunks_match_by_index() {
+        let pool = SpinPool::new(2, "test").unwrap();
+        let (mut a, mut b) = (vec![0usize; 30], vec![0u32; 20]);
+        for_each_chunk_pair_mut(&pool, (&mut a, 3), (&mut b, 2), |i, x, y| {
+            assert_eq!((x.len(), y.len()), (3, 2));
+            x.iter_mut().for_each(|v| *v += i + 1);
+            y.iter_mut().for_each(|v| *v += i as u32 + 1);
+        });
+        assert!(a.iter().enumerate().all(|(k, &v)| v == k / 3 + 1));
+        assert!(b.iter().enumerate().all(|(k, &v)| v as usize == k / 2 + 1));
+    }
+
+    #[test]
+    #[should_panic(expected = "as many pieces")]
+    fn paired_chunks_refuse_unequal_counts() {
+        let (mut a, mut b) = (vec![0u8; 6], vec![0u8; 6]);
+        for_each_chunk_pair_mut(&Serial, (&mut a, 2), (&mut b, 3), |_, _, _| {});
     }
 
     #[test]

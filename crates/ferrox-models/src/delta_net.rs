@@ -30,7 +30,7 @@ use ferrox_core::ops::delta_rule;
 use ferrox_core::ops::exp::exp;
 use ferrox_core::ops::norm::rms_norm;
 use ferrox_core::ops::vector::dot;
-use rayon::prelude::*;
+use ferrox_core::pool::{Parallel, for_each_chunk_pair_mut};
 
 use crate::hparams::DeltaNetParams;
 use crate::weights::DeltaNetWeights;
@@ -88,7 +88,8 @@ fn l2_normalize(x: &mut [f32], eps: f32) {
 
 /// Runs `n` tokens of one sequence through the layer: `state` is the
 /// sequence's state for this layer, updated in place; `out` gets `[n][value_dim]`
-/// (the gated, normed head outputs, before `ssm_out`).
+/// (the gated, normed head outputs, before `ssm_out`). The heads run on
+/// `pool`'s threads.
 pub fn run(
     p: &DeltaNetParams,
     w: &DeltaNetWeights,
@@ -96,6 +97,7 @@ pub fn run(
     state: &mut [f32],
     x: &Projections<'_>,
     out: &mut [f32],
+    pool: &dyn Parallel,
 ) {
     let (c, dk, nv) = (p.conv_channels(), p.head_dim, p.n_v_heads);
     let n = x.mixed.len() / c;
@@ -116,22 +118,19 @@ pub fn run(
     let qk = 2 * p.n_k_heads * dk;
     // `[n_v_heads][n][head_dim]`: each head runs through the tokens in order.
     let mut by_head = vec![0.0f32; nv * n * dk];
-    heads
-        .par_chunks_mut(dk * dk)
-        .zip(by_head.par_chunks_mut(n * dk))
-        .enumerate()
-        .for_each(|(h, (s, o))| {
-            let kh = h % p.n_k_heads;
-            for t in 0..n {
-                let row = &qkv[t * c..(t + 1) * c];
-                let q = &row[kh * dk..(kh + 1) * dk];
-                let k = &row[qk / 2 + kh * dk..qk / 2 + (kh + 1) * dk];
-                let v = &row[qk + h * dk..qk + (h + 1) * dk];
-                let g = softplus(x.alpha[t * nv + h] + w.dt_bias[h]) * w.a[h];
-                let b = sigmoid(x.beta[t * nv + h]);
-                delta_rule::step(s, q, k, v, (exp(g), b), &mut o[t * dk..(t + 1) * dk]);
-            }
-        });
+    let heads = (heads, dk * dk);
+    for_each_chunk_pair_mut(pool, heads, (&mut by_head, n * dk), |h, s, o| {
+        let kh = h % p.n_k_heads;
+        for t in 0..n {
+            let row = &qkv[t * c..(t + 1) * c];
+            let q = &row[kh * dk..(kh + 1) * dk];
+            let k = &row[qk / 2 + kh * dk..qk / 2 + (kh + 1) * dk];
+            let v = &row[qk + h * dk..qk + (h + 1) * dk];
+            let g = softplus(x.alpha[t * nv + h] + w.dt_bias[h]) * w.a[h];
+            let b = sigmoid(x.beta[t * nv + h]);
+            delta_rule::step(s, q, k, v, (exp(g), b), &mut o[t * dk..(t + 1) * dk]);
+        }
+    });
     let mut gate = vec![0.0f32; dk];
     for t in 0..n {
         for h in 0..nv {
@@ -229,6 +228,7 @@ mod tests {
         // ferrox, in spans of 3 and 4 tokens.
         let mut state = vec![0.0f32; p.state_floats()];
         let mut out = vec![0.0f32; n * v];
+        let pool = ferrox_core::pool::SpinPool::new(2, "test").unwrap();
         for (t0, t1) in [(0, 3), (3, n)] {
             let x = Projections {
                 mixed: &mixed[t0 * c..t1 * c],
@@ -236,7 +236,7 @@ mod tests {
                 beta: &beta[t0 * nv..t1 * nv],
                 alpha: &alpha[t0 * nv..t1 * nv],
             };
-            run(&p, &w, eps, &mut state, &x, &mut out[t0 * v..t1 * v]);
+            run(&p, &w, eps, &mut state, &x, &mut out[t0 * v..t1 * v], &pool);
         }
         // The twin.
         let f = |x: f32| x as f64;

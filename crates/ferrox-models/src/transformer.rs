@@ -65,10 +65,9 @@ pub struct Transformer {
     hp: HyperParams,
     spec: ArchSpec,
     weights: Weights,
-    pool: Arc<rayon::ThreadPool>,
-    /// The same number of threads for the pass's regions (the products and
-    /// their inputs' quantization, attention, the gated activation): its
-    /// workers stay awake between them.
+    /// The threads of the pass's regions (the products and their inputs'
+    /// quantization, attention, the gated activation, the delta-net's heads)
+    /// and of the load's repacking: its workers stay awake between regions.
     spin: Arc<SpinPool>,
     path: ActivationPath,
     /// RoPE of full-attention layers, and of window layers when they differ.
@@ -346,11 +345,6 @@ impl Transformer {
         path: ActivationPath,
     ) -> Result<Transformer, ModelError> {
         let mut weights = Weights::load(&file, &hp)?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .thread_name(|i| format!("ferrox-compute-{i}"))
-            .build()
-            .map_err(|e| ModelError::Threads(e.to_string()))?;
         let spin = SpinPool::new(threads.max(1), "ferrox-region")
             .map_err(|e| ModelError::Threads(e.to_string()))?;
         if path == ActivationPath::Int16 {
@@ -361,7 +355,7 @@ impl Transformer {
             // matrix of it (Gemma 3's 171 MB head).
             let mut pack = |l: &mut Linear| {
                 let start = l.weight.byte_range().start;
-                l.packed = PackedMatrix::pack_releasing(&l.weight.matrix(&file), &pool, |rows| {
+                l.packed = PackedMatrix::pack_releasing(&l.weight.matrix(&file), &spin, |rows| {
                     file.release(start + rows.start..start + rows.end)
                 })
                 .map(Arc::new);
@@ -377,7 +371,6 @@ impl Transformer {
             file: Arc::new(file),
             hp,
             weights,
-            pool: Arc::new(pool),
             spin: Arc::new(spin),
             path,
             rope_global,
@@ -677,9 +670,7 @@ impl Transformer {
 impl Decoder for Transformer {
     fn forward(&self, store: &mut KvStore, spans: &[Span<'_>]) -> Result<Output, ModelError> {
         self.check(store, spans)?;
-        // The whole pass runs on a pool thread: each parallel region inside then
-        // costs about a microsecond instead of a cross-thread hand-off.
-        Ok(self.pool.install(|| self.round(store, spans)))
+        Ok(self.round(store, spans))
     }
 
     fn hyper_params(&self) -> &HyperParams {

@@ -29,11 +29,12 @@
 //! Rows past the matrix's last (the padding of the last group) are zeros. Each
 //! group starts on a 64-byte boundary.
 
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::blocks::{IQ4_NL_VALUES, MXFP4_VALUES};
 use crate::dtype::DType;
 use crate::ops::matmul::Matrix;
+use crate::pool::{Parallel, for_each_chunk_mut};
 
 pub use super::block_parts::{BlockParts, SmallScales, block_parts};
 use super::repack::pack_group;
@@ -280,7 +281,7 @@ const RELEASE_GROUPS: usize = 64;
 
 impl PackedMatrix {
     /// Repacks `m`, or `None` when its type has no packed format. Runs on `pool`.
-    pub fn pack(m: &Matrix<'_>, pool: &rayon::ThreadPool) -> Option<PackedMatrix> {
+    pub fn pack(m: &Matrix<'_>, pool: &dyn Parallel) -> Option<PackedMatrix> {
         Self::pack_releasing(m, pool, |_| {})
     }
 
@@ -292,7 +293,7 @@ impl PackedMatrix {
     /// packing starts over with f32 scales, the rows are reported again.
     pub fn pack_releasing(
         m: &Matrix<'_>,
-        pool: &rayon::ThreadPool,
+        pool: &dyn Parallel,
         mut done: impl FnMut(std::ops::Range<usize>),
     ) -> Option<PackedMatrix> {
         let format = Format::for_dtype(m.dtype)?;
@@ -322,7 +323,7 @@ impl PackedMatrix {
     pub(crate) fn pack_as(
         m: &Matrix<'_>,
         format: Format,
-        pool: &rayon::ThreadPool,
+        pool: &dyn Parallel,
         mut done: Option<&mut dyn FnMut(std::ops::Range<usize>)>,
     ) -> Option<PackedMatrix> {
         let nb = m.cols / BLOCK;
@@ -339,13 +340,13 @@ impl PackedMatrix {
         let per_group = 64 * group_lines.max(1);
         for (batch, chunk) in storage.chunks_mut(per_group * RELEASE_GROUPS).enumerate() {
             let g0 = batch * RELEASE_GROUPS;
-            let exact = pool.install(|| {
-                chunk
-                    .par_chunks_mut(per_group)
-                    .enumerate()
-                    .all(|(k, group)| pack_group(m, format, g0 + k, group))
+            let inexact = AtomicBool::new(false);
+            for_each_chunk_mut(pool, chunk, per_group, |k, group| {
+                if !inexact.load(Ordering::Relaxed) && !pack_group(m, format, g0 + k, group) {
+                    inexact.store(true, Ordering::Relaxed);
+                }
             });
-            if !exact {
+            if inexact.into_inner() {
                 return None;
             }
             if let Some(done) = done.as_mut() {

@@ -43,7 +43,7 @@ impl MtpHead {
         let mut d = DraftBlockWeights::load(file, &trunk.hp, 0)?;
         if trunk.path == ActivationPath::Int16 {
             let pack = |l: &mut Linear| {
-                l.packed = PackedMatrix::pack(&l.weight.matrix(file), &trunk.pool).map(Arc::new);
+                l.packed = PackedMatrix::pack(&l.weight.matrix(file), &*trunk.spin).map(Arc::new);
             };
             d.block.linears_mut().into_iter().for_each(pack);
             pack(&mut d.eh_proj);
@@ -64,7 +64,6 @@ impl MtpHead {
             spec: hp.spec(),
             hp,
             weights,
-            pool: Arc::clone(&trunk.pool),
             spin: Arc::clone(&trunk.spin),
             path: trunk.path,
             rope_global,
@@ -123,11 +122,9 @@ impl DraftHead for MtpHead {
                 r.hp.n_embd
             )));
         }
-        Ok(r.pool.install(|| {
-            let batch = Batch::new(spans);
-            let x = self.input(&batch, hidden);
-            r.round_from(store, &batch, x)
-        }))
+        let batch = Batch::new(spans);
+        let x = self.input(&batch, hidden);
+        Ok(r.round_from(store, &batch, x))
     }
 
     fn kv_layout(&self) -> KvLayout {

@@ -57,7 +57,7 @@ impl Transformer {
             let o = &mut out[t0 * v..t1 * v];
             let run = |cache: &mut KvStore, x: &Projections<'_>, o: &mut [f32]| {
                 let state = cache.state_mut(span.pages, index);
-                delta_net::run(&p, dn, hp.rms_eps, state, x, o);
+                delta_net::run(&p, dn, hp.rms_eps, state, x, o, &*self.spin);
             };
             match span.want {
                 // The state after token `from` is kept: the span runs in two
