@@ -12,15 +12,9 @@
 fn main() {
     use std::time::Instant;
     const ROUNDS: u64 = 50_000_000;
-    /// Every register a loop reads starts at zero (an f32 loop on whatever
-    /// they held ran into denormals' microcode assists). Each round's
-    /// accumulators are independent: 16 of them (14 for the VEX
-    /// forms, which reach 16 registers), so that the loop is bound by issue
-    /// rate, not by the instruction's latency (eight `vpdpwssd` zmm chains
-    /// ran at 124 GMAC/s a core on an Emerald Rapids, sixteen at 188: about
-    /// six cycles of latency against two issued a cycle).
     /// Zeros in the registers the loops read: zmm0-17, or ymm0-15 (the VEX
-    /// forms' registers, on CPUs without AVX-512).
+    /// forms' registers, on CPUs without AVX-512). An f32 loop on whatever
+    /// they held ran into denormals' microcode assists.
     macro_rules! zero {
         (zmm) => {
             "vpxord zmm0, zmm0, zmm0\nvpxord zmm1, zmm1, zmm1\nvpxord zmm2, zmm2, zmm2\nvpxord zmm3, zmm3, zmm3\nvpxord zmm4, zmm4, zmm4\nvpxord zmm5, zmm5, zmm5\nvpxord zmm6, zmm6, zmm6\nvpxord zmm7, zmm7, zmm7\nvpxord zmm8, zmm8, zmm8\nvpxord zmm9, zmm9, zmm9\nvpxord zmm10, zmm10, zmm10\nvpxord zmm11, zmm11, zmm11\nvpxord zmm12, zmm12, zmm12\nvpxord zmm13, zmm13, zmm13\nvpxord zmm14, zmm14, zmm14\nvpxord zmm15, zmm15, zmm15\nvpxord zmm16, zmm16, zmm16\nvpxord zmm17, zmm17, zmm17"
@@ -29,6 +23,13 @@ fn main() {
             "vpxor ymm0, ymm0, ymm0\nvpxor ymm1, ymm1, ymm1\nvpxor ymm2, ymm2, ymm2\nvpxor ymm3, ymm3, ymm3\nvpxor ymm4, ymm4, ymm4\nvpxor ymm5, ymm5, ymm5\nvpxor ymm6, ymm6, ymm6\nvpxor ymm7, ymm7, ymm7\nvpxor ymm8, ymm8, ymm8\nvpxor ymm9, ymm9, ymm9\nvpxor ymm10, ymm10, ymm10\nvpxor ymm11, ymm11, ymm11\nvpxor ymm12, ymm12, ymm12\nvpxor ymm13, ymm13, ymm13\nvpxor ymm14, ymm14, ymm14\nvpxor ymm15, ymm15, ymm15"
         };
     }
+    /// `$name`'s GMAC/s, the best of 5 runs of `$body`, a round of
+    /// `$per_round` multiply-adds. Each round's accumulators are independent:
+    /// 16 of them (14 for the VEX forms, which reach 16 registers), so that
+    /// the loop is bound by the issue rate, not by the instruction's latency
+    /// (eight `vpdpwssd` zmm chains ran at 124 GMAC/s a core on an Emerald
+    /// Rapids, sixteen at 188: about six cycles of latency against two issued
+    /// a cycle).
     macro_rules! peak {
         ($name:literal, $per_round:expr, $feature:literal, $regs:ident, $body:literal) => {{
             let has = match $feature {
