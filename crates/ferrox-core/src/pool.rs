@@ -17,11 +17,11 @@
 //! has its own.)
 
 use std::any::Any;
-use std::cell::{Cell, UnsafeCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, LocalKey};
 use std::time::{Duration, Instant};
 
 /// Work split into numbered tasks run on several threads.
@@ -108,6 +108,21 @@ pub fn for_each_chunk_pair_mut<A: Send, B: Send>(
         };
         f(i, x, y);
     });
+}
+
+/// Calls `f` with this thread's value of `key`, a task's scratch kept across
+/// tasks and regions, or with a fresh one from `fresh` where that value is in
+/// use on this thread already (a region opened inside another's task runs on
+/// the task's thread).
+pub fn with_scratch<T: 'static, R>(
+    key: &'static LocalKey<RefCell<T>>,
+    fresh: impl FnOnce() -> T,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut value) => f(&mut value),
+        Err(_) => f(&mut fresh()),
+    })
 }
 
 /// A pointer to a slice whose disjoint elements a region's tasks write, each
@@ -450,6 +465,19 @@ mod tests {
     fn paired_chunks_refuse_unequal_counts() {
         let (mut a, mut b) = (vec![0u8; 6], vec![0u8; 6]);
         for_each_chunk_pair_mut(&Serial, (&mut a, 2), (&mut b, 3), |_, _, _| {});
+    }
+
+    #[test]
+    fn a_nested_scratch_is_a_fresh_one() {
+        thread_local! {
+            static KEPT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        with_scratch(&KEPT, Vec::new, |outer| {
+            outer.push(1);
+            with_scratch(&KEPT, Vec::new, |inner| inner.push(2));
+            assert_eq!(outer, &[1]);
+        });
+        assert_eq!(KEPT.with_borrow(|v| v.clone()), [1]);
     }
 
     #[test]

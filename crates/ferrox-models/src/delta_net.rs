@@ -118,8 +118,7 @@ pub fn run(
     let qk = 2 * p.n_k_heads * dk;
     // `[n_v_heads][n][head_dim]`: each head runs through the tokens in order.
     let mut by_head = vec![0.0f32; nv * n * dk];
-    let heads = (heads, dk * dk);
-    for_each_chunk_pair_mut(pool, heads, (&mut by_head, n * dk), |h, s, o| {
+    for_each_chunk_pair_mut(pool, (heads, dk * dk), (&mut by_head, n * dk), |h, s, o| {
         let kh = h % p.n_k_heads;
         for t in 0..n {
             let row = &qkv[t * c..(t + 1) * c];

@@ -15,7 +15,7 @@
 use crate::dtype::DType;
 use crate::error::CoreError;
 use crate::kernels::fast;
-use crate::pool::{Parallel, SharedMut};
+use crate::pool::{Parallel, SharedMut, with_scratch};
 
 use super::vector::dot;
 
@@ -305,7 +305,9 @@ pub fn matmul(w: &Matrix<'_>, x: &[f32], n_tokens: usize, out: &mut [f32], pool:
     let ptr = SharedMut(out.as_mut_ptr());
     pool.for_each(n_tasks, &|i| {
         let rows = i * per_task..((i + 1) * per_task).min(w.rows);
-        SCRATCH.with_borrow_mut(|buf| tile(w, x, n_tokens, rows, ptr, buf));
+        with_scratch(&SCRATCH, Vec::new, |buf| {
+            tile(w, x, n_tokens, rows, ptr, buf)
+        });
     });
 }
 

@@ -8,7 +8,7 @@
 
 use super::kernel::{TOKEN_TILE, TokenActs, group};
 use super::{GROUP_ROWS, PackedMatrix, QuantizedRows};
-use crate::pool::{Parallel, SharedMut};
+use crate::pool::{Parallel, SharedMut, with_scratch};
 
 /// Tokens whose activations are swept over a task's groups before the next ones
 /// (they stay in L2 while the groups' weights come round again).
@@ -74,58 +74,50 @@ pub fn packed_matmul_each(
         let (j, groups) = &tasks[task];
         let ((w, acts), ptr) = (jobs[*j], outs[*j]);
         let (n, nb) = (acts.n, acts.blocks());
-        with_tile(|tile| {
-            for chunk in (0..n).step_by(TOKEN_CHUNK) {
-                let end = (chunk + TOKEN_CHUNK).min(n);
-                // The chunk's tokens, sliced once for all its groups.
-                let toks: Vec<TokenActs<'_>> = (chunk..end).map(|t| acts.token(t)).collect();
-                for g in groups.clone() {
-                    let r0 = g * GROUP_ROWS;
-                    let valid = (w.rows - r0).min(GROUP_ROWS);
-                    let mut t0 = chunk;
-                    while t0 < end {
-                        let k = (end - t0).min(TOKEN_TILE);
-                        let tile_toks = &toks[t0 - chunk..t0 - chunk + k];
-                        group(w.format, w.group(g), nb, tile_toks, &mut tile[..k]);
-                        for (i, row) in tile[..k].iter().enumerate() {
-                            let at = ptr.at((t0 + i) * w.rows + r0);
-                            // SAFETY: (t0 + i, r0..r0 + valid) is inside this job's
-                            // output and these rows belong to this task alone.
-                            unsafe {
-                                if valid == GROUP_ROWS {
-                                    // A whole group's row: a copy of constant size,
-                                    // inlined.
-                                    at.cast::<[f32; GROUP_ROWS]>().write_unaligned(*row);
-                                } else {
-                                    std::ptr::copy_nonoverlapping(row.as_ptr(), at, valid);
+        with_scratch(
+            &TILE,
+            || [[0.0; GROUP_ROWS]; TOKEN_TILE],
+            |tile| {
+                for chunk in (0..n).step_by(TOKEN_CHUNK) {
+                    let end = (chunk + TOKEN_CHUNK).min(n);
+                    // The chunk's tokens, sliced once for all its groups.
+                    let toks: Vec<TokenActs<'_>> = (chunk..end).map(|t| acts.token(t)).collect();
+                    for g in groups.clone() {
+                        let r0 = g * GROUP_ROWS;
+                        let valid = (w.rows - r0).min(GROUP_ROWS);
+                        let mut t0 = chunk;
+                        while t0 < end {
+                            let k = (end - t0).min(TOKEN_TILE);
+                            let tile_toks = &toks[t0 - chunk..t0 - chunk + k];
+                            group(w.format, w.group(g), nb, tile_toks, &mut tile[..k]);
+                            for (i, row) in tile[..k].iter().enumerate() {
+                                let at = ptr.at((t0 + i) * w.rows + r0);
+                                // SAFETY: (t0 + i, r0..r0 + valid) is inside this job's
+                                // output and these rows belong to this task alone.
+                                unsafe {
+                                    if valid == GROUP_ROWS {
+                                        // A whole group's row: a copy of constant size,
+                                        // inlined.
+                                        at.cast::<[f32; GROUP_ROWS]>().write_unaligned(*row);
+                                    } else {
+                                        std::ptr::copy_nonoverlapping(row.as_ptr(), at, valid);
+                                    }
                                 }
                             }
+                            t0 += k;
                         }
-                        t0 += k;
                     }
                 }
-            }
-        });
+            },
+        );
     });
 }
 
-/// Kernel outputs for one tile of tokens.
-type Tile = [[f32; GROUP_ROWS]; TOKEN_TILE];
-
 thread_local! {
-    /// Each thread's [`Tile`], kept across tasks (zeroing a fresh one per task
-    /// was 1 % of a prefill's samples).
-    static TILE: std::cell::RefCell<Tile> =
+    /// Each thread's kernel outputs for one tile of tokens, kept across tasks
+    /// (zeroing a fresh one per task was 1 % of a prefill's samples).
+    static TILE: std::cell::RefCell<[[f32; GROUP_ROWS]; TOKEN_TILE]> =
         const { std::cell::RefCell::new([[0.0; GROUP_ROWS]; TOKEN_TILE]) };
-}
-
-/// Calls `f` with this thread's [`Tile`], or with a fresh one where a product
-/// runs inside another's task on this thread (a nested region runs serially).
-fn with_tile(f: impl FnOnce(&mut Tile)) {
-    TILE.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut tile) => f(&mut tile),
-        Err(_) => f(&mut [[0.0; GROUP_ROWS]; TOKEN_TILE]),
-    })
 }
 
 #[cfg(test)]
@@ -134,15 +126,6 @@ mod tests {
     use crate::dtype::DType;
     use crate::kernels::test_rows::{random, random_row};
     use crate::ops::matmul::{Matrix, matmul};
-
-    #[test]
-    fn a_product_inside_another_products_task_gets_its_own_tile() {
-        with_tile(|outer| {
-            outer[0][0] = 1.0;
-            with_tile(|inner| inner[0][0] = 2.0);
-            assert_eq!(outer[0][0], 1.0);
-        });
-    }
 
     /// `n` random rows of `cols` activations and their quantized form (with
     /// half sums).
